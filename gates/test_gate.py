@@ -1,0 +1,84 @@
+"""The SSSF setup gate, A–E, as separate items per run (and per roster model for C).
+
+Run after ``just sbx lifecycle setup``: ``pytest -m gate``. Each item runs over one shared SSH
+connection to its VM; the runtime key is only ever read inside the VM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from sbxcheck.checks.gate import (
+    check_cost_reported,
+    check_credit_remaining,
+    check_git_integrity,
+    check_model_answers,
+    check_pi_models,
+    check_roster_matches,
+)
+from sbxcheck.checks.records import check_run_record
+from sbxcheck.results import CheckResult, Classification
+from sbxcheck.session import GateRun
+from sbxcheck.transports.ssh import SshHost
+
+pytestmark = pytest.mark.gate
+
+Verdict = Callable[[CheckResult], None]
+
+
+def test_gate_run_record(sbx_run_entry: GateRun | str, sbx_verdict: Verdict) -> None:
+    """The run record parses against the closed schema and the run can be gated."""
+    if isinstance(sbx_run_entry, str):  # the inventory itself could not be read
+        sbx_verdict(
+            CheckResult.errored("run_record", "inventory", sbx_run_entry, Classification.CONFIG_DEFECT)
+        )
+        return
+    sbx_verdict(check_run_record(sbx_run_entry.entry))
+
+
+def test_gate_A_git_integrity(sbx_gate_run: GateRun, sbx_vm: SshHost, sbx_verdict: Verdict) -> None:
+    """A: HEAD matches the recorded commit_sha (prefix) and the working tree is clean."""
+    assert sbx_gate_run.target is not None
+    sbx_verdict(check_git_integrity(sbx_vm, sbx_gate_run.target))
+
+
+def test_gate_B_pi_models(sbx_gate_run: GateRun, sbx_vm: SshHost, sbx_verdict: Verdict) -> None:
+    """B: pi is on PATH and lists every roster model."""
+    assert sbx_gate_run.target is not None
+    sbx_verdict(check_pi_models(sbx_vm, sbx_gate_run.target))
+
+
+def test_gate_C_roster_matches(sbx_gate_run: GateRun, sbx_vm: SshHost, sbx_verdict: Verdict) -> None:
+    """C (roster): the VM's roster is the one the C items were collected for."""
+    assert sbx_gate_run.target is not None
+    sbx_verdict(check_roster_matches(sbx_vm, sbx_gate_run.target))
+
+
+def test_gate_C_model_answers(
+    sbx_gate_model: tuple[GateRun, str | None], sbx_vm: SshHost, sbx_verdict: Verdict
+) -> None:
+    """C: one roster model answers a ping sent from inside the VM."""
+    run, model = sbx_gate_model
+    assert run.target is not None
+    if model is None:
+        sbx_verdict(
+            CheckResult.errored(
+                "C_model_answers", run.run_id, run.problem or "empty roster", Classification.CONFIG_DEFECT
+            )
+        )
+        return
+    sbx_verdict(check_model_answers(sbx_vm, run.target, model))
+
+
+def test_gate_D_cost_reported(sbx_gate_run: GateRun, sbx_vm: SshHost, sbx_verdict: Verdict) -> None:
+    """D: pi reports a non-zero cost on a live call, and models.json carries four-field rates."""
+    assert sbx_gate_run.target is not None
+    sbx_verdict(check_cost_reported(sbx_vm, sbx_gate_run.target))
+
+
+def test_gate_E_credit_remaining(sbx_gate_run: GateRun, sbx_vm: SshHost, sbx_verdict: Verdict) -> None:
+    """E: the runtime key's remaining credit is above the floor (uncapped passes, saying so)."""
+    assert sbx_gate_run.target is not None
+    sbx_verdict(check_credit_remaining(sbx_vm, sbx_gate_run.target))

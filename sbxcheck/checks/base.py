@@ -1,0 +1,47 @@
+"""What every check shares: the remote-shell protocol, timing, and error-to-result mapping."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from sbxcheck.errors import SbxError
+from sbxcheck.results import CheckResult, Classification
+from sbxcheck.transports.ssh import CommandResult
+
+TRIM_CHARS = 2000
+
+
+class RemoteShell(Protocol):
+    """A host that runs a command and returns its exit code and output (SshHost satisfies it)."""
+
+    alias: str
+
+    def run(
+        self, command: str, *, stdin: str | bytes | None = None, timeout: float | None = None
+    ) -> CommandResult: ...
+
+
+def trim(text: str, limit: int = TRIM_CHARS) -> str:
+    """Keep evidence short: the head of ``text`` and a note of how much was cut."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n... [{len(text) - limit} more characters trimmed]"
+
+
+def run_check(check: str, target: str, body: Callable[[], CheckResult]) -> CheckResult:
+    """Run one check body, timing it; an SbxError becomes an ``error`` result, never a crash."""
+    started = time.monotonic()
+    try:
+        result = body()
+    except SbxError as exc:
+        result = CheckResult.errored(check, target, exc.message, exc.classification, dict(exc.evidence))
+    except Exception as exc:  # a bug in a check must not stop the other checks
+        result = CheckResult.errored(
+            check,
+            target,
+            f"internal error in check {check}: {type(exc).__name__}: {exc}",
+            Classification.INTERNAL_ERROR,
+        )
+    return result.model_copy(update={"duration_s": round(time.monotonic() - started, 3)})

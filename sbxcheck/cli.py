@@ -1,0 +1,192 @@
+"""The ``sbxcheck`` command: run the embedded fleet in the background, list faults, read reports.
+
+sbxcheck sim up --dir DIR [--fault NAME ...]   start the fleet, write DIR/sbxcheck.toml
+sbxcheck sim down --dir DIR                    stop it
+sbxcheck sim faults                            every fault name, one line each
+sbxcheck report [DIR]                          summarise DIR/results.json
+sbxcheck version
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from sbxcheck import __version__
+from sbxcheck.errors import SbxError
+
+PID_FILE = "sim.pid"
+READY_FILE = "sim.ready"
+LOG_FILE = "sim.log"
+UP_DEADLINE_S = 420.0
+DOWN_GRACE_S = 10.0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sbxcheck", description="sandbox fleet checks (pytest plugin companion)"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    sim = sub.add_parser("sim", help="the embedded simulated fleet").add_subparsers(
+        dest="sim_command", required=True
+    )
+    up = sim.add_parser("up", help="start the fleet in the background and write DIR/sbxcheck.toml")
+    up.add_argument("--dir", required=True, type=Path)
+    up.add_argument("--fault", action="append", default=[], metavar="NAME[@RUN]")
+    up.add_argument("--seed", type=int, default=None)
+    serve = sim.add_parser("serve", help="run the fleet in the foreground (what `up` starts)")
+    serve.add_argument("--dir", required=True, type=Path)
+    serve.add_argument("--fault", action="append", default=[], metavar="NAME[@RUN]")
+    serve.add_argument("--seed", type=int, default=None)
+    down = sim.add_parser("down", help="stop a fleet started with `up`")
+    down.add_argument("--dir", required=True, type=Path)
+    sim.add_parser("faults", help="list every fault name with one line each")
+    report = sub.add_parser("report", help="summarise a results.json")
+    report.add_argument("dir", nargs="?", default="sbxcheck-report", type=Path)
+    sub.add_parser("version", help="print the version")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "version":
+            print(f"sbxcheck {__version__}")
+            return 0
+        if args.command == "report":
+            return _report(args.dir)
+        if args.sim_command == "faults":
+            from sbxcheck.sim.faults import describe_faults
+
+            print(describe_faults())
+            return 0
+        if args.sim_command == "serve":
+            return _serve(args.dir, args.fault, args.seed)
+        if args.sim_command == "up":
+            return _up(args.dir, args.fault, args.seed)
+        return _down(args.dir)
+    except SbxError as exc:
+        print(f"sbxcheck: {exc.message}", file=sys.stderr)
+        return 2
+
+
+def _serve(root: Path, faults: list[str], seed: int | None) -> int:
+    from sbxcheck.sim.fleet import SimFleet
+
+    root.mkdir(parents=True, exist_ok=True)
+    (root / READY_FILE).unlink(missing_ok=True)
+    fleet = SimFleet(root, faults, seed=seed, embedded=False)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    fleet.materialize()
+    try:
+        fleet.serve()
+        (root / PID_FILE).write_text(f"{os.getpid()}\n", encoding="utf-8")
+        (root / READY_FILE).write_text(", ".join(fleet.run_ids) + "\n", encoding="utf-8")
+        print(
+            f"sbxcheck sim: serving {len(fleet.run_ids)} runs; inventory {fleet.inventory_path}", flush=True
+        )
+        while not stop.wait(1.0):
+            pass
+    finally:
+        fleet.stop()
+        (root / READY_FILE).unlink(missing_ok=True)
+        (root / PID_FILE).unlink(missing_ok=True)
+    return 0
+
+
+def _up(root: Path, faults: list[str], seed: int | None) -> int:
+    from sbxcheck.sim.faults import parse_fault
+
+    for fault in faults:
+        parse_fault(fault)  # a bad name fails here, before anything starts
+    root = root.resolve()
+    if _alive_pid(root) is not None:
+        print(f"sbxcheck sim: already running in {root} (sbxcheck sim down --dir {root})", file=sys.stderr)
+        return 1
+    root.mkdir(parents=True, exist_ok=True)
+    (root / READY_FILE).unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "sbxcheck.cli", "sim", "serve", "--dir", str(root)]
+    for fault in faults:
+        cmd += ["--fault", fault]
+    if seed is not None:
+        cmd += ["--seed", str(seed)]
+    with open(root / LOG_FILE, "ab") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + UP_DEADLINE_S
+    while time.monotonic() < deadline:
+        if (root / READY_FILE).exists():
+            print(f"sbxcheck sim: up (pid {proc.pid}); runs: {(root / READY_FILE).read_text().strip()}")
+            print(f"inventory: {root / 'sbxcheck.toml'}")
+            print(f"  pytest -m gate --sbx-inventory {root / 'sbxcheck.toml'}")
+            print(f"  sbxcheck sim down --dir {root}")
+            return 0
+        if proc.poll() is not None:
+            print(
+                f"sbxcheck sim: the fleet exited with {proc.returncode}; see {root / LOG_FILE}",
+                file=sys.stderr,
+            )
+            return 1
+        time.sleep(0.2)
+    proc.terminate()
+    print(
+        f"sbxcheck sim: not ready within {UP_DEADLINE_S:.0f}s; stopped it. See {root / LOG_FILE}",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def _alive_pid(root: Path) -> int | None:
+    try:
+        pid = int((root / PID_FILE).read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return None
+    return pid
+
+
+def _down(root: Path) -> int:
+    pid = _alive_pid(root.resolve())
+    if pid is None:
+        print(f"sbxcheck sim: nothing running in {root}")
+        return 0
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + DOWN_GRACE_S
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            print(f"sbxcheck sim: stopped (pid {pid})")
+            return 0
+        time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)
+    print(f"sbxcheck sim: killed (pid {pid}) after {DOWN_GRACE_S:.0f}s")
+    return 0
+
+
+def _report(directory: Path) -> int:
+    from sbxcheck.report import load_report
+
+    report = load_report(directory / "results.json" if directory.is_dir() else directory)
+    print(f"inventory: {report.inventory.source}  ({report.started_at} → {report.finished_at})")
+    print("checks: " + ", ".join(f"{v} {k}" for k, v in report.summary.items()))
+    for rec in report.checks:
+        cls = rec.classification.value if rec.classification else ""
+        print(f"  {rec.outcome.value:7} {cls:18} {rec.nodeid}")
+    for inc in report.incidents:
+        print(
+            f"incident {inc.id} [{inc.classification.value}] {inc.summary}\n  next step: {inc.recommendation}"
+        )
+    failing = report.summary.get("failed", 0) + report.summary.get("error", 0)
+    return 1 if failing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

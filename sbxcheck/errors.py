@@ -1,0 +1,96 @@
+"""One exception tree for sbxcheck. Every error knows how it is classified in a report.
+
+::
+
+    SbxError                      (internal_error)
+    ├── InventoryError            (config_defect)    bad or missing inventory file
+    ├── RunRecordError            (config_defect)    bad .sandbox/runs/<id>.json
+    ├── BadResponseError          (bad_response)     a remote answer we cannot parse
+    ├── SimError                  (internal_error)   the embedded fleet could not start
+    └── TransportError            (transport_failure)
+        ├── HostUnreachable       (infra_unreachable) refused, no route, DNS, connect timeout
+        ├── CommandTimeout        (timeout)           a remote command outlived its deadline
+        ├── AuthFailed            (auth_failed)       the server refused our credentials
+        ├── HostKeyMismatch       (host_key_mismatch) known_hosts says otherwise: refused
+        └── HostKeyUnknown        (host_key_unknown)  no known_hosts entry: refused
+
+Messages never contain secrets: callers pass names (env vars, paths), never values.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from sbxcheck.results import Classification
+
+
+class SbxError(Exception):
+    """Base of every sbxcheck error; carries a classification and optional evidence."""
+
+    classification: ClassVar[Classification] = Classification.INTERNAL_ERROR
+
+    def __init__(self, message: str, *, evidence: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.evidence: dict[str, Any] = dict(evidence or {})
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InventoryError(SbxError):
+    """The inventory file is missing, unreadable or invalid."""
+
+    classification = Classification.CONFIG_DEFECT
+
+
+class RunRecordError(SbxError):
+    """A run record is malformed, has unknown fields, or is not usable for this check."""
+
+    classification = Classification.CONFIG_DEFECT
+
+
+class BadResponseError(SbxError):
+    """A remote system answered with something we cannot interpret."""
+
+    classification = Classification.BAD_RESPONSE
+
+
+class SimError(SbxError):
+    """The embedded simulated fleet could not be built or started."""
+
+
+class TransportError(SbxError):
+    """A remote call failed below the level of the check."""
+
+    classification = Classification.TRANSPORT_FAILURE
+
+
+class HostUnreachable(TransportError):
+    """No SSH session could be established (refused, no route, DNS, connect timeout)."""
+
+    classification = Classification.INFRA_UNREACHABLE
+
+
+class CommandTimeout(TransportError):
+    """A remote command did not finish before its deadline."""
+
+    classification = Classification.TIMEOUT
+
+
+class AuthFailed(TransportError):
+    """The remote side refused our credentials."""
+
+    classification = Classification.AUTH_FAILED
+
+
+class HostKeyMismatch(TransportError):
+    """The host presented a key that known_hosts does not list for it."""
+
+    classification = Classification.HOST_KEY_MISMATCH
+
+
+class HostKeyUnknown(TransportError):
+    """known_hosts has no entry for the host; strict checking refuses it."""
+
+    classification = Classification.HOST_KEY_UNKNOWN

@@ -1,0 +1,107 @@
+"""Public fixtures of the sbxcheck plugin.
+
+- ``sbx_inventory``: the validated inventory (session).
+- ``sbx_ssh_pool``: one SSH connection per host per session, shared by every item on that host.
+- ``sbx_vm``: the connected VM of the current gate item (connect failures error the item in setup).
+- ``sbx_verdict``: records a CheckResult on the item, attaches its evidence, and fails/skips as it says.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from sbxcheck.inventory import Inventory
+from sbxcheck.redact import default_redactor
+from sbxcheck.results import CheckResult, Outcome
+from sbxcheck.session import GateRun, SbxSession
+from sbxcheck.transports.ssh import SshHost, SshPool
+
+
+def _session(request: pytest.FixtureRequest) -> SbxSession:
+    from sbxcheck.plugin import SESSION_KEY
+
+    return request.config.stash[SESSION_KEY]
+
+
+@pytest.fixture(scope="session")
+def sbx_inventory(request: pytest.FixtureRequest) -> Inventory:
+    """The inventory this session checks (an InventoryError errors the item with one readable line)."""
+    return _session(request).inventory()
+
+
+@pytest.fixture(scope="session")
+def sbx_ssh_pool(request: pytest.FixtureRequest) -> Iterator[SshPool]:
+    """A session-wide SSH pool: each host is connected once, lazily, and closed at the end."""
+    pool = _session(request).ssh_pool()
+    yield pool
+
+
+def _gate_run_of(request: pytest.FixtureRequest) -> GateRun:
+    params = request.node.callspec.params
+    if "sbx_gate_run" in params:
+        run: GateRun = params["sbx_gate_run"]
+        return run
+    pair: tuple[GateRun, str | None] = params["sbx_gate_model"]
+    return pair[0]
+
+
+@pytest.fixture
+def sbx_vm(request: pytest.FixtureRequest, sbx_ssh_pool: SshPool) -> SshHost:
+    """The SSH host of the current gate item's run, connected (strict host keys)."""
+    run = _gate_run_of(request)
+    assert run.target is not None
+    return sbx_ssh_pool.host(run.target.host)
+
+
+@pytest.fixture
+def sbx_verdict(request: pytest.FixtureRequest) -> Callable[[CheckResult], None]:
+    """Call with a CheckResult: it is recorded for the report, then the item passes, fails or skips."""
+
+    def verdict(result: CheckResult) -> None:
+        __tracebackhide__ = True
+        from sbxcheck.plugin import RESULT_KEY
+
+        redactor = default_redactor()
+        result = CheckResult.model_validate(redactor.redact(result.model_dump(mode="json")))
+        request.node.stash[RESULT_KEY] = result
+        _attach_allure(request, result)
+        if result.outcome is Outcome.PASSED:
+            return
+        if result.outcome is Outcome.SKIPPED:
+            pytest.skip(result.message)
+        cls = result.classification.value if result.classification else "-"
+        pytest.fail(f"[{result.outcome.value}/{cls}] {result.message}", pytrace=False)
+
+    return verdict
+
+
+def _attach_allure(request: pytest.FixtureRequest, result: CheckResult) -> None:
+    """With --alluredir, add the evidence as an attachment and suite/run labels (redacted already)."""
+    if not request.config.pluginmanager.hasplugin("allure_pytest") or not request.config.getoption(
+        "allure_report_dir", None
+    ):
+        return
+    import allure
+
+    from sbxcheck.plugin import suite_of
+
+    dynamic: Any = allure.dynamic  # allure-python is untyped
+    suite = suite_of(request.node) or "sbxcheck"
+    dynamic.parent_suite("sbxcheck")
+    dynamic.suite(suite)
+    params = getattr(getattr(request.node, "callspec", None), "params", {})
+    run_id = (
+        _gate_run_of(request).run_id if {"sbx_gate_run", "sbx_gate_model"} & set(params) else result.target
+    )
+    dynamic.sub_suite(run_id)
+    dynamic.label("run", run_id)
+    dynamic.label("classification", result.classification.value if result.classification else "none")
+    allure.attach(
+        json.dumps(result.evidence, indent=2, sort_keys=True, default=str),
+        name="evidence",
+        attachment_type=allure.attachment_type.JSON,
+    )

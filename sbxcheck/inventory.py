@@ -1,0 +1,190 @@
+"""The inventory: which fleet to check and how to reach it (a TOML file, design.md §5).
+
+Secrets never appear here, only the names of the env vars that hold them. Relative paths are
+resolved against the inventory file's directory. A bad file raises one ``InventoryError``
+naming the file, the field and what was expected.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from sbxcheck.errors import InventoryError
+
+INVENTORY_FILENAME = "sbxcheck.toml"
+INVENTORY_ENV = "SBXCHECK_INVENTORY"
+DEFAULT_ROSTER_CONFIG = "adws/adw_sssf_config/sssf.config.yaml"
+DEFAULT_COST_PROBE_MODEL = "deepseek/deepseek-v4-flash-0731"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SshSection(_Strict):
+    """How to reach hosts over SSH."""
+
+    config: Path | None = Field(default=None, description="an ssh_config file")
+    known_hosts: list[Path] = Field(default_factory=list, description="known_hosts files; empty = ~/.ssh")
+    identity: Path | None = Field(default=None, description="private key used when ssh_config names none")
+    connect_timeout_s: float = Field(default=10.0, gt=0, le=300)
+    command_timeout_s: float = Field(default=240.0, gt=0, le=3600)
+
+
+class SssfSection(_Strict):
+    """An SSSF checkout whose ``.sandbox/runs/`` holds the run records of its fleet."""
+
+    checkout: Path
+    runs_dir: Path | None = Field(default=None, description="default: <checkout>/.sandbox/runs")
+    roster_config: str = DEFAULT_ROSTER_CONFIG
+    vm_host_suffix: str = ".exe.xyz"
+    openrouter_base_url: str = "https://openrouter.ai/api/v1"
+    credit_floor_usd: float = Field(default=1.0, ge=0)
+    cost_probe_model: str = DEFAULT_COST_PROBE_MODEL
+    ping_timeout_s: float = Field(default=60.0, gt=0, le=600)
+    pi_timeout_s: float = Field(default=180.0, gt=0, le=1800)
+
+    @field_validator("openrouter_base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value.rstrip("/")
+
+    @property
+    def runs_path(self) -> Path:
+        return self.runs_dir if self.runs_dir is not None else self.checkout / ".sandbox" / "runs"
+
+
+class SimSection(_Strict):
+    """Present when the simulator wrote this inventory: what it is, for the report header."""
+
+    embedded: bool = False
+    pi: str = ""
+    faults: list[str] = Field(default_factory=list)
+    pid: int | None = None
+
+
+class Inventory(_Strict):
+    """A whole inventory file, validated."""
+
+    ssh: SshSection = Field(default_factory=SshSection)
+    sssf: SssfSection | None = None
+    sim: SimSection | None = None
+
+    source: str = Field(default="", exclude=True)
+
+    @property
+    def is_sim(self) -> bool:
+        return self.sim is not None
+
+
+def _resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Make the path fields of the raw TOML absolute against ``base``."""
+
+    def fix(value: Any) -> Any:
+        if isinstance(value, str) and value:
+            p = Path(value).expanduser()
+            return str(p if p.is_absolute() else base / p)
+        return value
+
+    ssh = data.get("ssh")
+    if isinstance(ssh, dict):
+        for key in ("config", "identity"):
+            if key in ssh:
+                ssh[key] = fix(ssh[key])
+        if isinstance(ssh.get("known_hosts"), str):
+            ssh["known_hosts"] = [ssh["known_hosts"]]
+        if isinstance(ssh.get("known_hosts"), list):
+            ssh["known_hosts"] = [fix(v) for v in ssh["known_hosts"]]
+    sssf = data.get("sssf")
+    if isinstance(sssf, dict):
+        for key in ("checkout", "runs_dir"):
+            if key in sssf:
+                sssf[key] = fix(sssf[key])
+    return data
+
+
+def describe_validation_error(exc: ValidationError, source: str) -> str:
+    """One readable line per problem: file, dotted field, what was expected."""
+    parts = []
+    for err in exc.errors()[:5]:
+        field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            parts.append(f"{source}: unknown field '{field}'")
+        elif err["type"] == "missing":
+            parts.append(f"{source}: missing required field '{field}'")
+        else:
+            got = err.get("input")
+            shown = repr(got) if isinstance(got, (int, float, bool)) or got is None else type(got).__name__
+            parts.append(f"{source}: field '{field}': {err['msg']} (got {shown})")
+    more = len(exc.errors()) - 5
+    if more > 0:
+        parts.append(f"... and {more} more")
+    return "; ".join(parts)
+
+
+def load_inventory(path: Path) -> Inventory:
+    """Read and validate an inventory file."""
+    source = str(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InventoryError(f"{source}: cannot read inventory ({exc.strerror or exc})") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise InventoryError(f"{source}: not UTF-8 text; expected a TOML inventory") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InventoryError(f"{source}: not valid TOML ({exc})") from None
+    data = _resolve_paths(data, path.resolve().parent)
+    try:
+        inv = Inventory.model_validate(data)
+    except ValidationError as exc:
+        raise InventoryError(describe_validation_error(exc, source)) from None
+    return inv.model_copy(update={"source": source})
+
+
+def find_inventory(explicit: str | None, rootdir: Path) -> Path | None:
+    """Locate the inventory: --sbx-inventory, then $SBXCHECK_INVENTORY, then <rootdir>/sbxcheck.toml."""
+    if explicit:
+        return Path(explicit)
+    env = os.environ.get(INVENTORY_ENV)
+    if env:
+        return Path(env)
+    candidate = rootdir / INVENTORY_FILENAME
+    return candidate if candidate.is_file() else None
+
+
+def dump_inventory(inv: Inventory) -> str:
+    """Serialise an inventory back to TOML (used by the simulator to write its own)."""
+    lines: list[str] = []
+
+    def emit(section: str, model: BaseModel | None) -> None:
+        if model is None:
+            return
+        lines.append(f"[{section}]")
+        for key, value in model.model_dump(exclude_none=True).items():
+            lines.append(f"{key} = {_toml_value(value)}")
+        lines.append("")
+
+    emit("ssh", inv.ssh)
+    emit("sssf", inv.sssf)
+    emit("sim", inv.sim)
+    return "\n".join(lines)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    text = str(value)
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'

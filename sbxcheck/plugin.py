@@ -1,0 +1,303 @@
+"""The pytest plugin: options, markers, parametrization from the inventory, results and reports.
+
+Thin by design (like pytest-xdist's): heavy objects are made only when an item needs them, and
+reports are written only on the xdist controller (or the single process without xdist).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sbxcheck.checks.base import trim
+from sbxcheck.errors import InventoryError, SbxError
+from sbxcheck.redact import default_redactor
+from sbxcheck.results import CheckRecord, CheckResult, Classification, InventoryInfo, Outcome
+from sbxcheck.session import GateRun, SbxSession
+
+pytest_plugins = ["sbxcheck.fixtures"]
+
+SUITES = ("gate", "canary", "triage")
+MARKERS = {
+    "gate": "SSSF setup-gate assertions A–E, run over SSH inside each VM (pytest -m gate)",
+    "canary": "nightly fleet canaries (pytest -m canary)",
+    "triage": "incident runbooks: classify and recommend, never act destructively (pytest -m triage)",
+}
+USER_PROPERTY = "sbxcheck_result"
+SESSION_KEY = pytest.StashKey[SbxSession]()
+RESULT_KEY = pytest.StashKey[CheckResult]()
+COLLECTOR_KEY = pytest.StashKey["ResultCollector"]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("sbxcheck", "sbxcheck: sandbox fleet checks")
+    group.addoption(
+        "--sbx-inventory",
+        metavar="PATH",
+        default=None,
+        help="inventory TOML (default: $SBXCHECK_INVENTORY, then <rootdir>/sbxcheck.toml, "
+        "else the embedded simulated fleet)",
+    )
+    group.addoption(
+        "--sbx-sim",
+        action="store_true",
+        default=False,
+        help="use the embedded simulated fleet even if an inventory exists",
+    )
+    group.addoption(
+        "--sbx-sim-fault",
+        action="append",
+        default=[],
+        metavar="NAME[@RUN]",
+        help="inject a named fault into the embedded fleet (repeatable; sbxcheck sim faults lists them)",
+    )
+    group.addoption(
+        "--sbx-run-id",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="gate only this run (repeatable; default: every open run)",
+    )
+    group.addoption(
+        "--sbx-report",
+        metavar="DIR",
+        default="sbxcheck-report",
+        help="write results.json, junit.xml and report.html here (default: sbxcheck-report/)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+    seed = workerinput.get("sbxcheck_sim_seed") if workerinput else _sim_seed()
+    session = SbxSession(
+        rootdir=Path(str(config.rootpath)),
+        inventory_option=config.getoption("sbx_inventory"),
+        force_sim=config.getoption("sbx_sim"),
+        faults=list(config.getoption("sbx_sim_fault")),
+        run_ids=list(config.getoption("sbx_run_id")),
+        sim_seed=seed,
+    )
+    config.stash[SESSION_KEY] = session
+    if workerinput is None:
+        collector = ResultCollector(config, session)
+        config.stash[COLLECTOR_KEY] = collector
+        config.pluginmanager.register(collector, "sbxcheck-collector")
+        if config.pluginmanager.hasplugin("xdist"):
+            config.pluginmanager.register(_XdistSeed(seed), "sbxcheck-xdist")
+
+
+def _sim_seed() -> int | None:
+    """``$SBXCHECK_SIM_SEED`` when set (a different fleet layout), else the simulator's fixed default."""
+    value = os.environ.get("SBXCHECK_SIM_SEED", "")
+    return int(value) if value.isdigit() else None
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session = config.stash.get(SESSION_KEY, None)
+    if session is not None:
+        session.close()
+
+
+class _XdistSeed:
+    """Hands every worker the same simulator seed, so their embedded fleets collect identical ids."""
+
+    def __init__(self, seed: int | None) -> None:
+        self.seed = seed
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput["sbxcheck_sim_seed"] = self.seed
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    session = config.stash[SESSION_KEY]
+    lines = [f"sbxcheck: inventory: {session.describe_source()}"]
+    if session.uses_sim:
+        from sbxcheck.sim.pi import pi_status
+
+        lines.append(f"sbxcheck: simulated VMs run {pi_status()}")
+    return lines
+
+
+# ------------------------------------------------------------------ parametrization
+
+
+def _gate_runs(config: pytest.Config) -> tuple[list[GateRun], str | None]:
+    """The gate runs, or why there are none (an inventory problem is reported, not raised)."""
+    session = config.stash[SESSION_KEY]
+    try:
+        runs = session.gate_runs()
+    except InventoryError as exc:
+        return [], exc.message
+    if not runs:
+        inv = session.inventory()
+        if inv.sssf is None:
+            return [], f"the inventory {session.describe_source()} has no [sssf] section"
+        wanted = "the named runs" if session.run_ids else "open runs"
+        return [], f"no {wanted} under {inv.sssf.runs_path}"
+    return runs, None
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    names = set(metafunc.fixturenames)
+    if not names & {"sbx_run_entry", "sbx_gate_run", "sbx_gate_model"}:
+        return
+    runs, why_none = _gate_runs(metafunc.config)
+    if "sbx_run_entry" in names:
+        if why_none and not runs:
+            params = [pytest.param(why_none, id="inventory")]
+        else:
+            params = [pytest.param(r, id=r.run_id) for r in runs]
+        metafunc.parametrize("sbx_run_entry", params)
+    elif "sbx_gate_run" in names:
+        gateable = [r for r in runs if r.target is not None]
+        params = [pytest.param(r, id=r.run_id) for r in gateable] or [
+            pytest.param(None, id="no-runs", marks=pytest.mark.skip(reason=why_none or "no run can be gated"))
+        ]
+        metafunc.parametrize("sbx_gate_run", params)
+    elif "sbx_gate_model" in names:
+        params = []
+        for r in runs:
+            if r.target is None:
+                continue
+            if not r.target.roster:
+                params.append(pytest.param((r, None), id=f"{r.run_id}-no-roster"))
+            params.extend(pytest.param((r, m), id=f"{r.run_id}-{m}") for m in r.target.roster)
+        if not params:
+            params = [
+                pytest.param(
+                    None, id="no-runs", marks=pytest.mark.skip(reason=why_none or "no run can be gated")
+                )
+            ]
+        metafunc.parametrize("sbx_gate_model", params)
+
+
+# ------------------------------------------------------------------ per-item results
+
+
+def suite_of(item: pytest.Item) -> str | None:
+    for name in SUITES:
+        if item.get_closest_marker(name) is not None:
+            return name
+    return None
+
+
+def _result_from_report(
+    item: pytest.Item, report: pytest.TestReport, call: pytest.CallInfo[None]
+) -> CheckResult:
+    """The CheckResult for an item: the one the test recorded, else one derived from what happened."""
+    recorded = item.stash.get(RESULT_KEY, None)
+    check = item.originalname if isinstance(item, pytest.Function) else item.name
+    target = item.callspec.id if isinstance(item, pytest.Function) and hasattr(item, "callspec") else ""
+    exc = call.excinfo.value if call.excinfo is not None else None
+    if recorded is not None and report.when == "call":
+        return recorded
+    if isinstance(exc, SbxError):
+        return CheckResult.errored(check, target, exc.message, exc.classification, dict(exc.evidence))
+    if report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr or "")
+        return CheckResult(
+            check=check, target=target, outcome=Outcome.SKIPPED, message=str(reason).removeprefix("Skipped: ")
+        )
+    if report.failed:
+        text = trim(str(exc) if exc is not None else str(report.longrepr), 1000)
+        where = "" if report.when == "call" else f" during {report.when}"
+        return CheckResult.errored(
+            check,
+            target,
+            f"{type(exc).__name__ if exc else 'error'}{where}: {text}",
+            Classification.INTERNAL_ERROR,
+        )
+    return CheckResult.passed(check, target, "passed without recording evidence", {})
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report: pytest.TestReport = yield
+    redactor = default_redactor()
+    if report.longrepr is not None and not isinstance(report.longrepr, tuple):
+        exc = call.excinfo.value if call.excinfo is not None else None
+        if isinstance(exc, SbxError):
+            report.longrepr = f"[{exc.classification.value}] {exc.message}"
+        report.longrepr = redactor.redact_text(str(report.longrepr))
+    report.sections = [(title, redactor.redact_text(text)) for title, text in report.sections]
+    suite = suite_of(item)
+    if suite is None:
+        return report
+    meaningful = report.when == "call" or report.failed or report.skipped
+    if meaningful:
+        result = _result_from_report(item, report, call)
+        if report.when == "teardown" and report.failed:
+            result = result.model_copy(
+                update={
+                    "outcome": Outcome.ERROR,
+                    "classification": result.classification or Classification.INTERNAL_ERROR,
+                }
+            )
+        record = CheckRecord(nodeid=item.nodeid, suite=suite, **result.model_dump())
+        payload = redactor.redact_text(record.model_dump_json())
+        report.user_properties.append((USER_PROPERTY, payload))
+    return report
+
+
+class ResultCollector:
+    """Controller-side: gathers each item's CheckRecord and writes the reports at the end."""
+
+    def __init__(self, config: pytest.Config, session: SbxSession) -> None:
+        self.config = config
+        self.session = session
+        self.records: dict[str, CheckRecord] = {}
+        self.started_at = _now()
+        self.written: dict[str, Path] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        for name, value in report.user_properties:
+            if name == USER_PROPERTY and isinstance(value, str):
+                record = CheckRecord.model_validate_json(value)
+                previous = self.records.get(record.nodeid)
+                # the call verdict stands unless setup or teardown went wrong
+                if previous is None or record.outcome is not Outcome.PASSED:
+                    self.records[record.nodeid] = record
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if not self.records:
+            return
+        from sbxcheck.report import assemble_report, write_reports
+
+        info = InventoryInfo(source=self.session.describe_source(), sim=self.session.uses_sim)
+        report = assemble_report(
+            list(self.records.values()), started_at=self.started_at, finished_at=_now(), inventory=info
+        )
+        out_dir = Path(self.config.getoption("sbx_report"))
+        if not out_dir.is_absolute():
+            out_dir = Path(str(self.config.invocation_params.dir)) / out_dir
+        self.written = write_reports(report, out_dir, default_redactor())
+        self.report = report
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.records or not self.written:
+            return
+        report = self.report
+        tr = terminalreporter
+        tr.section("sbxcheck")
+        counts = ", ".join(f"{v} {k}" for k, v in report.summary.items() if k != "total" and v)
+        tr.write_line(f"inventory: {report.inventory.source}")
+        tr.write_line(f"checks: {report.summary.get('total', 0)} ({counts})")
+        for inc in report.incidents:
+            tr.write_line(f"incident {inc.id} [{inc.classification.value}] {inc.summary}")
+            tr.write_line(f"    next step: {inc.recommendation}")
+        for rec in report.checks:
+            if rec.outcome in (Outcome.FAILED, Outcome.ERROR):
+                cls = rec.classification.value if rec.classification else "-"
+                tr.write_line(f"{rec.outcome.value.upper():6} [{cls}] {rec.nodeid}: {trim(rec.message, 200)}")
+        tr.write_line("report: " + ", ".join(str(p) for p in self.written.values()))
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,241 @@
+"""Group failures that share a cause into incidents (design.md §2 principle 7).
+
+Rules, applied to records whose outcome is ``failed`` or ``error`` (a ``passed`` record is never
+part of an incident, nor is a ``skipped`` one: a skip states an absent precondition, not a
+failure):
+
+a. Records with the same non-empty ``cause`` form one incident when there are two or more of
+   them, or when a single one carries an infrastructure-type classification (see
+   :data:`INFRA_CLASSIFICATIONS`).
+b. Records without a cause whose classification is a connection-level one (see
+   :data:`TARGET_CLASSIFICATIONS`) form one incident per ``(target, classification)``: an
+   unreachable VM turns all of its items into one incident, even when it has only one item.
+c. Nothing else is grouped; a lone ordinary check failure is not an incident.
+
+Incident ids are ``INC-`` plus the first 8 hex digits of a SHA-1 over the classification and the
+cause (rule a) or the target (rule b), so the same failure gets the same id on every run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from sbxcheck.results import CheckRecord, Classification, Incident, Outcome
+
+__all__ = [
+    "DEFAULT_RECOMMENDATIONS",
+    "INFRA_CLASSIFICATIONS",
+    "TARGET_CLASSIFICATIONS",
+    "build_incidents",
+    "default_recommendation",
+    "incident_id",
+    "is_destructive",
+]
+
+C = Classification
+
+#: Connection-level classifications: uncaused records with one of these group per target.
+TARGET_CLASSIFICATIONS: frozenset[Classification] = frozenset(
+    {
+        C.INFRA_UNREACHABLE,
+        C.HOST_KEY_MISMATCH,
+        C.HOST_KEY_UNKNOWN,
+        C.AUTH_FAILED,
+        C.TIMEOUT,
+        C.TRANSPORT_FAILURE,
+    }
+)
+
+#: Infrastructure-type classifications: a single record with a cause and one of these is an incident.
+INFRA_CLASSIFICATIONS: frozenset[Classification] = TARGET_CLASSIFICATIONS | {C.INFRASTRUCTURE}
+
+_NOTHING_CHANGED = "nothing was changed"
+
+#: What to do, per classification, when no record of the incident says better. None of these
+#: proposes a destructive action: teardown is always the choice of the person running the suite.
+DEFAULT_RECOMMENDATIONS: dict[Classification, str] = {
+    C.INFRA_UNREACHABLE: (
+        "check the host is up and reachable (ssh -o ConnectTimeout=10 <target> true); " + _NOTHING_CHANGED
+    ),
+    C.HOST_KEY_MISMATCH: (
+        "the host presented a different key than known_hosts — verify the fingerprint out of band "
+        "before trusting it; never auto-accept"
+    ),
+    C.HOST_KEY_UNKNOWN: (
+        "known_hosts has no entry for the host — obtain its fingerprint out of band, add it to "
+        "known_hosts and re-run; never auto-accept"
+    ),
+    C.TIMEOUT: (
+        "the remote side did not answer before its deadline — check the host's load and network "
+        "path, then re-run; raise the timeout only if the work is known to be slow; " + _NOTHING_CHANGED
+    ),
+    C.AUTH_FAILED: (
+        "the server refused our credentials — check the user, key file or token env var the "
+        "inventory names (and that the env var is set in this shell); " + _NOTHING_CHANGED
+    ),
+    C.TRANSPORT_FAILURE: (
+        "the connection failed below the level of the checks — read the transport error in the "
+        "evidence, check the host and the network path, then re-run; " + _NOTHING_CHANGED
+    ),
+    C.INFRASTRUCTURE: (
+        "shared infrastructure failed for these checks — fix it first and re-run; the individual "
+        "verdicts are not meaningful until then"
+    ),
+    C.CONFIG_DEFECT: (
+        "the same configuration defect affects these checks — correct the inventory or config "
+        "named in the evidence, then re-run"
+    ),
+    C.SECURITY_EXPOSURE: (
+        "rotate the exposed credential at its issuer, then find how it leaked (the evidence names "
+        "where; the value itself is redacted); keep the sandbox for investigation"
+    ),
+    C.WORKSPACE_MOUNT_DEFECT: (
+        "the workspace mount is wrong — inspect the mount named in the evidence on the host; the "
+        "sandbox was kept for inspection"
+    ),
+    C.BAD_RESPONSE: (
+        "a remote system answered with something we cannot interpret — compare the response "
+        "excerpt in the evidence with the service's version and API"
+    ),
+    C.CHECK_FAILED: (
+        "these checks failed for the same cause — read the evidence of each; fix the cause once "
+        "and re-run them together"
+    ),
+    C.INTERNAL_ERROR: (
+        "sbxcheck itself failed — report it with this evidence; the system under test may be fine"
+    ),
+}
+
+_DESTRUCTIVE = re.compile(
+    r"\b(tear\s*down|teardown|rm\s+-|rm\s+/|delete|destroy|terminate|wipe|purge|reap|drop\s+table)\b",
+    re.IGNORECASE,
+)
+_NEGATION = re.compile(r"\b(not|never|no|don't|do\s+not|without|nothing)\b[^.;]{0,40}$", re.IGNORECASE)
+
+
+def is_destructive(text: str) -> bool:
+    """True when ``text`` proposes a destructive action (an unnegated teardown/rm/delete/...)."""
+    for match in _DESTRUCTIVE.finditer(text):
+        before = text[: match.start()]
+        if not _NEGATION.search(before):
+            return True
+    return False
+
+
+def default_recommendation(classification: Classification, targets: Sequence[str] = ()) -> str:
+    """The default advice for ``classification``; ``<target>`` is filled in for a single target."""
+    text = DEFAULT_RECOMMENDATIONS.get(classification, DEFAULT_RECOMMENDATIONS[C.CHECK_FAILED])
+    if len(targets) == 1:
+        text = text.replace("<target>", targets[0])
+    return text
+
+
+def incident_id(classification: Classification, key: str, *, kind: str = "cause") -> str:
+    """Stable, readable incident id: ``INC-`` + 8 hex of SHA-1 over (classification, kind, key)."""
+    digest = hashlib.sha1(f"{classification.value}\x00{kind}\x00{key}".encode(), usedforsecurity=False)
+    return "INC-" + digest.hexdigest()[:8]
+
+
+def _classification_of(record: CheckRecord) -> Classification:
+    if record.classification is not None:
+        return record.classification
+    return C.CHECK_FAILED if record.outcome is Outcome.FAILED else C.INTERNAL_ERROR
+
+
+def _cause_of(record: CheckRecord) -> str:
+    return (record.cause or "").strip()
+
+
+def _one_line(text: str, limit: int = 120) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _target_list(targets: Sequence[str], shown: int = 5) -> str:
+    if len(targets) <= shown:
+        return ", ".join(targets)
+    return ", ".join(targets[:shown]) + f", … (+{len(targets) - shown} more)"
+
+
+@dataclass
+class _Group:
+    kind: str  # "cause" or "target"
+    key: str
+    records: list[CheckRecord] = field(default_factory=list)
+
+    def classification(self) -> Classification:
+        """The most common classification of the members; ties go to the first in nodeid order."""
+        counts = Counter(_classification_of(r) for r in self.records)
+        best = max(counts.values())
+        return next(c for c in map(_classification_of, self.records) if counts[c] == best)
+
+    def targets(self) -> list[str]:
+        return sorted({r.target for r in self.records})
+
+
+def _recommendation(
+    records: Iterable[CheckRecord], classification: Classification, targets: list[str]
+) -> str:
+    for record in records:
+        text = (record.recommendation or "").strip()
+        if text and not is_destructive(text):
+            return text
+    return default_recommendation(classification, targets)
+
+
+def _summary(group: _Group, classification: Classification, targets: list[str]) -> str:
+    n = len(group.records)
+    checks = f"{n} check{'s' if n != 1 else ''}"
+    outcomes = Counter(r.outcome.value for r in group.records)
+    detail = ", ".join(f"{count} {name}" for name, count in sorted(outcomes.items()))
+    line = f"{classification.value} on {_target_list(targets)}: {checks} ({detail})"
+    if group.kind == "cause":
+        line += f"; cause: {_one_line(group.key)}"
+    return line
+
+
+def build_incidents(records: Sequence[CheckRecord]) -> list[Incident]:
+    """Group the failed/errored records that share a cause into incidents (rules in the module doc).
+
+    The result does not depend on the order of ``records``: members are listed by nodeid and
+    incidents are ordered by size (largest first), then classification, then id.
+    """
+    ordered = sorted(
+        (r for r in records if r.outcome in (Outcome.FAILED, Outcome.ERROR)),
+        key=lambda r: (r.nodeid, r.target, r.check),
+    )
+    by_cause: dict[str, _Group] = {}
+    by_target: dict[tuple[str, Classification], _Group] = {}
+    for record in ordered:
+        cause = _cause_of(record)
+        if cause:
+            by_cause.setdefault(cause, _Group("cause", cause)).records.append(record)
+        elif record.classification in TARGET_CLASSIFICATIONS:
+            key = (record.target, record.classification)
+            by_target.setdefault(key, _Group("target", record.target)).records.append(record)
+
+    groups: list[_Group] = []
+    for group in by_cause.values():
+        if len(group.records) >= 2 or group.classification() in INFRA_CLASSIFICATIONS:
+            groups.append(group)
+    groups.extend(by_target.values())
+
+    incidents: list[Incident] = []
+    for group in groups:
+        classification = group.classification()
+        targets = group.targets()
+        incidents.append(
+            Incident(
+                id=incident_id(classification, group.key, kind=group.kind),
+                classification=classification,
+                summary=_summary(group, classification, targets),
+                checks=[r.nodeid for r in group.records],
+                recommendation=_recommendation(group.records, classification, targets),
+            )
+        )
+    incidents.sort(key=lambda i: (-len(i.checks), i.classification.value, i.id))
+    return incidents

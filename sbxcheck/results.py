@@ -1,0 +1,146 @@
+"""Result model: what one check saw and concluded, and the report of a whole run.
+
+These are the shapes written to ``results.json`` (schema 1, see design.md §5).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+
+class Outcome(enum.StrEnum):
+    """What happened to a check."""
+
+    PASSED = "passed"
+    FAILED = "failed"  # the system is wrong
+    ERROR = "error"  # we could not tell: unreachable, timed out, bad response
+    SKIPPED = "skipped"  # a stated precondition is absent
+
+
+class Classification(enum.StrEnum):
+    """Why a check did not pass; groups failures that share a cause."""
+
+    CHECK_FAILED = "check_failed"
+    INFRA_UNREACHABLE = "infra_unreachable"
+    TIMEOUT = "timeout"
+    TRANSPORT_FAILURE = "transport_failure"
+    AUTH_FAILED = "auth_failed"
+    HOST_KEY_MISMATCH = "host_key_mismatch"
+    HOST_KEY_UNKNOWN = "host_key_unknown"
+    CONFIG_DEFECT = "config_defect"
+    BAD_RESPONSE = "bad_response"
+    WORKSPACE_MOUNT_DEFECT = "workspace_mount_defect"
+    SECURITY_EXPOSURE = "security_exposure"
+    INFRASTRUCTURE = "infrastructure"
+    INTERNAL_ERROR = "internal_error"
+
+
+Evidence = dict[str, Any]
+
+
+class CheckResult(BaseModel):
+    """The verdict of one check on one target, with the evidence it rests on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    check: str
+    target: str
+    outcome: Outcome
+    classification: Classification | None = None
+    message: str = ""
+    evidence: Evidence = Field(default_factory=dict)
+    duration_s: float = 0.0
+    attempts: int = 1
+    cause: str | None = None  # a short signature; failures sharing one form an incident
+    recommendation: str | None = None
+
+    @classmethod
+    def passed(cls, check: str, target: str, message: str, evidence: Evidence) -> CheckResult:
+        return cls(check=check, target=target, outcome=Outcome.PASSED, message=message, evidence=evidence)
+
+    @classmethod
+    def failed(
+        cls,
+        check: str,
+        target: str,
+        message: str,
+        evidence: Evidence,
+        classification: Classification = Classification.CHECK_FAILED,
+        **extra: Any,
+    ) -> CheckResult:
+        return cls(
+            check=check,
+            target=target,
+            outcome=Outcome.FAILED,
+            classification=classification,
+            message=message,
+            evidence=evidence,
+            **extra,
+        )
+
+    @classmethod
+    def errored(
+        cls,
+        check: str,
+        target: str,
+        message: str,
+        classification: Classification,
+        evidence: Evidence | None = None,
+        **extra: Any,
+    ) -> CheckResult:
+        return cls(
+            check=check,
+            target=target,
+            outcome=Outcome.ERROR,
+            classification=classification,
+            message=message,
+            evidence=evidence or {},
+            **extra,
+        )
+
+
+class CheckRecord(CheckResult):
+    """A CheckResult placed in a run: the pytest node and suite it came from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    nodeid: str
+    suite: str
+
+
+class Incident(BaseModel):
+    """Several checks that failed for one reason, and what to do about it."""
+
+    id: str
+    classification: Classification
+    summary: str
+    checks: list[str]
+    recommendation: str
+
+
+class InventoryInfo(BaseModel):
+    source: str
+    sim: bool
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class RunReport(BaseModel):
+    """Everything one pytest session found: the results.json document."""
+
+    schema_: int = Field(default=SCHEMA_VERSION, alias="schema")
+    started_at: str
+    finished_at: str
+    inventory: InventoryInfo
+    checks: list[CheckRecord]
+    incidents: list[Incident] = Field(default_factory=list)
+    summary: dict[str, int] = Field(default_factory=dict)
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True, indent=2)

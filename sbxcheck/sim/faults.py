@@ -1,0 +1,71 @@
+"""Named faults the embedded fleet can inject. ``NAME`` targets the first run, ``NAME@<run-id>`` another.
+
+A fault changes the simulated world (a file on a VM, a key's state in the OpenRouter double, how a
+host answers SSH); it never tells a check what to conclude.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sbxcheck.errors import SimError
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One injectable fault."""
+
+    name: str
+    summary: str
+
+
+FAULTS: dict[str, Fault] = {
+    f.name: f
+    for f in (
+        Fault("vm.dirty-tree", "~/app has a modified tracked file and an untracked file"),
+        Fault("vm.head-mismatch", "~/app has a new commit: HEAD no longer matches the recorded commit_sha"),
+        Fault(
+            "vm.truncated-file", "three tracked files in ~/app are zero bytes (an unsynced golden-VM copy)"
+        ),
+        Fault("vm.no-app", "~/app does not exist (FILL never ran)"),
+        Fault("vm.no-pi", "pi is not on the VM's PATH"),
+        Fault("vm.no-models", "~/.pi/agent/models.json is missing: pi has no models"),
+        Fault("vm.partial-cost", "models.json cost blocks lack cacheRead/cacheWrite: pi drops the roster"),
+        Fault("vm.zero-cost", "models.json has no cost blocks: pi prices every call at $0"),
+        Fault("openrouter.model-down", "one roster model (the second) answers 'not a valid model ID'"),
+        Fault("openrouter.reasoning-only", "every model answers with content null and text in reasoning"),
+        Fault("openrouter.key-exhausted", "the runtime key's usage equals its limit: 402 on inference"),
+        Fault("openrouter.key-uncapped", "the runtime key has no limit (limit null)"),
+        Fault("vm.unreachable", "nothing listens on the VM's SSH port (connection refused)"),
+        Fault("vm.host-key-changed", "the VM presents a host key that known_hosts does not list"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    """A fault and the run it targets (None = the first run)."""
+
+    name: str
+    run_id: str | None = None
+
+    def __str__(self) -> str:
+        return self.name if self.run_id is None else f"{self.name}@{self.run_id}"
+
+
+def parse_fault(text: str) -> FaultSpec:
+    """Parse ``NAME`` or ``NAME@<run-id>``; an unknown name is one readable error listing the valid ones."""
+    name, _, run_id = text.strip().partition("@")
+    if name not in FAULTS:
+        raise SimError(
+            f"unknown fault {name!r}; known faults: {', '.join(sorted(FAULTS))} (sbxcheck sim faults)"
+        )
+    if "@" in text and not run_id:
+        raise SimError(f"fault {text!r}: expected NAME@<run-id> with a run id after '@'")
+    return FaultSpec(name, run_id or None)
+
+
+def describe_faults() -> str:
+    """One line per fault, for ``sbxcheck sim faults``."""
+    width = max(len(n) for n in FAULTS)
+    return "\n".join(f"{f.name.ljust(width)}  {f.summary}" for f in FAULTS.values())

@@ -1,0 +1,485 @@
+"""The embedded SSSF fleet: a host checkout with run records, VMs behind a real SSH server, and
+an OpenRouter double — laid out exactly as a real fleet is, so the harness takes the real path.
+
+Two stages: ``materialize()`` writes everything on disk (checkout, records, VM homes, ssh_config,
+known_hosts, inventory) without starting anything, so collection stays offline; ``serve()``
+installs pi if needed and starts the SSH server and the OpenRouter double.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from sbxcheck.errors import SimError
+from sbxcheck.inventory import (
+    INVENTORY_FILENAME,
+    Inventory,
+    SimSection,
+    SshSection,
+    SssfSection,
+    dump_inventory,
+)
+from sbxcheck.sim.faults import FaultSpec, parse_fault
+from sbxcheck.sim.httpserver import BackgroundServer
+from sbxcheck.sim.openrouter import OpenRouterDouble
+from sbxcheck.sim.pi import PiInstall, ensure_pi, pi_status, write_pi_shim
+from sbxcheck.sim.sshd import SimHost, SimSshServer, generate_keypair
+
+ROSTER_CONFIG = "adws/adw_sssf_config/sssf.config.yaml"
+ROSTER_YAML = """\
+defaults:
+  coding_agent: pi
+  model: openrouter/deepseek/deepseek-v4-flash-0731   # inherited by agents with no model
+  thinking: medium
+  data_dir: adws/adw_data
+observability:
+  db: adws/adw_data/sssf.db
+  poll_ms: 500
+agents:
+  - name: planner
+    model: openrouter/google/gemini-3.6-flash
+    thinking: high
+    purpose: plan the change
+  - name: builder
+    purpose: write the code
+  - name: reviewer
+    model: openrouter/openai/gpt-5.6-luna
+    purpose: review the diff
+"""
+# id -> (contextWindow, maxTokens, input kinds, per-million rates in/out/cacheRead/cacheWrite)
+MODEL_TABLE: dict[str, tuple[int, int, list[str], tuple[float, float, float, float]]] = {
+    "deepseek/deepseek-v4-flash-0731": (1048576, 65536, ["text"], (0.09, 0.18, 0.018, 0.0)),
+    "google/gemini-3.6-flash": (1048576, 65536, ["text", "image"], (1.5, 7.5, 0.15, 0.0833)),
+    "openai/gpt-5.6-luna": (400000, 128000, ["text", "image"], (0.1, 0.6, 0.01, 0.125)),
+    "z-ai/glm-5.2": (202752, 65536, ["text"], (0.76, 2.42, 0.14, 0.0)),
+}
+DEFAULT_SEED = 1  # run ids (and so test ids) are stable from one session to the next
+RUN_TASKS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot")
+VM_USER = "exedev"
+HOST_SUFFIX = ".exe.xyz"
+_GIT_DATE = "2026-11-01T09:00:00+00:00"
+_GIT_ENV = {
+    "GIT_AUTHOR_NAME": "sssf",
+    "GIT_AUTHOR_EMAIL": "sssf@example.invalid",
+    "GIT_COMMITTER_NAME": "sssf",
+    "GIT_COMMITTER_EMAIL": "sssf@example.invalid",
+    "GIT_AUTHOR_DATE": _GIT_DATE,
+    "GIT_COMMITTER_DATE": _GIT_DATE,
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_TERMINAL_PROMPT": "0",
+}
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def plan_run_ids(seed: int, count: int, day: dt.date | None = None) -> list[str]:
+    """The run ids a fleet with ``seed`` gets (``<task>-<YYYYMMDD>-<6 hex>``, as upstream's new-id)."""
+    rng = random.Random(seed)
+    stamp = (day or dt.datetime.now(dt.UTC).date()).strftime("%Y%m%d")
+    return [f"{RUN_TASKS[i]}-{stamp}-{rng.getrandbits(24):06x}" for i in range(count)]
+
+
+def _git(cwd: Path, *args: str) -> str:
+    env = {**os.environ, **_GIT_ENV, "HOME": str(cwd)}
+    proc = subprocess.run(
+        ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    if proc.returncode != 0:
+        raise SimError(f"sim: git {' '.join(args[:2])} failed in {cwd}: {proc.stderr.strip()[:300]}")
+    return proc.stdout.strip()
+
+
+@dataclass
+class SimRun:
+    """One simulated run: its record, VM home and runtime key (the key never leaves the sim)."""
+
+    run_id: str
+    home: Path
+    ssh_port: int
+    key_hash: str
+    runtime_key: str = field(repr=False)
+
+
+class SimFleet:
+    """Build, serve and stop the embedded fleet under ``root``."""
+
+    def __init__(
+        self,
+        root: Path,
+        faults: Sequence[str] = (),
+        *,
+        seed: int | None = None,
+        runs: int = 3,
+        embedded: bool = True,
+    ) -> None:
+        if not 1 <= runs < len(RUN_TASKS):
+            raise SimError(f"sim: runs must be between 1 and {len(RUN_TASKS) - 1}")
+        self.root = root.resolve()
+        self.fault_specs: list[FaultSpec] = [parse_fault(f) for f in faults]
+        self.seed = seed if seed is not None else DEFAULT_SEED
+        self.run_count = runs
+        self.embedded = embedded
+        self.runs: list[SimRun] = []
+        self.openrouter = OpenRouterDouble()
+        self.ssh_server: SimSshServer | None = None
+        self.http: BackgroundServer | None = None
+        self.pi: PiInstall | None = None
+        self.inventory_path = self.root / INVENTORY_FILENAME
+        self._openrouter_port = 0
+        self._materialized = False
+        self._serving = False
+
+    # ------------------------------------------------------------ stage 1: files
+
+    @property
+    def run_ids(self) -> list[str]:
+        return [r.run_id for r in self.runs]
+
+    @property
+    def checkout(self) -> Path:
+        return self.root / "sssf"
+
+    @property
+    def ssh_dir(self) -> Path:
+        return self.root / "ssh"
+
+    def materialize(self) -> Path:
+        """Write the whole fleet to disk and return the inventory path. Starts nothing."""
+        if self._materialized:
+            return self.inventory_path
+        rng = random.Random(self.seed + 1)
+        planned = iter(plan_run_ids(self.seed, self.run_count + 1))
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._openrouter_port = _free_port()
+        commit_sha = self._make_checkout()
+        self._make_ssh_material()
+        created = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        runs_dir = self.checkout / ".sandbox" / "runs"
+        runs_dir.mkdir(parents=True, exist_ok=True)
+        for index in range(self.run_count):
+            run_id = next(planned)
+            secret, key_hash = self.openrouter.mint(f"sbx-{run_id}", 50.0)
+            home = self.root / "vms" / run_id
+            run = SimRun(run_id, home, _free_port(), key_hash, secret)
+            self.runs.append(run)
+            # the second run records a short sha, as upstream allows (gate A matches by prefix)
+            recorded_sha = commit_sha[:12] if index == 1 else commit_sha
+            self._make_vm(run)
+            self._write_record(
+                runs_dir, run, recorded_sha, created, str(uuid.UUID(int=rng.getrandbits(128), version=4))
+            )
+        self._write_closed_record(runs_dir, next(planned), commit_sha, created)
+        self._validate_fault_targets()
+        self._apply_file_faults()
+        self._write_ssh_config()
+        self._write_inventory()
+        self._materialized = True
+        return self.inventory_path
+
+    def _make_checkout(self) -> str:
+        repo = self.checkout
+        if repo.exists():
+            shutil.rmtree(repo)
+        files = {
+            "README.md": "# inkwell (simulated SSSF checkout for sbxcheck)\n",
+            ".gitignore": ".env\n*.log\nsssf.db*\nnode_modules/\ndist/\n.sandbox/\n",
+            ROSTER_CONFIG: ROSTER_YAML,
+            "sandbox_mount/guest/provision.sh": "#!/usr/bin/env bash\nset -euo pipefail\ntouch /tmp/PROVISION_READY\n",
+            "sandbox_mount/guest/models.json.tmpl": json.dumps(
+                self._models_json("env:OPENROUTER_API_KEY", ""), indent=2
+            ),
+            "justfile": 'set shell := ["zsh", "-ic"]\nmod sbx \'just/sandbox/sbx.just\'\n',
+            "apps/inkwell/server.ts": "Bun.serve({ port: 4501, fetch: () => new Response('inkwell') });\n",
+        }
+        for i in range(12):
+            files[f"adws/adw_modules/module_{i:02d}.py"] = (
+                f'"""Module {i} of the factory."""\n\nVALUE = {i}\n'
+            )
+        for rel, text in files.items():
+            path = repo / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        _git(repo, "init", "-q", "-b", "main")
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-q", "-m", "factory baseline")
+        # the host's own .env holds the provisioning key, as upstream's does (gitignored, 0600)
+        host_env = repo / ".env"
+        host_env.write_text(
+            f"OPENROUTER_PROVISIONING_KEY={self.openrouter.provisioning_key}\n", encoding="utf-8"
+        )
+        host_env.chmod(0o600)
+        return _git(repo, "rev-parse", "HEAD")
+
+    def _make_ssh_material(self) -> None:
+        d = self.ssh_dir
+        d.mkdir(parents=True, exist_ok=True)
+        self._client_pub = generate_keypair(d / "id_ed25519", "sbxcheck-sim-operator")
+        self._host_pub = generate_keypair(d / "exe_dev_host_key", "exe.dev")
+        generate_keypair(d / "impostor_host_key", "impostor")
+        # exe.dev presents one host key for every VM: one wildcard entry, as upstream documents.
+        pub = " ".join(self._host_pub.split()[:2])
+        (d / "known_hosts").write_text(f"*{HOST_SUFFIX} {pub}\n", encoding="utf-8")
+
+    def _models_json(self, api_key: str, base_url: str) -> dict[str, object]:
+        models = []
+        for model_id, (ctx, max_tokens, inputs, rates) in MODEL_TABLE.items():
+            cost = dict(zip(("input", "output", "cacheRead", "cacheWrite"), rates, strict=True))
+            models.append(
+                {
+                    "id": model_id,
+                    "contextWindow": ctx,
+                    "maxTokens": max_tokens,
+                    "reasoning": True,
+                    "input": inputs,
+                    "cost": cost,
+                }
+            )
+        return {
+            "providers": {
+                "openrouter": {
+                    "baseUrl": base_url or "https://openrouter.ai/api/v1",
+                    "api": "openai-completions",
+                    "apiKey": api_key,
+                    "models": models,
+                }
+            }
+        }
+
+    def _make_vm(self, run: SimRun) -> None:
+        home = run.home
+        if home.exists():
+            shutil.rmtree(home)
+        (home / "bin").mkdir(parents=True)
+        app = home / "app"
+        _git(self.root, "clone", "-q", str(self.checkout), str(app))
+        _git(app, "checkout", "-q", "-b", f"sbx/{run.run_id}")
+        env_file = app / ".env"
+        env_file.write_text(f"OPENROUTER_API_KEY={run.runtime_key}\n", encoding="utf-8")
+        env_file.chmod(0o600)
+        agent = home / ".pi" / "agent"
+        agent.mkdir(parents=True)
+        base_url = f"http://127.0.0.1:{self._openrouter_port}/api/v1"
+        models = agent / "models.json"
+        models.write_text(
+            json.dumps(self._models_json(run.runtime_key, base_url), indent=2), encoding="utf-8"
+        )
+        models.chmod(0o600)
+
+    def _write_record(self, runs_dir: Path, run: SimRun, sha: str, created: str, session_id: str) -> None:
+        record = {
+            "run_id": run.run_id,
+            "vm_name": run.run_id,
+            "https_url": f"https://{run.run_id}{HOST_SUFFIX}",
+            "key_hash": run.key_hash,
+            "limit": 50.0,
+            "spend": None,
+            "session_id": session_id,
+            "commit_sha": sha,
+            "ports": {"app": 4501, "obs": 4600},
+            "pid": None,
+            "created_at": created,
+            "closed_at": None,
+        }
+        path = runs_dir / f"{run.run_id}.json"
+        path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        key_file = runs_dir / f"{run.run_id}.key"
+        key_file.write_text(run.runtime_key + "\n", encoding="utf-8")
+        key_file.chmod(0o600)
+
+    def _write_closed_record(self, runs_dir: Path, run_id: str, sha: str, created: str) -> None:
+        record = dict.fromkeys(
+            (
+                "run_id",
+                "vm_name",
+                "https_url",
+                "key_hash",
+                "limit",
+                "spend",
+                "session_id",
+                "commit_sha",
+                "ports",
+                "pid",
+                "created_at",
+                "closed_at",
+            )
+        )
+        record.update(
+            run_id=run_id,
+            vm_name=run_id,
+            https_url=f"https://{run_id}{HOST_SUFFIX}",
+            limit=50.0,
+            spend=0.0123,
+            commit_sha=sha,
+            created_at=created,
+            closed_at=created,
+        )
+        (runs_dir / f"{run_id}.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+
+    def _target(self, spec: FaultSpec) -> SimRun:
+        if spec.run_id is None:
+            return self.runs[0]
+        for run in self.runs:
+            if run.run_id == spec.run_id:
+                return run
+        raise SimError(f"fault {spec}: no simulated run {spec.run_id!r}; runs: {', '.join(self.run_ids)}")
+
+    def _validate_fault_targets(self) -> None:
+        for spec in self.fault_specs:
+            self._target(spec)
+
+    def _apply_file_faults(self) -> None:
+        for spec in self.fault_specs:
+            run = self._target(spec)
+            app = run.home / "app"
+            models = run.home / ".pi" / "agent" / "models.json"
+            key = self.openrouter.key(run.key_hash)
+            if spec.name == "vm.dirty-tree":
+                (app / "README.md").write_text("# edited on the VM\n", encoding="utf-8")
+                (app / "scratch.txt").write_text("left behind\n", encoding="utf-8")
+            elif spec.name == "vm.head-mismatch":
+                (app / "CHANGELOG.md").write_text("- an unexpected commit\n", encoding="utf-8")
+                _git(app, "add", "CHANGELOG.md")
+                _git(app, "commit", "-q", "-m", "unexpected commit on the VM")
+            elif spec.name == "vm.truncated-file":
+                for i in range(3):
+                    (app / "adws" / "adw_modules" / f"module_{i:02d}.py").write_bytes(b"")
+            elif spec.name == "vm.no-app":
+                shutil.rmtree(app)
+            elif spec.name == "vm.no-models":
+                models.unlink()
+            elif spec.name in ("vm.partial-cost", "vm.zero-cost"):
+                doc = json.loads(models.read_text(encoding="utf-8"))
+                for model in doc["providers"]["openrouter"]["models"]:
+                    if spec.name == "vm.zero-cost":
+                        model.pop("cost", None)
+                    else:
+                        model["cost"] = {"input": model["cost"]["input"], "output": model["cost"]["output"]}
+                models.write_text(json.dumps(doc, indent=2), encoding="utf-8")
+            elif spec.name == "openrouter.model-down":
+                key.models_down.add(sorted(MODEL_TABLE)[1])
+            elif spec.name == "openrouter.reasoning-only":
+                key.reasoning_only = True
+            elif spec.name == "openrouter.key-exhausted":
+                self.openrouter.set_usage(run.key_hash, 50.0)
+            elif spec.name == "openrouter.key-uncapped":
+                self.openrouter.set_limit(run.key_hash, None)
+
+    def _has_fault(self, name: str, run: SimRun) -> bool:
+        return any(s.name == name and self._target(s) is run for s in self.fault_specs)
+
+    def _write_ssh_config(self) -> None:
+        blocks = []
+        for run in self.runs:
+            blocks.append(
+                f"Host {run.run_id}{HOST_SUFFIX}\n"
+                f"    HostName 127.0.0.1\n"
+                f"    Port {run.ssh_port}\n"
+                f"    User {VM_USER}\n"
+                f"    IdentityFile {self.ssh_dir / 'id_ed25519'}\n"
+                f"    HostKeyAlias {run.run_id}{HOST_SUFFIX}\n"
+            )
+        (self.ssh_dir / "ssh_config").write_text("\n".join(blocks), encoding="utf-8")
+
+    def _write_inventory(self) -> None:
+        inv = Inventory(
+            ssh=SshSection(
+                config=self.ssh_dir / "ssh_config",
+                known_hosts=[self.ssh_dir / "known_hosts"],
+                identity=self.ssh_dir / "id_ed25519",
+                connect_timeout_s=5.0,
+            ),
+            sssf=SssfSection(
+                checkout=self.checkout,
+                openrouter_base_url=f"http://127.0.0.1:{self._openrouter_port}/api/v1",
+            ),
+            sim=SimSection(
+                embedded=self.embedded,
+                pi=pi_status(),
+                faults=[str(f) for f in self.fault_specs],
+                pid=os.getpid(),
+            ),
+        )
+        header = (
+            "# Written by the sbxcheck simulator. Secrets are not here: keys stay on the simulated VMs.\n"
+        )
+        self.inventory_path.write_text(header + dump_inventory(inv), encoding="utf-8")
+
+    # ------------------------------------------------------------ stage 2: servers
+
+    def serve(self) -> None:
+        """Install pi if needed, then start the OpenRouter double and the VMs' SSH server."""
+        if self._serving:
+            return
+        self.materialize()
+        self.pi = ensure_pi()
+        for run in self.runs:
+            if not self._has_fault("vm.no-pi", run):
+                write_pi_shim(run.home / "bin", self.pi)
+        try:
+            self.http = BackgroundServer(self.openrouter.app, port=self._openrouter_port)
+            self.http.start()
+            self.ssh_server = SimSshServer(
+                authorized_keys=[self._client_pub], default_host_key=self.ssh_dir / "exe_dev_host_key"
+            )
+            self.ssh_server.start()
+            for run in self.runs:
+                mode: Literal["ok", "refuse"] = "refuse" if self._has_fault("vm.unreachable", run) else "ok"
+                host_key = (
+                    self.ssh_dir / "impostor_host_key"
+                    if self._has_fault("vm.host-key-changed", run)
+                    else None
+                )
+                sim_host = SimHost(
+                    name=f"{run.run_id}{HOST_SUFFIX}",
+                    home=run.home,
+                    user=VM_USER,
+                    path_dirs=(run.home / "bin",),
+                    mode=mode,
+                )
+                self.ssh_server.add_host(sim_host, run.ssh_port, host_key=host_key)
+        except Exception:
+            self.stop()
+            raise
+        self._serving = True
+
+    def connections(self, run_id: str) -> int:
+        """SSH connections the VM of ``run_id`` has accepted so far."""
+        if self.ssh_server is None:
+            return 0
+        return self.ssh_server.connections(f"{run_id}{HOST_SUFFIX}")
+
+    def stop(self) -> None:
+        """Stop every server; idempotent. Files stay on disk for inspection."""
+        if self.ssh_server is not None:
+            self.ssh_server.stop()
+            self.ssh_server = None
+        if self.http is not None:
+            self.http.stop()
+            self.http = None
+        self._serving = False
+
+    def secrets(self) -> list[str]:
+        """Every secret the sim holds (for leak tests): runtime keys and the provisioning key."""
+        return [r.runtime_key for r in self.runs] + [self.openrouter.provisioning_key]
+
+    def __enter__(self) -> SimFleet:
+        self.serve()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,141 @@
+"""The gate fault matrix: each named fault turns exactly its items, with its classification.
+
+Three faults run per child session, one per run, so every session also proves the other runs'
+items stay green. A healthy fleet passes every item.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from gate_harness import ROSTER, expected_items, run_gate
+
+from sbxcheck.sim.fleet import DEFAULT_SEED, SimFleet, plan_run_ids
+
+pytest_plugins = ["pytester"]
+
+ALL_C = "*"
+FAILED = ("failed", "check_failed")
+DOWN_MODEL = "google/gemini-3.6-flash"
+SSH_CHECKS = ("A_git_integrity", "B_pi_models", "C_roster_matches", "D_cost_reported", "E_credit_remaining")
+
+# fault -> {(check, model or None or "*"): (outcome, classification)}; every other item passes
+EXPECTED: dict[str, dict[tuple[str, str | None], tuple[str, str]]] = {
+    "vm.dirty-tree": {("A_git_integrity", None): FAILED},
+    "vm.head-mismatch": {("A_git_integrity", None): FAILED},
+    "vm.truncated-file": {("A_git_integrity", None): FAILED},
+    "vm.no-app": {
+        ("A_git_integrity", None): FAILED,
+        ("C_roster_matches", None): FAILED,
+        ("C_model_answers", ALL_C): FAILED,
+        ("E_credit_remaining", None): FAILED,
+    },
+    "vm.no-pi": {("B_pi_models", None): FAILED, ("D_cost_reported", None): FAILED},
+    "vm.no-models": {("B_pi_models", None): FAILED, ("D_cost_reported", None): FAILED},
+    "vm.partial-cost": {("B_pi_models", None): FAILED, ("D_cost_reported", None): FAILED},
+    "vm.zero-cost": {("D_cost_reported", None): FAILED},
+    "openrouter.model-down": {("C_model_answers", DOWN_MODEL): FAILED},
+    "openrouter.reasoning-only": {},
+    "openrouter.key-exhausted": {
+        ("C_model_answers", ALL_C): FAILED,
+        ("D_cost_reported", None): FAILED,
+        ("E_credit_remaining", None): FAILED,
+    },
+    "openrouter.key-uncapped": {},
+    "vm.unreachable": {(c, None): ("error", "infra_unreachable") for c in SSH_CHECKS}
+    | {("C_model_answers", ALL_C): ("error", "infra_unreachable")},
+    "vm.host-key-changed": {(c, None): ("error", "host_key_mismatch") for c in SSH_CHECKS}
+    | {("C_model_answers", ALL_C): ("error", "host_key_mismatch")},
+}
+GROUPS = [
+    ("vm.dirty-tree", "vm.no-pi", "openrouter.model-down"),
+    ("vm.head-mismatch", "vm.no-models", "openrouter.reasoning-only"),
+    ("vm.truncated-file", "vm.partial-cost", "openrouter.key-exhausted"),
+    ("vm.no-app", "vm.zero-cost", "openrouter.key-uncapped"),
+    ("vm.unreachable", "vm.host-key-changed"),
+]
+
+
+def test_every_fault_is_in_the_matrix() -> None:
+    from sbxcheck.sim.faults import FAULTS
+
+    assert sorted(EXPECTED) == sorted(FAULTS)
+    assert sorted(f for g in GROUPS for f in g) == sorted(FAULTS)
+
+
+def _expectation(fault: str | None, check: str, model: str | None) -> tuple[str, str | None]:
+    if fault is None:
+        return ("passed", None)
+    table = EXPECTED[fault]
+    for key in ((check, model), (check, ALL_C if model else None)):
+        if key in table:
+            return table[key]
+    return ("passed", None)
+
+
+@pytest.mark.parametrize("group", GROUPS, ids=["+".join(g) for g in GROUPS])
+def test_fault_group_turns_exactly_its_items(
+    pytester: pytest.Pytester, tmp_path: Path, group: tuple[str, ...]
+) -> None:
+    faulted = dict(zip(plan_run_ids(DEFAULT_SEED, 3), group, strict=False))
+    fleet = SimFleet(tmp_path / "fleet", [f"{fault}@{run}" for run, fault in faulted.items()])
+    with fleet:
+        outcome = run_gate(pytester, fleet)
+    items = outcome.items()
+    assert sorted(items) == sorted(expected_items(fleet)), outcome.stdout[-3000:]
+    mismatches = []
+    for (check, run_id, model), entry in sorted(items.items()):
+        want = _expectation(faulted.get(run_id), check, model)
+        got = (entry["outcome"], entry["classification"])
+        if got != want:
+            mismatches.append(f"{entry['nodeid']}: want {want}, got {got}: {entry['message']}")
+        assert entry["evidence"] or entry["outcome"] == "error", f"{entry['nodeid']} has no evidence"
+    assert not mismatches, "\n".join(mismatches)
+    assert outcome.ret == (1 if any(EXPECTED[f] for f in group) else 0)
+
+
+def test_healthy_fleet_passes_every_item_with_evidence(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    with SimFleet(tmp_path / "fleet") as fleet:
+        outcome = run_gate(pytester, fleet)
+        connections = {run: fleet.connections(run) for run in fleet.run_ids}
+    items = outcome.items()
+    assert sorted(items) == sorted(expected_items(fleet))
+    assert {e["outcome"] for e in items.values()} == {"passed"}, outcome.stdout[-3000:]
+    assert outcome.ret == 0
+    assert outcome.report["incidents"] == []
+    # one SSH connection per VM for the whole session, shared by its 8 items
+    assert connections == dict.fromkeys(fleet.run_ids, 1)
+    run = fleet.run_ids[1]  # records a 12-char sha: A passes by prefix
+    a_item = items[("A_git_integrity", run, None)]
+    assert a_item["evidence"]["match"] == "prefix"
+    d_item = items[("D_cost_reported", fleet.run_ids[0], None)]
+    assert d_item["evidence"]["cost_total"] > 0
+    assert d_item["evidence"]["models_json_models"] >= 3
+    for model in ROSTER:
+        c_item = items[("C_model_answers", run, model)]
+        assert c_item["evidence"]["http_status"] == 200
+        assert c_item["evidence"]["answered_in"] == "content"
+
+
+def test_sim_fault_option_targets_the_first_run(pytester: pytest.Pytester) -> None:
+    """--sbx-sim-fault without an inventory: the embedded fleet is built by the plugin itself."""
+    suite = pytester.path / "test_gate.py"
+    suite.write_text((Path(__file__).resolve().parents[2] / "gates" / "test_gate.py").read_text())
+    result = pytester.runpytest_subprocess(
+        "-m",
+        "gate",
+        "--sbx-sim-fault",
+        "vm.dirty-tree",
+        "--sbx-report",
+        str(pytester.path / "r"),
+        "-k",
+        "A_git or run_record",
+        timeout=300,
+    )
+    result.stdout.fnmatch_lines(["*inventory: embedded simulated fleet (--sbx-sim; faults: vm.dirty-tree)*"])
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed") == 1 and outcomes.get("passed") == 5, result.outlines[-30:]
+    result.stdout.fnmatch_lines(
+        ["*FAILED*test_gate_A_git_integrity[[]alpha-*unexpected working-tree changes*"]
+    )

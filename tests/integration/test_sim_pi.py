@@ -1,0 +1,440 @@
+"""pi against the OpenRouter double: the stand-in always, the real pi 0.73.1 whenever npm is present.
+
+Every scenario runs through a shim from ``write_pi_shim`` with a temp HOME whose
+``.pi/agent/models.json`` points at the double, ``stdin=/dev/null`` and a timeout. Both pis must
+give the same answers; the facts asserted here are the ones observed from the real pi 0.73.1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sbxcheck.sim.httpserver import BackgroundServer
+from sbxcheck.sim.openrouter import OpenRouterDouble
+from sbxcheck.sim.pi import PI_VERSION, STANDIN_PATH, PiInstall, ensure_pi, pi_status, write_pi_shim
+
+PI_TIMEOUT_S = 60
+DEEPSEEK = "deepseek/deepseek-v4-flash-0731"
+GEMINI = "google/gemini-3.6-flash"
+GLM = "z-ai/glm-5.2"
+KIMI = "moonshotai/kimi-k3"  # declared without limits: pi's 128K/16384/no/no defaults
+HEADER_RE = re.compile(r"^provider\s{2,}model\s{2,}context\s{2,}max-out\s{2,}thinking\s{2,}images\s*$")
+
+
+# ---- fixtures -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Double:
+    double: OpenRouterDouble
+    base_url: str
+
+
+@pytest.fixture(scope="module")
+def openrouter() -> Iterator[Double]:
+    double = OpenRouterDouble()
+    server = BackgroundServer(double.app).start(timeout_s=10)
+    try:
+        yield Double(double, f"{server.url}/api/v1")
+    finally:
+        server.stop(timeout_s=5)
+
+
+def _real_pi() -> PiInstall:
+    """The real pi, or a skip (a failure under CI when npm is present)."""
+    if shutil.which("npm") is None or shutil.which("node") is None:
+        pytest.skip("npm/node not on PATH: only the stand-in pi can be checked here")
+    if os.environ.get("SBXCHECK_PI", "").strip().lower() == "stand-in" and not os.environ.get("CI"):
+        pytest.skip("SBXCHECK_PI=stand-in: the real pi is not wanted in this run")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("SBXCHECK_PI", raising=False)
+        install = ensure_pi(timeout_s=600)
+    if install.kind != "real":
+        if os.environ.get("CI"):
+            pytest.fail(f"CI has npm, so the real pi must be used, but: {install.reason}")
+        pytest.skip(f"real pi unavailable: {install.reason}")
+    return install
+
+
+@pytest.fixture(scope="module", params=["stand-in", "real"])
+def pi_bin(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A bin dir holding the ``pi`` shim for the requested kind."""
+    if request.param == "stand-in":
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("SBXCHECK_PI", "stand-in")
+            install = ensure_pi()
+        assert install.kind == "stand-in" and "SBXCHECK_PI" in install.reason
+    else:
+        install = _real_pi()
+        assert pi_status() == f"real pi {PI_VERSION} (cached)"
+    bin_dir = tmp_path_factory.mktemp(f"bin-{request.param}")
+    write_pi_shim(bin_dir, install)
+    return bin_dir
+
+
+@dataclass
+class Result:
+    rc: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+    def events(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.stdout.splitlines() if line.strip()]
+
+    def assistant_end(self) -> dict[str, Any]:
+        ends = [
+            e for e in self.events() if e["type"] == "message_end" and e["message"]["role"] == "assistant"
+        ]
+        assert ends, self.stdout
+        message: dict[str, Any] = ends[-1]["message"]
+        return message
+
+
+def run_pi(bin_dir: Path, home: Path, *args: str) -> Result:
+    env = {"HOME": str(home), "PATH": f"{bin_dir}:/usr/bin:/bin", "PI_OFFLINE": "1", "LANG": "C.UTF-8"}
+    proc = subprocess.run(
+        ["pi", *args],
+        executable=str(bin_dir / "pi"),
+        cwd=home,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=PI_TIMEOUT_S,
+        check=False,
+    )
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+def model_entry(
+    double: OpenRouterDouble, model_id: str, *, cost: str = "full", limits: bool = True
+) -> dict[str, Any]:
+    entry: dict[str, Any] = {"id": model_id}
+    if limits:
+        entry.update({"contextWindow": 1048576, "maxTokens": 65536, "reasoning": True, "input": ["text"]})
+    rates = double.catalog[model_id]
+    block = {
+        "input": rates.input,
+        "output": rates.output,
+        "cacheRead": rates.cache_read,
+        "cacheWrite": rates.cache_write,
+    }
+    if cost == "partial":
+        del block["cacheWrite"]
+    if cost != "none":
+        entry["cost"] = block
+    return entry
+
+
+def make_home(tmp_path: Path, base_url: str | None, api_key: str, models: list[dict[str, Any]]) -> Path:
+    """A HOME with ``.pi/agent/models.json`` (none when base_url is None)."""
+    home = tmp_path / "home"
+    agent = home / ".pi" / "agent"
+    agent.mkdir(parents=True)
+    if base_url is not None:
+        doc = {
+            "providers": {
+                "openrouter": {
+                    "baseUrl": base_url,
+                    "api": "openai-completions",
+                    "apiKey": api_key,
+                    "models": models,
+                }
+            }
+        }
+        (agent / "models.json").write_text(json.dumps(doc, indent=2), encoding="utf-8")
+        (agent / "models.json").chmod(0o600)
+    return home
+
+
+def roster(double: OpenRouterDouble, cost: str = "full") -> list[dict[str, Any]]:
+    return [model_entry(double, m, cost=cost) for m in (DEEPSEEK, GEMINI, GLM)] + [
+        model_entry(double, KIMI, cost=cost, limits=False)
+    ]
+
+
+def list_rows(result: Result) -> dict[str, list[str]]:
+    """SSSF's parse: skip the header line, split on whitespace, key by column 1."""
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert lines and HEADER_RE.match(lines[0]), result.output
+    return {cols[1]: cols for cols in (line.split() for line in lines[1:])}
+
+
+# ---- --version and --list-models ----------------------------------------------------------------
+
+
+def test_version_goes_to_stderr_without_a_tty(pi_bin: Path, tmp_path: Path) -> None:
+    r = run_pi(pi_bin, make_home(tmp_path, None, "", []), "--version")
+    assert r.rc == 0 and r.stdout == ""
+    assert r.stderr.split()[0] == PI_VERSION
+
+
+def test_list_models_healthy(pi_bin: Path, openrouter: Double, tmp_path: Path) -> None:
+    secret, _ = openrouter.double.mint("sbx-list", 50.0)
+    r = run_pi(
+        pi_bin, make_home(tmp_path, openrouter.base_url, secret, roster(openrouter.double)), "--list-models"
+    )
+    assert r.rc == 0 and r.stdout == ""  # pi takes stdout over when stdin is not a TTY
+    rows = list_rows(r)
+    assert len(rows) > 4  # pi's built-in openrouter catalog comes along
+    assert rows[DEEPSEEK] == ["openrouter", DEEPSEEK, "1.0M", "65.5K", "yes", "no"]
+    assert rows[GEMINI][:3] == ["openrouter", GEMINI, "1.0M"] and GLM in rows
+    assert rows[KIMI] == ["openrouter", KIMI, "128K", "16.4K", "no", "no"]
+    assert re.search(
+        r"\n" + re.escape(f"openrouter  {KIMI}") + r"\s{2,}128K\s{2,}16\.4K\s{2,}no\s{2,}no", r.stderr
+    )
+
+
+def test_list_models_without_models_json(pi_bin: Path, tmp_path: Path) -> None:
+    r = run_pi(pi_bin, make_home(tmp_path, None, "", []), "--list-models")
+    assert r.rc == 0 and r.stdout == ""
+    assert r.stderr.startswith(
+        "No models available. Use /login to log into a provider via OAuth or API key. See:\n"
+    )
+    assert "no models available" in r.output.lower() and "provider  model" not in r.output
+
+
+def test_partial_cost_block_drops_the_whole_roster(pi_bin: Path, openrouter: Double, tmp_path: Path) -> None:
+    secret, _ = openrouter.double.mint("sbx-partial", 50.0)
+    models = [
+        model_entry(openrouter.double, DEEPSEEK),
+        model_entry(openrouter.double, GEMINI, cost="partial"),
+    ]
+    home = make_home(tmp_path, openrouter.base_url, secret, models)
+    r = run_pi(pi_bin, home, "--list-models")
+    assert r.rc == 0 and r.stdout == ""
+    lines = r.stderr.splitlines()
+    assert lines[:3] == [
+        "Warning: errors loading models.json:",
+        "Invalid models.json schema:",
+        "  - providers.openrouter.models.1.cost.cacheWrite: must have required properties cacheWrite",
+    ]
+    assert f"File: {home}/.pi/agent/models.json" in lines
+    assert "No models available. Use /login" in r.stderr and DEEPSEEK not in r.stderr.split("File:")[1]
+
+
+# ---- -p --mode json ------------------------------------------------------------------------------
+
+
+def test_json_mode_prices_the_call(pi_bin: Path, openrouter: Double, tmp_path: Path) -> None:
+    secret, key_hash = openrouter.double.mint("sbx-json", 50.0)
+    home = make_home(tmp_path, openrouter.base_url, secret, roster(openrouter.double))
+    r = run_pi(
+        pi_bin,
+        home,
+        "-p",
+        "--mode",
+        "json",
+        "--provider",
+        "openrouter",
+        "--model",
+        DEEPSEEK,
+        "Reply with ping",
+    )
+    assert r.rc == 0, r.stderr
+    events = r.events()
+    types = [e["type"] for e in events]
+    assert types[:5] == ["session", "agent_start", "turn_start", "message_start", "message_end"]
+    assert types[-4:] == ["message_update", "message_end", "turn_end", "agent_end"]
+    assert "text_delta" in [
+        e["assistantMessageEvent"]["type"] for e in events if e["type"] == "message_update"
+    ]
+    message = r.assistant_end()
+    assert message["stopReason"] == "stop" and message["content"] == [{"type": "text", "text": "pong"}]
+    usage = message["usage"]
+    assert set(usage) == {"input", "output", "cacheRead", "cacheWrite", "totalTokens", "cost"}
+    assert set(usage["cost"]) == {"input", "output", "cacheRead", "cacheWrite", "total"}
+    rates = openrouter.double.catalog[DEEPSEEK]
+    assert usage["input"] > 0 and usage["output"] > 0
+    assert usage["cost"]["input"] == pytest.approx(rates.input * usage["input"] / 1e6)
+    assert usage["cost"]["output"] == pytest.approx(rates.output * usage["output"] / 1e6)
+    assert usage["cost"]["total"] > 0
+    assert openrouter.double.key(key_hash).usage > 0
+
+
+def test_json_mode_zero_cost_without_cost_blocks(pi_bin: Path, openrouter: Double, tmp_path: Path) -> None:
+    secret, _ = openrouter.double.mint("sbx-zero", 50.0)
+    home = make_home(tmp_path, openrouter.base_url, secret, roster(openrouter.double, cost="none"))
+    listed = run_pi(pi_bin, home, "--list-models")
+    assert listed.rc == 0 and DEEPSEEK in list_rows(listed)
+    r = run_pi(
+        pi_bin, home, "-p", "--mode", "json", "--provider", "openrouter", "--model", GLM, "Reply with ping"
+    )
+    assert r.rc == 0
+    usage = r.assistant_end()["usage"]
+    assert usage["input"] > 0
+    assert usage["cost"] == {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}
+
+
+def test_402_is_an_error_message_with_exit_0_in_json_mode(
+    pi_bin: Path, openrouter: Double, tmp_path: Path
+) -> None:
+    secret, key_hash = openrouter.double.mint("sbx-broke", 1.0)
+    openrouter.double.set_usage(key_hash, 1.0)
+    home = make_home(tmp_path, openrouter.base_url, secret, roster(openrouter.double))
+    args = ("--provider", "openrouter", "--model", DEEPSEEK, "Reply with ping")
+    r = run_pi(pi_bin, home, "-p", "--mode", "json", *args)
+    assert r.rc == 0
+    message = r.assistant_end()
+    assert message["stopReason"] == "error" and message["content"] == []
+    assert (
+        message["errorMessage"]
+        == "402 Insufficient credits. Add more using https://openrouter.ai/settings/credits"
+    )
+    assert "message_update" not in [e["type"] for e in r.events()]
+    assert message["usage"]["cost"]["total"] == 0
+
+    text = run_pi(pi_bin, home, "-p", *args)
+    assert text.rc == 1 and text.stdout == ""
+    assert text.stderr.strip() == message["errorMessage"]
+
+
+def test_reasoning_only_and_provisioning_key(pi_bin: Path, openrouter: Double, tmp_path: Path) -> None:
+    secret, key_hash = openrouter.double.mint("sbx-think", None)
+    openrouter.double.key(key_hash).reasoning_only = True
+    home = make_home(tmp_path, openrouter.base_url, secret, roster(openrouter.double))
+    args = ("-p", "--mode", "json", "--provider", "openrouter", "--model", GEMINI, "Reply with ping")
+    r = run_pi(pi_bin, home, *args)
+    assert r.rc == 0
+    message = r.assistant_end()
+    assert message["stopReason"] == "stop"
+    assert message["content"] == [{"type": "thinking", "thinking": "pong", "thinkingSignature": "reasoning"}]
+
+    prov_home = make_home(
+        tmp_path / "prov", openrouter.base_url, openrouter.double.provisioning_key, roster(openrouter.double)
+    )
+    denied = run_pi(pi_bin, prov_home, *args)
+    assert denied.rc == 0 and denied.assistant_end()["errorMessage"] == "401 User not found"
+
+
+def test_unknown_provider_and_option_exit_1(pi_bin: Path, tmp_path: Path) -> None:
+    home = make_home(tmp_path, None, "", [])
+    r = run_pi(pi_bin, home, "-p", "--mode", "json", "--provider", "nosuch", "--model", "x", "hi")
+    assert r.rc == 1 and r.stdout == ""
+    assert (
+        r.stderr.strip()
+        == 'Error: Unknown provider "nosuch". Use --list-models to see available providers/models.'
+    )
+    r = run_pi(pi_bin, home, "--session-id", "abc", "-p", "hi")
+    assert r.rc == 1 and r.stderr.strip() == "Error: Unknown option: --session-id"
+
+
+# ---- ensure_pi / pi_status / write_pi_shim without the network ----------------------------------
+
+
+def test_standin_forced_and_its_shim_needs_only_bin_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SBXCHECK_PI", "stand-in")
+    install = ensure_pi(tmp_path / "cache")
+    assert install == PiInstall("stand-in", PI_VERSION, STANDIN_PATH, install.reason)
+    assert "SBXCHECK_PI=stand-in" in install.reason
+    assert pi_status(tmp_path / "cache") == "stand-in pi (SBXCHECK_PI=stand-in)"
+    shim = write_pi_shim(tmp_path / "bin", install)
+    assert os.access(shim, os.X_OK) and shim.read_text().startswith("#!/")
+    proc = subprocess.run(
+        [str(shim), "--version"],
+        env={"PATH": str(tmp_path / "bin")},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert proc.returncode == 0 and proc.stderr.strip() == f"{PI_VERSION} (sbxcheck stand-in)"
+
+
+FAKE_NPM = """#!/bin/bash
+# a stand-in npm for tests: logs its call, then fakes (or fails) the install
+echo "$$" >> "{log}"
+prefix=""
+while [ $# -gt 0 ]; do [ "$1" = "--prefix" ] && prefix="$2"; shift; done
+sleep 0.3
+if [ "{mode}" = fail ]; then echo "npm error code E404 sk-or-v1-{secret}" >&2; exit 1; fi
+pkg="$prefix/node_modules/@mariozechner/pi-coding-agent"
+mkdir -p "$pkg/dist"
+meta='{{"name":"@mariozechner/pi-coding-agent","version":"{version}","bin":{{"pi":"dist/cli.js"}}}}'
+printf '%s' "$meta" > "$pkg/package.json"
+printf 'console.error("{printed}")\\n' > "$pkg/dist/cli.js"
+"""
+
+
+def fake_npm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, printed: str = PI_VERSION) -> Path:
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node not on PATH")
+    bin_dir = tmp_path / "fakebin"
+    bin_dir.mkdir()
+    log = tmp_path / "npm-calls.log"
+    npm = bin_dir / "npm"
+    npm.write_text(FAKE_NPM.format(log=log, mode=mode, secret="a" * 64, version=PI_VERSION, printed=printed))
+    npm.chmod(0o755)
+    (bin_dir / "node").symlink_to(node)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.delenv("SBXCHECK_PI", raising=False)
+    return log
+
+
+def test_install_runs_npm_once_under_the_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = fake_npm(tmp_path, monkeypatch, "ok")
+    cache = tmp_path / "cache"
+    assert pi_status(cache) == f"real pi {PI_VERSION} (will be installed with npm on first use)"
+    assert ensure_pi(cache, allow_install=False).kind == "stand-in"
+    results: list[PiInstall] = []
+    workers = [
+        threading.Thread(target=lambda: results.append(ensure_pi(cache, timeout_s=60))) for _ in range(3)
+    ]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=60)
+    assert [r.kind for r in results] == ["real"] * 3, [r.reason for r in results]
+    assert len(log.read_text().split()) == 1  # one npm install; the others waited on the lock
+    entry = (
+        cache / f"pi-{PI_VERSION}" / "node_modules" / "@mariozechner" / "pi-coding-agent" / "dist" / "cli.js"
+    )
+    assert results[0].entry == entry.resolve()
+    assert pi_status(cache) == f"real pi {PI_VERSION} (cached)"
+    assert not [p for p in cache.iterdir() if p.name.startswith(".pi-")]  # no temp dirs left
+
+
+def test_npm_failure_falls_back_to_the_standin_with_a_redacted_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_npm(tmp_path, monkeypatch, "fail")
+    install = ensure_pi(tmp_path / "cache", timeout_s=60)
+    assert install.kind == "stand-in" and install.entry == STANDIN_PATH
+    assert "npm install @mariozechner/pi-coding-agent@0.73.1 failed (exit 1)" in install.reason
+    assert "E404" in install.reason and "a" * 64 not in install.reason
+
+
+def test_bad_version_fails_verification_and_is_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_npm(tmp_path, monkeypatch, "ok", printed="9.9.9")
+    cache = tmp_path / "cache"
+    install = ensure_pi(cache, timeout_s=60)
+    assert install.kind == "stand-in" and "failed verification" in install.reason
+    assert not (cache / f"pi-{PI_VERSION}").exists()
+
+
+def test_no_npm_means_standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("SBXCHECK_PI", raising=False)
+    assert ensure_pi(tmp_path / "cache").reason == "node not on PATH"
+    assert pi_status(tmp_path / "cache") == "stand-in pi (node not on PATH)"
