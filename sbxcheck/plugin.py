@@ -193,7 +193,8 @@ def _result_from_report(
 ) -> CheckResult:
     """The CheckResult for an item: the one the test recorded, else one derived from what happened."""
     recorded = item.stash.get(RESULT_KEY, None)
-    check = item.originalname if isinstance(item, pytest.Function) else item.name
+    name = item.originalname if isinstance(item, pytest.Function) else item.name
+    check = name.removeprefix("test_").removeprefix(f"{suite_of(item)}_")
     target = item.callspec.id if isinstance(item, pytest.Function) and hasattr(item, "callspec") else ""
     exc = call.excinfo.value if call.excinfo is not None else None
     if recorded is not None and report.when == "call":
