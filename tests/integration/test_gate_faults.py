@@ -13,8 +13,6 @@ from gate_harness import ROSTER, expected_items, run_gate
 
 from sbxcheck.sim.fleet import DEFAULT_SEED, SimFleet, plan_run_ids
 
-pytest_plugins = ["pytester"]
-
 ALL_C = "*"
 FAILED = ("failed", "check_failed")
 DOWN_MODEL = "google/gemini-3.6-flash"

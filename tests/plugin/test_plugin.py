@@ -1,0 +1,173 @@
+"""The plugin seen from the command line: markers, selection, ids, collection, bad input, xdist."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from gate_harness import GATE_SUITE, expected_items, run_gate
+
+from sbxcheck.sim.fleet import SimFleet
+
+
+@pytest.fixture(scope="module")
+def live_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimFleet]:
+    """One healthy fleet, serving, shared by the tests of this module."""
+    with SimFleet(tmp_path_factory.mktemp("fleet")) as fleet:
+        yield fleet
+
+
+def _suite(pytester: pytest.Pytester) -> Path:
+    shutil.copy(GATE_SUITE, pytester.path / "test_gate.py")
+    pytester.makepyfile(test_other="def test_plain():\n    assert 1 + 1 == 2\n")
+    return pytester.path
+
+
+def _collected_ids(result: pytest.RunResult) -> list[str]:
+    """Collected node ids, relative to the test file (pytester's rootdir varies)."""
+    return [re.sub(r"^\S*?(test_\w+\.py::)", r"\1", line) for line in result.outlines if "::" in line]
+
+
+def test_markers_are_registered(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess("--markers")
+    result.stdout.fnmatch_lines(["@pytest.mark.gate:*", "@pytest.mark.canary:*", "@pytest.mark.triage:*"])
+
+
+def test_m_gate_selects_only_gate_items_and_collect_only_opens_no_connection(
+    pytester: pytest.Pytester, live_fleet: SimFleet
+) -> None:
+    _suite(pytester)
+    before = {r: live_fleet.connections(r) for r in live_fleet.run_ids}
+    result = pytester.runpytest_subprocess(
+        "--collect-only", "-q", "-m", "gate", "--sbx-inventory", str(live_fleet.inventory_path)
+    )
+    ids = _collected_ids(result)
+    assert len(ids) == len(expected_items(live_fleet)) == 27
+    assert all(i.startswith("test_gate.py::test_gate_") for i in ids)
+    assert "test_other.py::test_plain" not in result.stdout.str()
+    assert {r: live_fleet.connections(r) for r in live_fleet.run_ids} == before
+
+
+def test_ids_are_readable_and_stable_across_runs(pytester: pytest.Pytester) -> None:
+    _suite(pytester)
+    first = _collected_ids(pytester.runpytest_subprocess("--collect-only", "-q", "-m", "gate"))
+    second = _collected_ids(pytester.runpytest_subprocess("--collect-only", "-q", "-m", "gate"))
+    assert first == second and len(first) == 27
+    run = first[0].split("[", 1)[1].split("]")[0]
+    assert f"test_gate.py::test_gate_A_git_integrity[{run}]" in first
+    assert f"test_gate.py::test_gate_C_model_answers[{run}-google/gemini-3.6-flash]" in first
+
+
+def test_header_says_which_fleet(pytester: pytest.Pytester, live_fleet: SimFleet) -> None:
+    _suite(pytester)
+    sim = pytester.runpytest_subprocess("--collect-only", "-q", "-m", "gate", "-p", "no:xdist")
+    sim_header = pytester.runpytest_subprocess("--collect-only", "-m", "gate")
+    sim_header.stdout.fnmatch_lines(
+        [
+            "sbxcheck: inventory: embedded simulated fleet (no inventory given)",
+            "sbxcheck: simulated VMs run *pi*",
+        ]
+    )
+    assert sim.ret == 0
+    real = pytester.runpytest_subprocess("--collect-only", "--sbx-inventory", str(live_fleet.inventory_path))
+    real.stdout.fnmatch_lines([f"sbxcheck: inventory: {live_fleet.inventory_path}"])
+
+
+def test_bad_inventory_is_one_readable_error_item(pytester: pytest.Pytester) -> None:
+    _suite(pytester)
+    inv = pytester.path / "bad.toml"
+    inv.write_text('[ssh]\nconnect_timeout_s = "soon"\nport_knocking = true\n[sssf]\ncheckout = "x"\n')
+    result = pytester.runpytest_subprocess(
+        "-m", "gate", "--sbx-inventory", str(inv), "--sbx-report", str(pytester.path / "r")
+    )
+    out = result.stdout.str()
+    assert "Traceback" not in out and "Traceback" not in result.stderr.str()
+    result.stdout.fnmatch_lines(
+        [
+            "*test_gate_run_record[[]inventory[]]*",
+            f"[[]error/config_defect[]] {inv}: field 'ssh.connect_timeout_s'*unknown field 'ssh.port_knocking'",
+        ]
+    )
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed") == 1 and outcomes.get("skipped") == 6
+    report = json.loads((pytester.path / "r" / "results.json").read_text())
+    [item] = [c for c in report["checks"] if c["outcome"] != "skipped"]
+    assert (item["outcome"], item["classification"]) == ("error", "config_defect")
+    missing = pytester.runpytest_subprocess("-m", "gate", "--sbx-inventory", str(pytester.path / "nope.toml"))
+    missing.stdout.fnmatch_lines(["*nope.toml: cannot read inventory (No such file or directory)*"])
+
+
+def test_bad_run_records_become_config_defect_items(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    with SimFleet(tmp_path / "fleet") as fleet:
+        runs_dir = fleet.checkout / ".sandbox" / "runs"
+        good = json.loads((runs_dir / f"{fleet.run_ids[0]}.json").read_text())
+        (runs_dir / "zulu-20261130-aaaaaa.json").write_text(
+            json.dumps({**good, "run_id": "zulu-20261130-aaaaaa", "owner": "x"})
+        )
+        (runs_dir / "yankee-20261130-bbbbbb.json").write_text('{"run_id": "yankee-20261130-bbbbbb",')
+        nofill = {**good, "run_id": "xray-20261130-cccccc", "commit_sha": None}
+        (runs_dir / "xray-20261130-cccccc.json").write_text(json.dumps(nofill))
+        outcome = run_gate(pytester, fleet, "-k", "run_record or A_git")
+    by_run = {
+        c["nodeid"].split("[")[1].rstrip("]"): c
+        for c in outcome.report["checks"]
+        if c["check"] == "run_record"
+    }
+    assert by_run["zulu-20261130-aaaaaa"]["message"].endswith(
+        "zulu-20261130-aaaaaa.json: unknown field 'owner'"
+    )
+    assert "not valid JSON" in by_run["yankee-20261130-bbbbbb"]["message"]
+    assert "FILL never ran" in by_run["xray-20261130-cccccc"]["message"]
+    for bad in ("zulu-20261130-aaaaaa", "yankee-20261130-bbbbbb", "xray-20261130-cccccc"):
+        assert (by_run[bad]["outcome"], by_run[bad]["classification"]) == ("error", "config_defect")
+    for run in fleet.run_ids:  # the good runs are gated as usual; the closed run is not selected
+        assert by_run[run]["outcome"] == "passed"
+    a_items = [c for c in outcome.report["checks"] if c["check"] == "A_git_integrity"]
+    assert sorted(c["target"] for c in a_items) == sorted(fleet.run_ids)
+    assert all(c["outcome"] == "passed" for c in a_items)
+
+
+def test_named_runs_closed_or_missing(pytester: pytest.Pytester, live_fleet: SimFleet) -> None:
+    runs_dir = live_fleet.checkout / ".sandbox" / "runs"
+    closed = next(p.stem for p in runs_dir.glob("*.json") if p.stem not in live_fleet.run_ids)
+    outcome = run_gate(
+        pytester,
+        live_fleet,
+        "--sbx-run-id",
+        closed,
+        "--sbx-run-id",
+        "ghost-20261130-000000",
+        "--sbx-run-id",
+        live_fleet.run_ids[2],
+        "-k",
+        "run_record or E_credit",
+    )
+    checks = {(c["check"], c["target"]): c for c in outcome.report["checks"]}
+    assert "run is closed" in checks[("run_record", closed)]["message"]
+    assert "no run record" in checks[("run_record", "ghost-20261130-000000")]["message"]
+    assert checks[("run_record", live_fleet.run_ids[2])]["outcome"] == "passed"
+    assert [t for (c, t) in checks if c == "E_credit_remaining"] == [live_fleet.run_ids[2]]
+
+
+def test_xdist_gives_the_same_results_as_a_serial_run(
+    pytester: pytest.Pytester, live_fleet: SimFleet
+) -> None:
+    serial = run_gate(pytester, live_fleet)
+    shutil.rmtree(serial.report_dir)
+    parallel = run_gate(pytester, live_fleet, "-n", "2")
+
+    def essence(report: dict[str, object]) -> list[tuple[object, ...]]:
+        checks = report["checks"]
+        assert isinstance(checks, list)
+        return [
+            (c["nodeid"], c["suite"], c["check"], c["target"], c["outcome"], c["classification"])
+            for c in checks
+        ]
+
+    assert essence(parallel.report) == essence(serial.report)
+    assert len(essence(serial.report)) == 27
+    assert parallel.report["incidents"] == serial.report["incidents"] == []
