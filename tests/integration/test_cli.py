@@ -1,0 +1,83 @@
+"""The ``sbxcheck`` command: sim faults / up / down, and report."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from gate_harness import GATE_SUITE
+
+from sbxcheck.sim.faults import FAULTS
+
+
+def sbxcheck(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sbxcheck.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_sim_faults_lists_every_fault_on_one_line() -> None:
+    result = sbxcheck("sim", "faults")
+    assert result.returncode == 0
+    lines = result.stdout.strip().splitlines()
+    assert sorted(line.split()[0] for line in lines) == sorted(FAULTS)
+    assert all(len(line.split(maxsplit=1)) == 2 for line in lines)
+
+
+def test_unknown_fault_is_one_readable_error(tmp_path: Path) -> None:
+    result = sbxcheck("sim", "up", "--dir", str(tmp_path), "--fault", "vm.on-fire")
+    assert result.returncode == 2
+    assert result.stderr.startswith("sbxcheck: unknown fault 'vm.on-fire'; known faults: ")
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "sbxcheck.toml").exists()
+
+
+def test_sim_up_gate_down(tmp_path: Path, pytester: pytest.Pytester) -> None:
+    fleet_dir = tmp_path / "fleet"
+    up = sbxcheck("sim", "up", "--dir", str(fleet_dir), "--fault", "vm.head-mismatch", timeout=480)
+    assert up.returncode == 0, up.stderr
+    try:
+        inventory = fleet_dir / "sbxcheck.toml"
+        assert "pytest -m gate --sbx-inventory" in up.stdout
+        assert 'faults = ["vm.head-mismatch"]' in inventory.read_text()
+        pid = int((fleet_dir / "sim.pid").read_text())
+        again = sbxcheck("sim", "up", "--dir", str(fleet_dir))
+        assert again.returncode == 1 and "already running" in again.stderr
+        (pytester.path / "test_gate.py").write_text(GATE_SUITE.read_text())
+        report_dir = pytester.path / "report"
+        result = pytester.runpytest_subprocess(
+            "-m",
+            "gate",
+            "--sbx-inventory",
+            str(inventory),
+            "--sbx-report",
+            str(report_dir),
+            "-k",
+            "A_git",
+            timeout=300,
+        )
+        assert result.parseoutcomes() == {"failed": 1, "passed": 2, "deselected": 24}
+        summary = sbxcheck("report", str(report_dir))
+        assert summary.returncode == 1
+        assert "1 failed" in summary.stdout and "test_gate_A_git_integrity" in summary.stdout
+    finally:
+        down = sbxcheck("sim", "down", "--dir", str(fleet_dir))
+    assert down.returncode == 0 and "stopped" in down.stdout
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    assert not (fleet_dir / "sim.pid").exists()
+    assert "nothing running" in sbxcheck("sim", "down", "--dir", str(fleet_dir)).stdout
+
+
+def test_report_on_a_broken_file_is_readable(tmp_path: Path) -> None:
+    (tmp_path / "results.json").write_text('{"schema": 1, "checks": [')
+    result = sbxcheck("report", str(tmp_path))
+    assert result.returncode == 2
+    assert "results.json" in result.stderr and "Traceback" not in result.stderr

@@ -1,0 +1,82 @@
+"""No secret of the fleet reaches any artifact: reports, Allure results, pytest output or logs."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from gate_harness import run_gate
+
+from sbxcheck.sim.fleet import DEFAULT_SEED, SimFleet, plan_run_ids
+
+KEY_SHAPE = re.compile(r"sk-or-v1-[0-9a-f]{64}")
+
+
+def _scan(text: str, secrets: list[str]) -> list[str]:
+    found = [f"secret #{i}" for i, s in enumerate(secrets) if s in text]
+    found += [f"key-shaped string at {m.start()}" for m in KEY_SHAPE.finditer(text)]
+    return found
+
+
+@pytest.mark.parametrize(
+    "faults",
+    [
+        (),
+        ("openrouter.key-exhausted", "vm.no-models", "openrouter.model-down"),
+        ("vm.partial-cost", "vm.host-key-changed", "vm.dirty-tree"),
+    ],
+    ids=["healthy", "faulted-1", "faulted-2"],
+)
+def test_no_secret_in_any_artifact(
+    pytester: pytest.Pytester, tmp_path: Path, faults: tuple[str, ...]
+) -> None:
+    runs = plan_run_ids(DEFAULT_SEED, 3)
+    specs = [f"{fault}@{run}" for fault, run in zip(faults, runs, strict=False)]
+    allure_dir = tmp_path / "allure"
+    with SimFleet(tmp_path / "fleet", specs) as fleet:
+        secrets = fleet.secrets()
+        outcome = run_gate(
+            pytester,
+            fleet,
+            "--alluredir",
+            str(allure_dir),
+            "-rA",
+            "-l",
+            "--log-level=DEBUG",
+            "--junitxml",
+            str(outcome_dir(pytester) / "pytest-junit.xml"),
+        )
+    # the scan can find what it looks for: the keys really sit on the VMs
+    vm_env = (fleet.runs[0].home / "app" / ".env").read_text() if "vm.no-app" not in faults else ""
+    assert _scan(vm_env, secrets)
+    texts = {"stdout+stderr+report": outcome.artifacts_text()}
+    for path in sorted(allure_dir.rglob("*")) + sorted(outcome_dir(pytester).rglob("*")):
+        if path.is_file():
+            texts[str(path)] = path.read_text(encoding="utf-8", errors="replace")
+    leaks = {name: hits for name, text in texts.items() if (hits := _scan(text, secrets))}
+    assert not leaks, leaks
+    assert len(texts) > 10  # allure results, attachments, reports and output were all scanned
+
+
+def outcome_dir(pytester: pytest.Pytester) -> Path:
+    path = pytester.path / "extra"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+def test_allure_results_carry_evidence_and_labels(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    allure_dir = tmp_path / "allure"
+    with SimFleet(tmp_path / "fleet") as fleet:
+        run_gate(pytester, fleet, "--alluredir", str(allure_dir), "-k", "A_git or E_credit")
+    results = [json.loads(p.read_text()) for p in allure_dir.glob("*-result.json")]
+    assert len(results) == 6
+    for result in results:
+        labels = {(lab["name"], lab["value"]) for lab in result["labels"]}
+        assert ("suite", "gate") in labels
+        run = next(v for n, v in labels if n == "run")
+        assert run in fleet.run_ids
+        [attachment] = [a for a in result["attachments"] if a["name"] == "evidence"]
+        evidence = json.loads((allure_dir / attachment["source"]).read_text())
+        assert evidence["host"] == f"{run}.exe.xyz"
