@@ -178,6 +178,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("sbx_gate_model", params)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Group each run's items for ``-n N --dist loadgroup``: one worker, so one SSH connection, per VM."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        run = params.get("sbx_gate_run")
+        pair = params.get("sbx_gate_model")
+        gate_run = run if isinstance(run, GateRun) else pair[0] if isinstance(pair, tuple) else None
+        if gate_run is not None:
+            item.add_marker(pytest.mark.xdist_group(name=gate_run.run_id))
+
+
 # ------------------------------------------------------------------ per-item results
 
 
@@ -221,16 +233,16 @@ def _result_from_report(
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     report: pytest.TestReport = yield
-    redactor = default_redactor()
-    if report.longrepr is not None and not isinstance(report.longrepr, tuple):
-        exc = call.excinfo.value if call.excinfo is not None else None
-        if isinstance(exc, SbxError):
-            report.longrepr = f"[{exc.classification.value}] {exc.message}"
-        report.longrepr = redactor.redact_text(str(report.longrepr))
-    report.sections = [(title, redactor.redact_text(text)) for title, text in report.sections]
     suite = suite_of(item)
     if suite is None:
         return report
+    redactor = default_redactor()
+    if report.longrepr is not None and not isinstance(report.longrepr, tuple):
+        exc = call.excinfo.value if call.excinfo is not None else None
+        if isinstance(exc, SbxError):  # one readable line, not a traceback wall
+            report.longrepr = f"[{exc.classification.value}] {exc.message}"
+        report.longrepr = redactor.redact_text(str(report.longrepr))
+    report.sections = [(title, redactor.redact_text(text)) for title, text in report.sections]
     meaningful = report.when == "call" or report.failed or report.skipped
     if meaningful:
         result = _result_from_report(item, report, call)
@@ -241,10 +253,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
                     "classification": result.classification or Classification.INTERNAL_ERROR,
                 }
             )
-        record = CheckRecord(nodeid=item.nodeid, suite=suite, **result.model_dump())
+        record = CheckRecord(nodeid=_plain_nodeid(item), suite=suite, **result.model_dump())
         payload = redactor.redact_text(record.model_dump_json())
         report.user_properties.append((USER_PROPERTY, payload))
     return report
+
+
+def _plain_nodeid(item: pytest.Item) -> str:
+    """The node id without the ``@group`` suffix xdist's loadgroup adds, so reports match a serial run."""
+    group = item.get_closest_marker("xdist_group")
+    name = group.kwargs.get("name") if group is not None else None
+    if name and item.nodeid.endswith(f"@{name}"):
+        return item.nodeid[: -len(name) - 1]
+    return item.nodeid
 
 
 class ResultCollector:
@@ -271,7 +292,11 @@ class ResultCollector:
             return
         from sbxcheck.report import assemble_report, write_reports
 
-        info = InventoryInfo(source=self.session.describe_source(), sim=self.session.uses_sim)
+        info = InventoryInfo(
+            source=self.session.describe_source(),
+            sim=self.session.uses_sim,
+            details=self.session.describe_details(),
+        )
         report = assemble_report(
             list(self.records.values()), started_at=self.started_at, finished_at=_now(), inventory=info
         )

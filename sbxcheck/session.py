@@ -77,6 +77,18 @@ class SbxSession:
             return f"embedded simulated fleet ({why}{faults})"
         return str(self.inventory_path)
 
+    def describe_details(self) -> dict[str, object]:
+        """Facts about the fleet for the report header (never secrets)."""
+        if not self.uses_sim:
+            return {}
+        from sbxcheck.sim.pi import pi_status
+
+        details: dict[str, object] = {"pi": pi_status(), "faults": list(self.faults)}
+        if self._sim is not None and self._sim.pi is not None:
+            pi = self._sim.pi
+            details["pi"] = f"{pi.kind} pi {pi.version}" + (f" ({pi.reason})" if pi.reason else "")
+        return details
+
     def inventory(self) -> Inventory:
         """The validated inventory; raises InventoryError (cached) when it cannot be had."""
         if self._inventory is not None:

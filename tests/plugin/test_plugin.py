@@ -169,5 +169,13 @@ def test_xdist_gives_the_same_results_as_a_serial_run(
         ]
 
     assert essence(parallel.report) == essence(serial.report)
+    shutil.rmtree(parallel.report_dir)
+    before = {r: live_fleet.connections(r) for r in live_fleet.run_ids}
+    grouped = run_gate(pytester, live_fleet, "-n", "2", "--dist", "loadgroup")
+    assert essence(grouped.report) == essence(serial.report)
+    # grouped by run, each VM is reached over exactly one connection even with two workers
+    assert {r: live_fleet.connections(r) - before[r] for r in live_fleet.run_ids} == dict.fromkeys(
+        live_fleet.run_ids, 1
+    )
     assert len(essence(serial.report)) == 27
     assert parallel.report["incidents"] == serial.report["incidents"] == []
