@@ -1,0 +1,1071 @@
+"""Typed REST client for a sandboxed.sh control plane (spec ``sandboxed-sh.md`` §2–§6).
+
+One :class:`SandboxedClient` wraps an ``httpx.Client``. Every call has a timeout; only idempotent
+GETs are retried (``retries`` extra attempts, small backoff) on a reset connection or 429/502/503.
+HTTP failures are mapped to the sbxcheck error tree in one place (:meth:`SandboxedClient._send`):
+
+==========================  ============================================================
+connect refused / timeout   :class:`~sbxcheck.errors.HostUnreachable`
+read/write timeout          :class:`~sbxcheck.errors.CommandTimeout`
+401 / 403                   :class:`~sbxcheck.errors.AuthFailed` (message = server's text)
+404                         :class:`NotFound`
+429 / 5xx                   :class:`ServerError` (a ``TransportError``; carries ``status``)
+other 4xx                   :class:`ApiRejected`; on create :class:`MissionRejected`
+non-JSON / schema mismatch  :class:`~sbxcheck.errors.BadResponseError` (redacted excerpt)
+==========================  ============================================================
+
+Secrets: the password and token are registered with the default redactor, never appear in a
+message or repr, and workspace records are reduced at the source (§8.11): env-var *names* are
+kept, values are dropped while parsing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import re
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Final, TypeVar
+
+import httpx
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from sbxcheck.errors import AuthFailed, BadResponseError, CommandTimeout, HostUnreachable, TransportError
+from sbxcheck.redact import SECRET_PATTERNS, default_redactor
+
+NIL_UUID: Final = "00000000-0000-0000-0000-000000000000"
+TERMINAL_STATUSES: Final = frozenset({"completed", "failed", "blocked", "not_feasible", "interrupted"})
+IN_FLIGHT_STATUSES: Final = frozenset({"active", "pending", "awaiting_user", "blocked"})
+EFFORT_LADDER: Final = ("max", "xhigh", "high", "medium", "low")
+MAX_SEQUENCE: Final = 9223372036854775807
+
+_RETRY_STATUSES: Final = frozenset({429, 502, 503})
+_BACKOFF_S: Final = (0.2, 0.5, 1.0)
+_MAX_RETRY_AFTER_S: Final = 2.0
+_EXCERPT_CHARS: Final = 160
+_REASON_CHARS: Final = 600
+_EXEC_GRACE_S: Final = 15.0
+_CREDENTIAL_PREFIXES: Final = ("ghp_", "github_pat_", "sk-", "tskey-")
+_CREDENTIAL_MARKERS: Final = ("BEGIN OPENSSH PRIVATE KEY", "BEGIN PGP PRIVATE KEY", "<encrypted")
+_MODEL_NOT_FOUND_RE: Final = re.compile(r"Model '([^']*)' not found in (\S+) catalog", re.IGNORECASE)
+_SUPPORTED_RE: Final = re.compile(r"Supported values:\s*(.+)", re.IGNORECASE | re.DOTALL)
+_ID_TOKEN_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]*")
+
+M = TypeVar("M", bound=BaseModel)
+
+
+# ---- errors ---------------------------------------------------------------------------------
+
+
+class ApiRejected(BadResponseError):
+    """The server understood the request and refused it with a 4xx (not auth, not 429)."""
+
+    def __init__(self, endpoint: str, status: int, reason: str, *, error_code: str | None = None) -> None:
+        super().__init__(
+            f"{endpoint} -> {status}: {reason}",
+            evidence={"endpoint": endpoint, "status": status, "reason": reason, "error_code": error_code},
+        )
+        self.endpoint = endpoint
+        self.status = status
+        self.reason = reason
+        self.error_code = error_code
+
+
+class NotFound(ApiRejected):
+    """404: the mission, workspace or node does not exist (or is gone)."""
+
+
+class MissionRejected(ApiRejected):
+    """Create refused (§3.4). ``valid_models``/``supported_efforts`` are parsed from the server's text."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        status: int,
+        reason: str,
+        *,
+        error_code: str | None = None,
+        valid_models: Sequence[str] = (),
+        supported_efforts: Sequence[str] = (),
+    ) -> None:
+        super().__init__(endpoint, status, reason, error_code=error_code)
+        self.valid_models: list[str] = list(valid_models)
+        self.supported_efforts: list[str] = list(supported_efforts)
+        self.evidence.update(valid_models=self.valid_models, supported_efforts=self.supported_efforts)
+
+
+class ServerError(TransportError):
+    """429 or 5xx: the control plane could not serve the request right now."""
+
+    def __init__(self, endpoint: str, status: int, reason: str, *, error_code: str | None = None) -> None:
+        super().__init__(
+            f"{endpoint} -> {status}: {reason}",
+            evidence={"endpoint": endpoint, "status": status, "reason": reason, "error_code": error_code},
+        )
+        self.endpoint = endpoint
+        self.status = status
+        self.reason = reason
+        self.error_code = error_code
+
+
+# ---- wire models ----------------------------------------------------------------------------
+
+
+class _Wire(BaseModel):
+    """Base of every response model: unknown fields are kept (the API grows)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class HistoryEntry(_Wire):
+    role: str
+    content: str = ""
+
+
+class MissionExecution(_Wire):
+    """The latest-run projection on a mission (§3.1); key set varies between versions."""
+
+    run_id: str | None = None
+    mission_id: str | None = None
+    generation: int | None = None
+    execution_state: str | None = None
+    owner_actor_id: str | None = None
+    started_at: str | None = None
+    heartbeat_at: str | None = None
+    stopping_at: str | None = None
+    ended_at: str | None = None
+    terminal_reason: str | None = None
+
+
+class Mission(_Wire):
+    """A mission record (§3.1). Optional fields are usually omitted by the server."""
+
+    id: str
+    status: str
+    title: str | None = None
+    short_description: str | None = None
+    workspace_id: str = NIL_UUID
+    workspace_name: str | None = None
+    agent: str | None = None
+    backend: str = "claudecode"
+    model_override: str | None = None
+    model_effort: str | None = None
+    fast_mode: bool = False
+    config_profile: str | None = None
+    history: list[HistoryEntry] = Field(default_factory=list)
+    created_at: str | None = None
+    updated_at: str | None = None
+    interrupted_at: str | None = None
+    paused_at: str | None = None
+    resumable: bool = False
+    session_id: str | None = None
+    terminal_reason: str | None = None
+    terminal_evidence: JsonValue = None
+    parent_mission_id: str | None = None
+    working_directory: str | None = None
+    requires_local_disk: bool = True
+    mission_mode: str | None = None
+    goal_mode: bool = False
+    goal_objective: str | None = None
+    priority: int = 0
+    not_before: str | None = None
+    deadline: str | None = None
+    project: str | None = None
+    track: str | None = None
+    intent: str | None = None
+    github_pr: str | None = None
+    desired_state: str | None = None
+    next_check_at: str | None = None
+    tags: list[str] = Field(default_factory=list)
+    last_status_change_at: str | None = None
+    last_agent_event_at: str | None = None
+    last_output_at: str | None = None
+    last_activity_at: str | None = None
+    idle_seconds: float | None = None
+    idle_for: str | None = None
+    health_verdict: str | None = None
+    awaiting_kind: str | None = None
+    origin: str | None = None
+    origin_session_id: str | None = None
+    execution: MissionExecution | None = None
+    cross_tenant: bool = False
+    read_only: bool = False
+
+    @property
+    def is_terminal(self) -> bool:
+        """True for completed, failed, blocked, not_feasible and interrupted (§3.2)."""
+        return self.status in TERMINAL_STATUSES
+
+
+class StoredEvent(_Wire):
+    """One stored mission event (§3.7); payloads are folded into ``content`` and ``metadata``."""
+
+    id: int | str | None = None
+    mission_id: str | None = None
+    sequence: int
+    event_type: str
+    timestamp: str | None = None
+    event_id: str | None = None
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    content: str = ""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _content_text(cls, value: object) -> object:
+        if value is None:
+            return ""
+        if isinstance(value, dict | list | int | float | bool):
+            return json.dumps(value)
+        return value
+
+    @field_validator("metadata", mode="before")
+    @classmethod
+    def _metadata_map(cls, value: object) -> object:
+        return {} if value is None else value
+
+
+def is_credential_like(value: str) -> bool:
+    """True when ``value`` has the shape of a credential (redactor patterns, MCP scrub prefixes)."""
+    if value.startswith(_CREDENTIAL_PREFIXES) or any(m in value for m in _CREDENTIAL_MARKERS):
+        return True
+    return any(p.search(value) for p in SECRET_PATTERNS)
+
+
+class Workspace(BaseModel):
+    """A workspace reduced at the source (§8.11): env-var names only, never their values.
+
+    Unknown fields are ignored, not kept: a workspace record is secret-bearing, and the free-form
+    ``init_script`` body and ``config`` are dropped for the same reason. ``env_values_present``
+    says whether the server sent any non-empty, unredacted value; ``credential_like_env_names``
+    names the variables whose value looked like a credential (the exposure class, not the value).
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    name: str
+    status: str | None = None
+    workspace_type: str | None = None
+    path: str | None = None
+    error_message: str | None = None
+    created_at: str | None = None
+    distro: str | None = None
+    template: str | None = None
+    config_profile: str | None = None
+    skills: list[str] = Field(default_factory=list)
+    plugins: list[str] = Field(default_factory=list)
+    init_scripts: list[str] = Field(default_factory=list)
+    mcps: list[str] = Field(default_factory=list)
+    shared_network: bool | None = None
+    tailscale_mode: str | None = None
+    env_var_names: list[str] = Field(default_factory=list)
+    env_values_present: bool = False
+    credential_like_env_names: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reduce_at_source(cls, data: object) -> object:
+        if not isinstance(data, dict):
+            return data
+        reduced = {k: v for k, v in data.items() if not (isinstance(k, str) and k.lower() == "env_vars")}
+        reduced.pop("init_script", None)
+        reduced.pop("config", None)
+        envs = [v for k, v in data.items() if isinstance(k, str) and k.lower() == "env_vars"]
+        names: list[str] = []
+        credential_like: list[str] = []
+        present = False
+        for env in envs:
+            if isinstance(env, dict):
+                for name, value in env.items():
+                    names.append(str(name))
+                    if isinstance(value, str) and value and value.lower() != "[redacted]":
+                        present = True
+                        if is_credential_like(value):
+                            credential_like.append(str(name))
+            elif env not in (None, "[redacted]"):
+                present = True
+        reduced["env_var_names"] = sorted(set(names))
+        reduced["env_values_present"] = present
+        reduced["credential_like_env_names"] = sorted(set(credential_like))
+        return reduced
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What ``POST /api/workspaces/:id/exec`` returned (§4). The repr shows sizes, not output."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """Exit code 0 and not timed out."""
+        return self.exit_code == 0 and not self.timed_out
+
+    def __repr__(self) -> str:
+        return (
+            f"ExecResult(exit_code={self.exit_code}, timed_out={self.timed_out}, "
+            f"stdout={len(self.stdout)} chars, stderr={len(self.stderr)} chars)"
+        )
+
+
+class _ExecBody(BaseModel):
+    exit_code: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False
+
+
+class HealthInfo(_Wire):
+    """``GET /api/health`` (public, §6)."""
+
+    status: str
+    version: str | None = None
+    dev_mode: bool = False
+    auth_required: bool | None = None
+    auth_mode: str | None = None
+    max_iterations: int | None = None
+    library_remote: str | None = None
+    github_enabled: bool | None = None
+    dashboard_github_login_enabled: bool | None = None
+
+
+class AuthStatus(_Wire):
+    """``GET /api/auth/status`` (§2)."""
+
+    auth_mode: str | None = None
+    password_source: str | None = None
+    password_changed_at: str | None = None
+    dev_mode: bool = False
+
+
+class MissionCounts(_Wire):
+    total: int = 0
+    active: int = 0
+    completed: int = 0
+    failed: int = 0
+    acknowledged: int = 0
+
+
+class FleetHealth(_Wire):
+    """``GET /api/health/fleet`` (§6). HTTP 200 even when ``status`` is ``degraded``."""
+
+    status: str
+    version: str | None = None
+    control_responsive: bool | None = None
+    running: int | None = None
+    queue_depth: int | None = None
+    missions: MissionCounts | None = None
+    webhook_forwarder_configured: bool | None = None
+    offload_configured: bool | None = None
+    disk_used: int | None = None
+    disk_total: int | None = None
+    disk_percent: float | None = None
+    disk_level: str | None = None
+    disk_path: str | None = None
+    disk_filesystem: str | None = None
+    disk_free_gib: float | None = None
+    disk_required_gib: float | None = None
+
+
+class RemoteNode(_Wire):
+    """One node of ``GET /api/remote-nodes`` (§6). ``token_env`` is an env-var *name*."""
+
+    id: str
+    status: str
+    base_url: str | None = None
+    token_env: str | None = None
+    labels: list[str] = Field(default_factory=list)
+    version: str | None = None
+    protocol_version: int | str | None = None
+    capacity_total: int | None = None
+    capacity_available: int | None = None
+    active_leases: int | None = None
+    active_jobs: int | None = None
+    queued_jobs: int | None = None
+    cpu_total: int | None = None
+    mem_total_bytes: int | None = None
+    mem_available_bytes: int | None = None
+    disk_total_bytes: int | None = None
+    disk_available_bytes: int | None = None
+    cached_toolchains: list[str] = Field(default_factory=list)
+    lean_runtime_ready: bool | None = None
+    last_seen: str | None = None
+    error: str | None = None
+    cordoned: bool = False
+
+
+class RemoteFleet(_Wire):
+    """``GET /api/remote-nodes``: ``{enabled, nodes, recent_jobs, ...}``."""
+
+    enabled: bool
+    nodes: list[RemoteNode] = Field(default_factory=list)
+    recent_jobs: list[JsonValue] = Field(default_factory=list)
+    spark_offload: dict[str, JsonValue] | None = None
+    remote_launch: dict[str, JsonValue] | None = None
+
+
+class CordonResult(_Wire):
+    """``POST /api/nodes/:name/(un)cordon``."""
+
+    node: str
+    cordoned: bool
+    changed: bool
+
+
+class RunningEntry(_Wire):
+    """One row of ``GET /api/control/running`` (§3.6)."""
+
+    mission_id: str
+    state: str
+    queue_len: int | None = None
+    history_len: int | None = None
+    seconds_since_activity: float | None = None
+    health: dict[str, JsonValue] | None = None
+
+
+class _LoginBody(BaseModel):
+    token: str
+    exp: int | None = None
+
+
+@dataclass(frozen=True)
+class EventPage:
+    """A page of events plus the cursor headers (``X-Max-Sequence``, ``X-Total-Events``)."""
+
+    events: list[StoredEvent]
+    max_sequence: int | None
+    total_events: int | None
+
+
+@dataclass(frozen=True)
+class CreateOutcome:
+    """A create's mission plus its headers: ``x-coalesced-with`` and ``x-ignored-fields``."""
+
+    mission: Mission
+    coalesced_with: str | None = None
+    ignored_fields: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class MissionSpec:
+    """The body of ``POST /api/control/missions`` (§3.4); ``None`` fields are not sent."""
+
+    title: str | None = None
+    prompt: str | None = None
+    workspace_id: str | None = None
+    agent: str | None = None
+    backend: str | None = None
+    model_override: str | None = None
+    model_effort: str | None = None
+    fast_mode: bool | None = None
+    config_profile: str | None = None
+    idempotency_key: str | None = None
+    project: str | None = None
+    track: str | None = None
+    tags: Sequence[str] | None = None
+    priority: int | None = None
+    deadline: str | None = None
+    origin: str | None = None
+    origin_session_id: str | None = None
+    estimated_disk_gib: int | None = None
+    remote_node_id: str | None = None
+    remote_requirements: Sequence[str] | None = None
+    extra: Mapping[str, JsonValue] = field(default_factory=dict)
+
+    def body(self) -> dict[str, JsonValue]:
+        """The JSON body: set fields plus ``extra`` (which cannot override a named field)."""
+        out: dict[str, JsonValue] = dict(self.extra)
+        for name in self.__dataclass_fields__:
+            if name == "extra":
+                continue
+            value = getattr(self, name)
+            if value is None:
+                continue
+            out[name] = list(value) if isinstance(value, list | tuple) else value
+        return out
+
+
+# ---- helpers --------------------------------------------------------------------------------
+
+
+def excerpt(text: str, limit: int = _EXCERPT_CHARS) -> str:
+    """A one-line, redacted, truncated excerpt of a response body."""
+    flat = " ".join(default_redactor().redact_text(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def parse_error_text(text: str) -> tuple[str, str | None, dict[str, Any]]:
+    """Split an error body into ``(reason, error_code, json_doc)``; plain text stays the reason."""
+    raw = text.strip()
+    doc: dict[str, Any] = {}
+    code: str | None = None
+    reason = raw
+    with contextlib.suppress(ValueError):
+        parsed = json.loads(raw)
+        if isinstance(parsed, dict):
+            doc = parsed
+            err = parsed.get("error")
+            msg = parsed.get("message")
+            code = err if isinstance(err, str) else None
+            if isinstance(msg, str) and msg:
+                reason = msg
+            elif code:
+                reason = code
+        elif isinstance(parsed, str):
+            reason = parsed
+    reason = default_redactor().redact_text(reason)
+    if len(reason) > _REASON_CHARS:
+        reason = reason[: _REASON_CHARS - 1] + "…"
+    return reason, code, doc
+
+
+def _id_tokens(text: str) -> list[str]:
+    out: list[str] = []
+    for raw in re.split(r"[\s,;|]+", text):
+        token = raw.strip("`'\"[](){}<>*•").rstrip(".:").lstrip("-")
+        if _ID_TOKEN_RE.fullmatch(token) and (
+            any(c.isdigit() for c in token) or "-" in token or "/" in token
+        ):
+            out.append(token)
+    return list(dict.fromkeys(out))
+
+
+def parse_valid_models(text: str, doc: Mapping[str, Any] | None = None) -> list[str]:
+    """Valid catalog ids from a model-not-found error (§3.4 step 23, §8.6); ``[]`` if none listed."""
+    for key in ("valid_models", "available_models", "valid_ids", "models"):
+        listed = (doc or {}).get(key)
+        if isinstance(listed, list) and all(isinstance(x, str) for x in listed):
+            return list(dict.fromkeys(listed))
+    match = _MODEL_NOT_FOUND_RE.search(text)
+    if not match:
+        return []
+    tail = text[match.end() :]
+    _label, colon, rest = tail.partition(":")
+    return _id_tokens(rest if colon else tail)
+
+
+def parse_supported_efforts(text: str) -> list[str]:
+    """Supported values from ``Invalid model_effort for backend '<b>'. Supported values: ...`` (§8.5)."""
+    match = _SUPPORTED_RE.search(text)
+    if not match:
+        return []
+    return list(dict.fromkeys(re.findall(r"[a-z]+", match.group(1).lower())))
+
+
+def _validation_summary(exc: ValidationError) -> str:
+    """Locations and messages only: pydantic's default text would quote the (secret-bearing) input."""
+    parts = [
+        f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
+        for err in exc.errors(include_input=False, include_url=False)[:3]
+    ]
+    more = exc.error_count() - len(parts)
+    return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
+
+
+def _retry_after(resp: httpx.Response) -> float | None:
+    value = resp.headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return min(max(float(value), 0.0), _MAX_RETRY_AFTER_S)
+    except ValueError:
+        return None
+
+
+def _int_header(resp: httpx.Response, name: str) -> int | None:
+    value = resp.headers.get(name)
+    try:
+        return None if value is None else int(value)
+    except ValueError:
+        return None
+
+
+# ---- the client -----------------------------------------------------------------------------
+
+
+class SandboxedClient:
+    """Typed client for the sandboxed.sh REST API. Usable as a context manager.
+
+    With ``token`` the JWT is used as given; otherwise the first authenticated call logs in with
+    ``password`` (and ``username`` in multi-user mode). With neither, no Authorization header is
+    sent (dev mode). A token is never refreshed automatically: a 401 is reported as it is.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token: str | None = None,
+        password: str | None = None,
+        username: str | None = None,
+        timeout_s: float = 15.0,
+        transport: httpx.BaseTransport | None = None,
+        retries: int = 2,
+    ) -> None:
+        if retries < 0:
+            raise ValueError("retries must be >= 0")
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.token_exp: int | None = None
+        self._token = token or None
+        self._password = password
+        self._username = username
+        redactor = default_redactor()
+        redactor.register(token)
+        redactor.register(password)
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, transport=transport)
+
+    def __repr__(self) -> str:
+        return f"SandboxedClient({self.base_url!r}, authenticated={self._token is not None})"
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the underlying connection pool."""
+        self._http.close()
+
+    def __enter__(self) -> SandboxedClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def authenticated(self) -> bool:
+        """True once a token is held (given or obtained by :meth:`login`)."""
+        return self._token is not None
+
+    def bearer_token(self) -> str | None:
+        """The JWT in use, for handing to another client (e.g. the MCP). A secret: never log it."""
+        return self._token
+
+    # ---- transport core -----------------------------------------------------------------------
+
+    def login(self) -> None:
+        """``POST /api/auth/login`` with the configured password; keep the JWT (§2)."""
+        if self._password is None:
+            raise AuthFailed("login: no password configured for the control plane")
+        body: dict[str, str] = {"password": self._password}
+        if self._username is not None:
+            body["username"] = self._username
+        resp = self._send("POST", "/api/auth/login", json_body=body, auth=False)
+        endpoint = "POST /api/auth/login"
+        try:
+            parsed = _LoginBody.model_validate(resp.json())
+        except (ValueError, ValidationError):
+            # No excerpt: a login body holds the token.
+            raise BadResponseError(f"{endpoint}: response is not {{token, exp}} JSON") from None
+        default_redactor().register(parsed.token)
+        self._token = parsed.token
+        self.token_exp = parsed.exp
+
+    def _headers(self, auth: bool) -> dict[str, str]:
+        if not auth:
+            return {}
+        if self._token is None and self._password is not None:
+            self.login()
+        return {"Authorization": f"Bearer {self._token}"} if self._token else {}
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str | int] | None = None,
+        json_body: Mapping[str, object] | None = None,
+        auth: bool = True,
+        timeout_s: float | None = None,
+        rejection: type[ApiRejected] = ApiRejected,
+    ) -> httpx.Response:
+        """Send one request and return a 2xx response; every failure is mapped here, once."""
+        endpoint = f"{method} {path}"
+        attempts = 1 + (self.retries if method == "GET" else 0)
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        headers = self._headers(auth)
+        for attempt in range(attempts):
+            last = attempt + 1 >= attempts
+            try:
+                resp = self._http.request(
+                    method,
+                    path,
+                    params=dict(params) if params else None,
+                    json=json_body,
+                    headers=headers,
+                    timeout=timeout,
+                )
+            except httpx.ConnectTimeout as exc:
+                raise HostUnreachable(f"{endpoint}: connect to {self.base_url} timed out") from exc
+            except httpx.ConnectError as exc:
+                raise HostUnreachable(f"{endpoint}: cannot connect to {self.base_url}") from exc
+            except httpx.TimeoutException as exc:
+                raise CommandTimeout(f"{endpoint}: no answer within {timeout:g}s") from exc
+            except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError) as exc:
+                if not last:
+                    time.sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)])
+                    continue
+                raise TransportError(
+                    f"{endpoint}: connection lost ({type(exc).__name__}) after {attempt + 1} attempt(s)"
+                ) from exc
+            except httpx.HTTPError as exc:
+                raise TransportError(f"{endpoint}: {type(exc).__name__}") from exc
+            if resp.status_code in _RETRY_STATUSES and not last:
+                delay = _retry_after(resp)
+                time.sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)] if delay is None else delay)
+                continue
+            self._raise_for_status(endpoint, resp, rejection)
+            return resp
+        raise AssertionError("unreachable")  # pragma: no cover - the loop always returns or raises
+
+    @staticmethod
+    def _raise_for_status(endpoint: str, resp: httpx.Response, rejection: type[ApiRejected]) -> None:
+        status = resp.status_code
+        if status < 400:
+            return
+        reason, code, doc = parse_error_text(resp.text)
+        reason = reason or resp.reason_phrase or f"HTTP {status}"
+        if status in (401, 403):
+            raise AuthFailed(f"{endpoint}: {reason}", evidence={"endpoint": endpoint, "status": status})
+        if status == 429 or status >= 500:
+            raise ServerError(endpoint, status, reason, error_code=code)
+        if status == 404:
+            raise NotFound(endpoint, status, reason, error_code=code)
+        if issubclass(rejection, MissionRejected):
+            raise MissionRejected(
+                endpoint,
+                status,
+                reason,
+                error_code=code,
+                valid_models=parse_valid_models(resp.text, doc),
+                supported_efforts=parse_supported_efforts(resp.text),
+            )
+        raise rejection(endpoint, status, reason, error_code=code)
+
+    @staticmethod
+    def _shown(resp: httpx.Response, secret_bearing: bool) -> str:
+        """``: '<redacted excerpt>'``, or nothing for secret-bearing endpoints (workspaces)."""
+        return "" if secret_bearing else f": {excerpt(resp.text)!r}"
+
+    def _parse(
+        self, endpoint: str, resp: httpx.Response, model: type[M], *, secret_bearing: bool = False
+    ) -> M:
+        """The body as one ``model``; BadResponseError (endpoint, reason, redacted excerpt) otherwise."""
+        return self._validate(
+            endpoint, resp, model, self._json(endpoint, resp, secret_bearing), secret_bearing
+        )
+
+    def _parse_list(
+        self, endpoint: str, resp: httpx.Response, model: type[M], *, secret_bearing: bool = False
+    ) -> list[M]:
+        """The body as a bare JSON array of ``model``."""
+        data = self._json(endpoint, resp, secret_bearing)
+        if not isinstance(data, list):
+            raise BadResponseError(
+                f"{endpoint}: expected a JSON array, got {type(data).__name__}{self._shown(resp, secret_bearing)}",
+                evidence={"endpoint": endpoint},
+            )
+        return [self._validate(endpoint, resp, model, item, secret_bearing) for item in data]
+
+    def _json(self, endpoint: str, resp: httpx.Response, secret_bearing: bool) -> Any:
+        try:
+            return resp.json()
+        except ValueError:
+            ctype = resp.headers.get("content-type", "?")
+            raise BadResponseError(
+                f"{endpoint}: body is not JSON (status {resp.status_code}, {ctype})"
+                f"{self._shown(resp, secret_bearing)}",
+                evidence={"endpoint": endpoint, "status": resp.status_code},
+            ) from None
+
+    def _validate(
+        self, endpoint: str, resp: httpx.Response, model: type[M], data: Any, secret_bearing: bool
+    ) -> M:
+        try:
+            return model.model_validate(data)
+        except ValidationError as exc:
+            raise BadResponseError(
+                f"{endpoint}: response is not a {model.__name__} ({_validation_summary(exc)})"
+                f"{self._shown(resp, secret_bearing)}",
+                evidence={"endpoint": endpoint},
+            ) from None
+
+    def _get(
+        self, path: str, model: type[M], *, params: Mapping[str, str | int] | None = None, auth: bool = True
+    ) -> M:
+        resp = self._send("GET", path, params=params, auth=auth)
+        return self._parse(f"GET {path}", resp, model)
+
+    # ---- health, auth, fleet ------------------------------------------------------------------
+
+    def health(self) -> HealthInfo:
+        """``GET /api/health`` (public; no token is sent or obtained)."""
+        return self._get("/api/health", HealthInfo, auth=False)
+
+    def auth_status(self) -> AuthStatus:
+        """``GET /api/auth/status``."""
+        return self._get("/api/auth/status", AuthStatus, auth=False)
+
+    def fleet_health(self) -> FleetHealth:
+        """``GET /api/health/fleet``."""
+        return self._get("/api/health/fleet", FleetHealth)
+
+    def remote_nodes(self) -> RemoteFleet:
+        """``GET /api/remote-nodes``."""
+        return self._get("/api/remote-nodes", RemoteFleet)
+
+    def cordon_node(self, name: str, *, cordoned: bool = True) -> CordonResult:
+        """``POST /api/nodes/:name/cordon`` (or ``uncordon``); unknown node → :class:`NotFound`."""
+        path = f"/api/nodes/{name}/{'cordon' if cordoned else 'uncordon'}"
+        resp = self._send("POST", path, json_body={})
+        return self._parse(f"POST {path}", resp, CordonResult)
+
+    # ---- missions -----------------------------------------------------------------------------
+
+    def submit_mission(self, spec: MissionSpec) -> CreateOutcome:
+        """``POST /api/control/missions`` with the coalescing and ignored-field headers."""
+        path = "/api/control/missions"
+        endpoint = f"POST {path}"
+        resp = self._send("POST", path, json_body=spec.body(), rejection=MissionRejected)
+        mission = self._parse(endpoint, resp, Mission)
+        ignored = resp.headers.get("x-ignored-fields", "")
+        return CreateOutcome(
+            mission=mission,
+            coalesced_with=resp.headers.get("x-coalesced-with") or None,
+            ignored_fields=tuple(f for f in ignored.split(",") if f),
+        )
+
+    def create_mission(
+        self,
+        *,
+        title: str | None = None,
+        prompt: str | None = None,
+        workspace_id: str | None = None,
+        agent: str | None = None,
+        backend: str | None = None,
+        model_override: str | None = None,
+        model_effort: str | None = None,
+        fast_mode: bool | None = None,
+        config_profile: str | None = None,
+        idempotency_key: str | None = None,
+        project: str | None = None,
+        track: str | None = None,
+        tags: Sequence[str] | None = None,
+        priority: int | None = None,
+        deadline: str | None = None,
+        origin: str | None = None,
+        origin_session_id: str | None = None,
+        estimated_disk_gib: int | None = None,
+        remote_node_id: str | None = None,
+        remote_requirements: Sequence[str] | None = None,
+        extra: Mapping[str, JsonValue] | None = None,
+    ) -> Mission:
+        """Create a mission (§3.4); a 4xx refusal raises :class:`MissionRejected`."""
+        spec = MissionSpec(
+            title=title,
+            prompt=prompt,
+            workspace_id=workspace_id,
+            agent=agent,
+            backend=backend,
+            model_override=model_override,
+            model_effort=model_effort,
+            fast_mode=fast_mode,
+            config_profile=config_profile,
+            idempotency_key=idempotency_key,
+            project=project,
+            track=track,
+            tags=tags,
+            priority=priority,
+            deadline=deadline,
+            origin=origin,
+            origin_session_id=origin_session_id,
+            estimated_disk_gib=estimated_disk_gib,
+            remote_node_id=remote_node_id,
+            remote_requirements=remote_requirements,
+            extra=dict(extra or {}),
+        )
+        return self.submit_mission(spec).mission
+
+    def get_mission(self, mission_id: str) -> Mission:
+        """``GET /api/control/missions/:id``; unknown id → :class:`NotFound`."""
+        return self._get(f"/api/control/missions/{mission_id}", Mission)
+
+    def list_missions(
+        self,
+        *,
+        status: str | Collection[str] | None = None,
+        all: bool = False,
+        workspace: str | None = None,
+        project: str | None = None,
+        tag: str | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+    ) -> list[Mission]:
+        """``GET /api/control/missions``: attention-only unless ``status`` or ``all`` is given (§3.6)."""
+        params: dict[str, str | int] = {}
+        if status is not None:
+            params["status"] = status if isinstance(status, str) else ",".join(status)
+        if all:
+            params["all"] = "true"
+        for key, value in (("workspace", workspace), ("project", project), ("tag", tag)):
+            if value is not None:
+                params[key] = value
+        if limit is not None:
+            params["limit"] = limit
+        if offset is not None:
+            params["offset"] = offset
+        path = "/api/control/missions"
+        resp = self._send("GET", path, params=params)
+        return self._parse_list(f"GET {path}", resp, Mission)
+
+    def mission_events_page(
+        self,
+        mission_id: str,
+        since_seq: int | None = None,
+        *,
+        before_seq: int | None = None,
+        limit: int | None = None,
+        types: Collection[str] | None = None,
+        view: str | None = None,
+    ) -> EventPage:
+        """``GET .../missions/:id/events`` with an explicit cursor (``since_seq=0`` when none given)."""
+        params: dict[str, str | int] = {}
+        if before_seq is not None:
+            params["before_seq"] = before_seq
+        else:
+            params["since_seq"] = 0 if since_seq is None else since_seq
+        if limit is not None:
+            params["limit"] = limit
+        if types:
+            params["types"] = ",".join(types)
+        if view is not None:
+            params["view"] = view
+        path = f"/api/control/missions/{mission_id}/events"
+        resp = self._send("GET", path, params=params)
+        events = self._parse_list(f"GET {path}", resp, StoredEvent)
+        return EventPage(
+            events=events,
+            max_sequence=_int_header(resp, "x-max-sequence"),
+            total_events=_int_header(resp, "x-total-events"),
+        )
+
+    def mission_events(
+        self,
+        mission_id: str,
+        since_seq: int | None = None,
+        limit: int | None = None,
+        *,
+        before_seq: int | None = None,
+        types: Collection[str] | None = None,
+        view: str | None = None,
+    ) -> list[StoredEvent]:
+        """Events in ascending order after ``since_seq`` (or below ``before_seq``)."""
+        return self.mission_events_page(
+            mission_id, since_seq, before_seq=before_seq, limit=limit, types=types, view=view
+        ).events
+
+    def cancel_mission(self, mission_id: str) -> bool:
+        """``POST .../missions/:id/cancel``; False when the mission is unknown or gone (404)."""
+        try:
+            self._send("POST", f"/api/control/missions/{mission_id}/cancel", json_body={})
+        except NotFound:
+            return False
+        return True
+
+    def running(self) -> list[RunningEntry]:
+        """``GET /api/control/running``: the control actor's live missions."""
+        path = "/api/control/running"
+        resp = self._send("GET", path)
+        return self._parse_list(f"GET {path}", resp, RunningEntry)
+
+    def wait_for_mission(
+        self,
+        mission_id: str,
+        until: Collection[str] | Callable[[Mission], bool],
+        *,
+        timeout_s: float,
+        interval_s: float = 1.0,
+    ) -> Mission:
+        """Poll ``get_mission`` until ``until`` holds; :class:`CommandTimeout` at the deadline."""
+        done: Callable[[Mission], bool]
+        if callable(until):
+            done = until
+        else:
+            wanted = frozenset(until)
+
+            def done(m: Mission) -> bool:
+                return m.status in wanted
+
+        deadline = time.monotonic() + timeout_s
+        polls = 0
+        while True:
+            mission = self.get_mission(mission_id)
+            polls += 1
+            if done(mission):
+                return mission
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise CommandTimeout(
+                    f"mission {mission_id}: condition not met within {timeout_s:g}s "
+                    f"(last status {mission.status!r} after {polls} polls)",
+                    evidence={"mission_id": mission_id, "status": mission.status, "polls": polls},
+                )
+            time.sleep(min(interval_s, remaining))
+
+    # ---- workspaces ---------------------------------------------------------------------------
+
+    def list_workspaces(self) -> list[Workspace]:
+        """``GET /api/workspaces``, reduced at the source: env values never leave this call."""
+        path = "/api/workspaces"
+        resp = self._send("GET", path)
+        return self._parse_list(f"GET {path}", resp, Workspace, secret_bearing=True)
+
+    def get_workspace(self, workspace_id: str) -> Workspace:
+        """``GET /api/workspaces/:id``, reduced at the source."""
+        path = f"/api/workspaces/{workspace_id}"
+        resp = self._send("GET", path)
+        return self._parse(f"GET {path}", resp, Workspace, secret_bearing=True)
+
+    def workspace_exec(
+        self, workspace_id: str, command: str, timeout_s: float = 60.0, *, cwd: str | None = None
+    ) -> ExecResult:
+        """``POST /api/workspaces/:id/exec`` → exit code, output, ``timed_out`` (§4).
+
+        The server enforces ``timeout_secs`` (rounded up, max 600); the HTTP call waits that long
+        plus a grace period.
+        """
+        secs = max(1, min(600, math.ceil(timeout_s)))
+        body: dict[str, JsonValue] = {"command": command, "timeout_secs": secs}
+        if cwd is not None:
+            body["cwd"] = cwd
+        path = f"/api/workspaces/{workspace_id}/exec"
+        endpoint = f"POST {path}"
+        resp = self._send("POST", path, json_body=body, timeout_s=secs + _EXEC_GRACE_S)
+        parsed = self._parse(endpoint, resp, _ExecBody, secret_bearing=True)
+        return ExecResult(
+            exit_code=-1 if parsed.exit_code is None else parsed.exit_code,
+            stdout=parsed.stdout,
+            stderr=parsed.stderr,
+            timed_out=parsed.timed_out,
+        )
