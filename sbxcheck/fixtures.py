@@ -3,6 +3,7 @@
 - ``sbx_inventory``: the validated inventory (session).
 - ``sbx_ssh_pool``: one SSH connection per host per session, shared by every item on that host.
 - ``sbx_vm``: the connected VM of the current gate item (connect failures error the item in setup).
+- ``sbx_missions``: the mission dispatcher of the canary suite (routes and workspace canaries).
 - ``sbx_verdict``: records a CheckResult on the item, attaches its evidence, and fails/skips as it says.
 """
 
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from sbxcheck.inventory import Inventory
+from sbxcheck.lifecycle import MissionDispatcher
 from sbxcheck.redact import default_redactor
 from sbxcheck.results import CheckResult, Outcome
 from sbxcheck.session import GateRun, SbxSession
@@ -38,6 +40,14 @@ def sbx_ssh_pool(request: pytest.FixtureRequest) -> Iterator[SshPool]:
     """A session-wide SSH pool: each host is connected once, lazily, and closed at the end."""
     pool = _session(request).ssh_pool()
     yield pool
+
+
+@pytest.fixture(scope="session")
+def sbx_missions(request: pytest.FixtureRequest) -> MissionDispatcher:
+    """The session's mission dispatcher: every route is dispatched at once on first use, cancelled at the end."""
+    dispatcher = _session(request).dispatcher()
+    dispatcher.start()
+    return dispatcher
 
 
 def _gate_run_of(request: pytest.FixtureRequest) -> GateRun:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -61,6 +61,87 @@ class SssfSection(_Strict):
         return self.runs_dir if self.runs_dir is not None else self.checkout / ".sandbox" / "runs"
 
 
+class RouteSpec(_Strict):
+    """One mission route to probe: how a mission is dispatched and what it must run on."""
+
+    name: str = ""
+    agent: str | None = None
+    backend: str
+    model_override: str | None = None
+    model_effort: str | None = None
+    workspace: str | None = Field(
+        default=None, description="workspace name or id; default: the host workspace"
+    )
+    via: Literal["rest", "mcp"] = "rest"
+    prompt: str = (
+        "sbxcheck route probe: run `echo ok` once with your shell tool, then reply with the word ok."
+    )
+
+    @property
+    def label(self) -> str:
+        base = self.name or "-".join(p for p in (self.backend, self.model_override or "default") if p)
+        return base if self.via == "rest" or self.name else f"{base}-mcp"
+
+
+class WorkspaceCanarySpec(_Strict):
+    """A read-only workspace-visibility canary for one (backend, workspace)."""
+
+    backend: str
+    workspace: str
+    checkout: str = Field(description="the checkout path the mission must see")
+    ref: str | None = Field(default=None, description="expected `git rev-parse HEAD`")
+    pin_file: str | None = "lean-toolchain"
+    pin: str | None = None
+    mcp_file: str = Field(default="README.md", description="a file read through a registered MCP tool")
+    model_override: str | None = None
+    agent: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.backend}-{self.workspace}"
+
+
+class McpSection(_Strict):
+    """How to start the assistant MCP server (stdio) for routes with via = "mcp"."""
+
+    command: list[str]
+    env: dict[str, str] = Field(default_factory=dict, description="plain, non-secret values")
+    env_from: dict[str, str] = Field(
+        default_factory=dict, description="server env var -> name of the local env var holding its value"
+    )
+    timeout_s: float = Field(default=30.0, gt=0, le=600)
+    pass_session_token: bool = Field(
+        default=True,
+        description="hand the REST session's JWT to the server as SANDBOXED_API_TOKEN (env, never argv)",
+    )
+
+
+class SandboxedSection(_Strict):
+    """A sandboxed.sh control plane: where it is, how to authenticate, what to probe."""
+
+    url: str
+    token_env: str | None = Field(default=None, description="env var holding a JWT")
+    password_env: str | None = Field(default=None, description="env var holding the dashboard password")
+    password_file: Path | None = Field(default=None, description="file holding the dashboard password")
+    username: str | None = None
+    request_timeout_s: float = Field(default=15.0, gt=0, le=300)
+    execution_deadline_s: float = Field(default=60.0, gt=0, le=3600)
+    canary_deadline_s: float = Field(default=120.0, gt=0, le=3600)
+    poll_interval_s: float = Field(default=0.5, gt=0, le=60)
+    max_concurrency: int = Field(default=8, ge=1, le=64)
+    alternative_backends: list[str] = Field(default_factory=lambda: ["opencode"])
+    routes: list[RouteSpec] = Field(default_factory=list)
+    canaries: list[WorkspaceCanarySpec] = Field(default_factory=list)
+    mcp: McpSection | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value.rstrip("/")
+
+
 class SimSection(_Strict):
     """Present when the simulator wrote this inventory: what it is, for the report header."""
 
@@ -75,6 +156,7 @@ class Inventory(_Strict):
 
     ssh: SshSection = Field(default_factory=SshSection)
     sssf: SssfSection | None = None
+    sandboxed: SandboxedSection | None = None
     sim: SimSection | None = None
 
     source: str = Field(default="", exclude=True)
@@ -102,6 +184,9 @@ def _resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
             ssh["known_hosts"] = [ssh["known_hosts"]]
         if isinstance(ssh.get("known_hosts"), list):
             ssh["known_hosts"] = [fix(v) for v in ssh["known_hosts"]]
+    sandboxed = data.get("sandboxed")
+    if isinstance(sandboxed, dict) and "password_file" in sandboxed:
+        sandboxed["password_file"] = fix(sandboxed["password_file"])
     sssf = data.get("sssf")
     if isinstance(sssf, dict):
         for key in ("checkout", "runs_dir"):
@@ -175,8 +260,13 @@ def dump_inventory(inv: Inventory) -> str:
 
     emit("ssh", inv.ssh)
     emit("sssf", inv.sssf)
+    emit("sandboxed", inv.sandboxed)
     emit("sim", inv.sim)
     return "\n".join(lines)
+
+
+def _toml_key(key: str) -> str:
+    return key if key.replace("_", "").replace("-", "").isalnum() else _toml_value(key)
 
 
 def _toml_value(value: Any) -> str:
@@ -186,5 +276,11 @@ def _toml_value(value: Any) -> str:
         return repr(value)
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return (
+            "{"
+            + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items() if v is not None)
+            + "}"
+        )
     text = str(value)
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'

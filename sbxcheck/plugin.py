@@ -76,6 +76,7 @@ def pytest_configure(config: pytest.Config) -> None:
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
     seed = workerinput.get("sbxcheck_sim_seed") if workerinput else _sim_seed()
     session = SbxSession(
+        session_tag=workerinput.get("sbxcheck_session_tag") if workerinput else None,
         rootdir=Path(str(config.rootpath)),
         inventory_option=config.getoption("sbx_inventory"),
         force_sim=config.getoption("sbx_sim"),
@@ -89,7 +90,12 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[COLLECTOR_KEY] = collector
         config.pluginmanager.register(collector, "sbxcheck-collector")
         if config.pluginmanager.hasplugin("xdist"):
-            config.pluginmanager.register(_XdistSeed(seed), "sbxcheck-xdist")
+            config.pluginmanager.register(_XdistSeed(seed, session.session_tag), "sbxcheck-xdist")
+            if getattr(config.option, "dist", None) == "load" and getattr(
+                config.option, "numprocesses", None
+            ):
+                # items of one VM (and of the control plane) go to one worker: one connection, one owner
+                config.option.dist = "loadgroup"
 
 
 def _sim_seed() -> int | None:
@@ -105,14 +111,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 class _XdistSeed:
-    """Hands every worker the same simulator seed, so their embedded fleets collect identical ids."""
+    """Hands every worker the same simulator seed (identical ids) and session tag (same idempotency keys)."""
 
-    def __init__(self, seed: int | None) -> None:
+    def __init__(self, seed: int | None, session_tag: str) -> None:
         self.seed = seed
+        self.session_tag = session_tag
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput["sbxcheck_sim_seed"] = self.seed
+        node.workerinput["sbxcheck_session_tag"] = self.session_tag
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -144,8 +152,36 @@ def _gate_runs(config: pytest.Config) -> tuple[list[GateRun], str | None]:
     return runs, None
 
 
+def _sandboxed_params(config: pytest.Config, kind: str) -> list[Any]:
+    """Parameters for the canary suite: route labels, canary labels, or (name, prompt) pairs."""
+    session = config.stash[SESSION_KEY]
+    try:
+        section = session.inventory().sandboxed
+    except InventoryError as exc:
+        return [pytest.param(None, id="inventory", marks=pytest.mark.skip(reason=exc.message))]
+    if section is None:
+        reason = f"the inventory {session.describe_source()} has no [sandboxed] section"
+        return [pytest.param(None, id="no-control-plane", marks=pytest.mark.skip(reason=reason))]
+    if kind == "route":
+        params = [pytest.param(r.label, id=r.label) for r in section.routes]
+    elif kind == "canary":
+        params = [pytest.param(c.label, id=c.label) for c in section.canaries]
+    else:
+        from sbxcheck.lifecycle import canary_prompt
+
+        prompts = [(f"route-{r.label}", r.prompt) for r in section.routes]
+        prompts += [(f"canary-{c.label}", canary_prompt(c)) for c in section.canaries]
+        params = [pytest.param(p, id=p[0]) for p in prompts]
+    return params or [
+        pytest.param(None, id=f"no-{kind}s", marks=pytest.mark.skip(reason=f"no {kind}s declared"))
+    ]
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     names = set(metafunc.fixturenames)
+    for kind in ("route", "canary", "prompt"):
+        if f"sbx_{kind}" in names:
+            metafunc.parametrize(f"sbx_{kind}", _sandboxed_params(metafunc.config, kind))
     if not names & {"sbx_run_entry", "sbx_gate_run", "sbx_gate_model"}:
         return
     runs, why_none = _gate_runs(metafunc.config)
@@ -183,6 +219,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Group each run's items for ``-n N --dist loadgroup``: one worker, so one SSH connection, per VM."""
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
+        if {"sbx_route", "sbx_canary"} & set(params):
+            # one process owns the session's missions: dispatch, follow and cancel happen once
+            item.add_marker(pytest.mark.xdist_group(name="sandboxed-control-plane"))
+            continue
         run = params.get("sbx_gate_run")
         pair = params.get("sbx_gate_model")
         gate_run = run if isinstance(run, GateRun) else pair[0] if isinstance(pair, tuple) else None
@@ -212,7 +252,11 @@ def _result_from_report(
     if recorded is not None and report.when == "call":
         return recorded
     if isinstance(exc, SbxError):
-        return CheckResult.errored(check, target, exc.message, exc.classification, dict(exc.evidence))
+        host = exc.evidence.get("alias") or exc.evidence.get("endpoint")
+        cause = f"{exc.classification.value}:{host}" if host else None  # one unreachable host = one incident
+        return CheckResult.errored(
+            check, target, exc.message, exc.classification, dict(exc.evidence), cause=cause
+        )
     if report.skipped:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr or "")
         return CheckResult(

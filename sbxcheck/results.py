@@ -37,6 +37,7 @@ class Classification(enum.StrEnum):
     WORKSPACE_MOUNT_DEFECT = "workspace_mount_defect"
     SECURITY_EXPOSURE = "security_exposure"
     INFRASTRUCTURE = "infrastructure"
+    DEGRADED = "degraded"
     INTERNAL_ERROR = "internal_error"
 
 

@@ -6,8 +6,12 @@ never learn whether the inventory was written by the simulator.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shlex
 import shutil
 import tempfile
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,6 +24,10 @@ from sbxcheck.inventory import Inventory, find_inventory, load_inventory
 from sbxcheck.transports.ssh import SshPool, SshSettings
 
 if TYPE_CHECKING:  # production runs never import the simulator
+    from sbxcheck.clients.channels import MissionChannel
+    from sbxcheck.clients.mcp import AssistantMcpClient
+    from sbxcheck.clients.sandboxed import SandboxedClient
+    from sbxcheck.lifecycle import MissionDispatcher
     from sbxcheck.sim.fleet import SimFleet
 
 
@@ -48,6 +56,7 @@ class SbxSession:
         faults: list[str],
         run_ids: list[str],
         sim_seed: int | None,
+        session_tag: str | None = None,
     ) -> None:
         self.rootdir = rootdir
         self.force_sim = force_sim or bool(faults)
@@ -63,6 +72,11 @@ class SbxSession:
         self._sim_dir: Path | None = None
         self._pool: SshPool | None = None
         self._gate_runs: list[GateRun] | None = None
+        self.session_tag = session_tag or uuid.uuid4().hex
+        self._client: SandboxedClient | None = None
+        self._mcp: AssistantMcpClient | None = None
+        self._dispatcher: MissionDispatcher | None = None
+        self.cancel_report: dict[str, str] = {}
 
     # --------------------------------------------------------------- inventory
 
@@ -179,8 +193,114 @@ class SbxSession:
             )
         return self._pool
 
+    # --------------------------------------------------------------- control plane
+
+    def sandboxed_client(self) -> SandboxedClient:
+        """The REST client for the inventory's control plane (secrets read from env/file, never stored)."""
+        if self._client is None:
+            from sbxcheck.clients.sandboxed import SandboxedClient
+
+            section = self.inventory().sandboxed
+            if section is None:
+                raise InventoryError("the inventory has no [sandboxed] section")
+            self.ensure_live()
+            token = _secret_from_env(section.token_env, "sandboxed.token_env")
+            password = _secret_from_env(section.password_env, "sandboxed.password_env")
+            if password is None and section.password_file is not None:
+                try:
+                    password = section.password_file.read_text(encoding="utf-8").strip()
+                except OSError as exc:
+                    raise InventoryError(
+                        f"sandboxed.password_file: cannot read {section.password_file} ({exc.strerror})"
+                    ) from None
+            if token is None and password is None:
+                raise InventoryError(
+                    "[sandboxed] needs token_env, password_env or password_file to authenticate"
+                )
+            self._client = SandboxedClient(
+                section.url,
+                token=token,
+                password=password,
+                username=section.username,
+                timeout_s=section.request_timeout_s,
+            )
+        return self._client
+
+    def mcp_client(self) -> AssistantMcpClient:
+        """The assistant MCP server (stdio), started once for the session."""
+        if self._mcp is None:
+            from sbxcheck.clients.mcp import AssistantMcpClient
+
+            section = self.inventory().sandboxed
+            if section is None or section.mcp is None:
+                raise InventoryError(
+                    'a route has via = "mcp" but the inventory has no [sandboxed.mcp] section'
+                )
+            env = dict(section.mcp.env)
+            for name, local in section.mcp.env_from.items():
+                value = _secret_from_env(local, f"sandboxed.mcp.env_from.{name}")
+                if value is not None:
+                    env[name] = value
+            if section.mcp.pass_session_token and not any(k.endswith("API_TOKEN") for k in env):
+                client = self.sandboxed_client()
+                if not client.authenticated:
+                    client.login()
+                token = client.bearer_token()
+                if token:
+                    env["SANDBOXED_API_TOKEN"] = token
+            env.setdefault("SANDBOXED_API_URL", section.url)
+            self._mcp = AssistantMcpClient(section.mcp.command, env=env, timeout_s=section.mcp.timeout_s)
+            self._mcp.start()
+        return self._mcp
+
+    def channel(self, via: str) -> MissionChannel:
+        from sbxcheck.clients.channels import McpChannel, RestChannel
+
+        return McpChannel(self.mcp_client()) if via == "mcp" else RestChannel(self.sandboxed_client())
+
+    def dispatcher(self) -> MissionDispatcher:
+        """The session's mission dispatcher (created once; dispatches on first use)."""
+        if self._dispatcher is None:
+            from sbxcheck.lifecycle import MissionDispatcher
+
+            section = self.inventory().sandboxed
+            if section is None:
+                raise InventoryError("the inventory has no [sandboxed] section")
+            client = self.sandboxed_client()
+
+            def workspace_ids() -> dict[str, str]:
+                return {w.name: w.id for w in client.list_workspaces()}
+
+            def exec_sha256(workspace_id: str, path: str) -> str:
+                result = client.workspace_exec(workspace_id, f"sha256sum {shlex.quote(path)}", timeout_s=30)
+                digest = result.stdout.split()[0] if result.exit_code == 0 and result.stdout.split() else ""
+                if len(digest) != 64:
+                    from sbxcheck.errors import BadResponseError
+
+                    raise BadResponseError(f"workspace exec sha256sum {path}: exit {result.exit_code}")
+                return digest
+
+            self._dispatcher = MissionDispatcher(
+                section, self.channel, self.session_tag, workspace_ids=workspace_ids, exec_sha256=exec_sha256
+            )
+        return self._dispatcher
+
     def close(self) -> None:
-        """Close connections and stop the embedded fleet; each step runs even if another fails."""
+        """Cancel what this session started, close connections, stop the embedded fleet (each step runs)."""
+        try:
+            if self._dispatcher is not None:
+                self.cancel_report = self._dispatcher.close()
+        finally:
+            self._dispatcher = None
+            for closer in (self._mcp, self._client):
+                if closer is not None:
+                    with contextlib.suppress(Exception):  # one failing close must not stop the rest
+                        closer.close()
+            self._mcp = None
+            self._client = None
+            self._close_transport_and_sim()
+
+    def _close_transport_and_sim(self) -> None:
         if self._pool is not None:
             try:
                 self._pool.close()
@@ -193,3 +313,13 @@ class SbxSession:
                 self._sim = None
                 if self._sim_dir is not None:
                     shutil.rmtree(self._sim_dir, ignore_errors=True)
+
+
+def _secret_from_env(name: str | None, field: str) -> str | None:
+    """The value of the env var an inventory field names; a named but unset var is a clear error."""
+    if not name:
+        return None
+    value = os.environ.get(name)
+    if value is None or not value.strip():
+        raise InventoryError(f"{field}: the environment variable {name} is not set in this shell")
+    return value.strip()

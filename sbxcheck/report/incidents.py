@@ -58,6 +58,10 @@ _NOTHING_CHANGED = "nothing was changed"
 #: What to do, per classification, when no record of the incident says better. None of these
 #: proposes a destructive action: teardown is always the choice of the person running the suite.
 DEFAULT_RECOMMENDATIONS: dict[Classification, str] = {
+    C.DEGRADED: (
+        "the route works only with a lower setting than requested (see the evidence) — update the "
+        "inventory or the backend's caps deliberately; " + _NOTHING_CHANGED
+    ),
     C.INFRA_UNREACHABLE: (
         "check the host is up and reachable (ssh -o ConnectTimeout=10 <target> true); " + _NOTHING_CHANGED
     ),
@@ -222,7 +226,7 @@ def build_incidents(records: Sequence[CheckRecord]) -> list[Incident]:
     for group in by_cause.values():
         if len(group.records) >= 2 or group.classification() in INFRA_CLASSIFICATIONS:
             groups.append(group)
-    groups.extend(by_target.values())
+    groups.extend(g for g in by_target.values() if len(g.records) >= 2)  # one failing item is not an incident
 
     incidents: list[Incident] = []
     for group in groups:

@@ -576,6 +576,7 @@ class ControlPlaneDouble:
                 Route("/api/control/running", guard(self._running), methods=["GET"]),
                 Route("/api/control/missions/{id}", guard(self._mission_item), methods=["GET", "DELETE"]),
                 Route("/api/control/missions/{id}/events", guard(self._events), methods=["GET"]),
+                Route("/api/control/missions/{id}/digest", guard(self._digest), methods=["GET"]),
                 Route("/api/control/missions/{id}/cancel", guard(self._cancel), methods=["POST"]),
                 Route("/api/workspaces", guard(self._list_workspaces), methods=["GET"]),
                 Route("/api/workspaces/{id}", guard(self._get_workspace), methods=["GET"]),
@@ -1273,6 +1274,43 @@ class ControlPlaneDouble:
                     }
                 )
             return JSONResponse(self._render(m, decorate=True))
+
+    async def _digest(self, request: Request, user: str) -> Response:
+        """``GET /missions/:id/digest``: the compact view behind MCP ``get_mission`` (§3.5); no ``agent``."""
+        raw = request.path_params["id"]
+        with self._lock:
+            mid, m = self._lookup(raw)
+            if mid is None:
+                return _text(400, f"Invalid URL: Cannot parse `{raw}` to a UUID")
+            if m is None or m.owner != user:
+                return _text(404, f"Mission {mid} not found")
+            full = self._render(m, decorate=True)
+        keys = (
+            "id",
+            "title",
+            "status",
+            "awaiting_kind",
+            "terminal_reason",
+            "terminal_evidence",
+            "short_description",
+            "backend",
+            "model_override",
+            "model_effort",
+            "workspace_id",
+            "workspace_name",
+            "created_at",
+            "updated_at",
+            "execution",
+            "mission_mode",
+            "goal_mode",
+            "goal_objective",
+        )
+        digest: dict[str, Any] = {k: full.get(k) for k in keys}
+        history = full.get("history") or []
+        digest["needs_operator"] = full.get("status") == "awaiting_user"
+        digest["history_len"] = len(history)
+        digest["project"] = {k: full.get(k) for k in ("project", "track", "intent", "github_pr", "tags")}
+        return JSONResponse(digest)
 
     def _list(self, request: Request, user: str) -> Response:
         q = request.query_params

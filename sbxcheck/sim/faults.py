@@ -38,16 +38,65 @@ FAULTS: dict[str, Fault] = {
         Fault("openrouter.key-uncapped", "the runtime key has no limit (limit null)"),
         Fault("vm.unreachable", "nothing listens on the VM's SSH port (connection refused)"),
         Fault("vm.host-key-changed", "the VM presents a host key that known_hosts does not list"),
+        Fault(
+            "cp.backend-crash",
+            "opencode missions fail at init with `fn3 is not a function`, before any tool call",
+        ),
+        Fault(
+            "cp.model-not-found",
+            "opencode missions with a model park in awaiting_user (ProviderModelNotFoundError)",
+        ),
+        Fault("cp.effort-reject-max", "codex rejects model_effort max (400 Invalid model_effort)"),
+        Fault("cp.record-drops-model", "claudecode's stored record loses model_override"),
+        Fault("cp.stuck-pending", "gemini missions are never dispatched: they stay pending"),
+        Fault("cp.no-evidence", "gemini missions complete with no tool or assistant events"),
+        Fault(
+            "cp.mount-missing", "opencode missions see an empty ephemeral directory instead of the workspace"
+        ),
+        Fault(
+            "cp.idempotency-ignored", "create ignores idempotency_key: a retried create is a second mission"
+        ),
+        Fault("cp.auth-expired", "every bearer token is refused: 401 Invalid or expired token"),
+        Fault("cp.env-values-exposed", "the verity workspace's env also holds credential-shaped values"),
+        Fault("fleet.node-offline", "remote node dgx-spark missed its heartbeats: offline"),
+        Fault("fleet.node-cordoned", "remote node babylon is cordoned"),
+        Fault("fleet.degraded-disk", "the control plane's disk is at 96%: disk_level critical"),
     )
 }
+
+# Where a control-plane fault lands when no @target is given: one backend, so the fault matrix is exact.
+CONTROLPLANE_TARGETS: dict[str, str] = {
+    "cp.backend-crash": "opencode",
+    "cp.model-not-found": "opencode",
+    "cp.effort-reject-max": "codex",
+    "cp.record-drops-model": "claudecode",
+    "cp.stuck-pending": "gemini",
+    "cp.no-evidence": "gemini",
+    "cp.mount-missing": "opencode",
+    "cp.idempotency-ignored": "*",
+    "cp.auth-expired": "*",
+    "cp.env-values-exposed": "verity",
+    "fleet.node-offline": "dgx-spark",
+    "fleet.node-cordoned": "babylon",
+    "fleet.degraded-disk": "*",
+}
+
+
+def is_controlplane_fault(name: str) -> bool:
+    """Faults of the control-plane double (their @target is a backend, workspace or node, not a run)."""
+    return name.startswith(("cp.", "fleet."))
 
 
 @dataclass(frozen=True)
 class FaultSpec:
-    """A fault and the run it targets (None = the first run)."""
+    """A fault and what it targets: a run id (vm./openrouter.) or a backend/workspace/node (cp./fleet.)."""
 
     name: str
     run_id: str | None = None
+
+    @property
+    def target(self) -> str | None:
+        return self.run_id
 
     def __str__(self) -> str:
         return self.name if self.run_id is None else f"{self.name}@{self.run_id}"

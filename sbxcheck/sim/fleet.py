@@ -12,9 +12,11 @@ import datetime as dt
 import json
 import os
 import random
+import secrets
 import shutil
 import socket
 import subprocess
+import sys
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,12 +27,17 @@ from sbxcheck.errors import SimError
 from sbxcheck.inventory import (
     INVENTORY_FILENAME,
     Inventory,
+    McpSection,
+    RouteSpec,
+    SandboxedSection,
     SimSection,
     SshSection,
     SssfSection,
+    WorkspaceCanarySpec,
     dump_inventory,
 )
-from sbxcheck.sim.faults import FaultSpec, parse_fault
+from sbxcheck.sim.controlplane import ControlPlaneDouble
+from sbxcheck.sim.faults import CONTROLPLANE_TARGETS, FaultSpec, is_controlplane_fault, parse_fault
 from sbxcheck.sim.httpserver import BackgroundServer
 from sbxcheck.sim.openrouter import OpenRouterDouble
 from sbxcheck.sim.pi import PiInstall, ensure_pi, pi_status, write_pi_shim
@@ -136,6 +143,10 @@ class SimFleet:
         self.embedded = embedded
         self.runs: list[SimRun] = []
         self.openrouter = OpenRouterDouble()
+        self.controlplane: ControlPlaneDouble | None = None
+        self.cp_http: BackgroundServer | None = None
+        self._cp_port = 0
+        self._cp_password = secrets.token_urlsafe(18)
         self.ssh_server: SimSshServer | None = None
         self.http: BackgroundServer | None = None
         self.pi: PiInstall | None = None
@@ -186,6 +197,7 @@ class SimFleet:
         self._write_closed_record(runs_dir, next(planned), commit_sha, created)
         self._validate_fault_targets()
         self._apply_file_faults()
+        self._make_controlplane()
         self._write_ssh_config()
         self._write_inventory()
         self._materialized = True
@@ -340,10 +352,100 @@ class SimFleet:
 
     def _validate_fault_targets(self) -> None:
         for spec in self.fault_specs:
-            self._target(spec)
+            if not is_controlplane_fault(spec.name):
+                self._target(spec)
+
+    # ------------------------------------------------------------ the sandboxed.sh control plane
+
+    def _make_controlplane(self) -> None:
+        """The control-plane double with its workspaces on disk, faults injected, password in a 0600 file."""
+        self._cp_port = _free_port()
+        self.controlplane = ControlPlaneDouble(
+            self.root / "controlplane", password=self._cp_password, seed=self.seed
+        )
+        for spec in self.fault_specs:
+            if is_controlplane_fault(spec.name):
+                self.controlplane.inject(spec.name, spec.target or CONTROLPLANE_TARGETS.get(spec.name, "*"))
+        secret_dir = self.root / "secrets"
+        secret_dir.mkdir(mode=0o700, exist_ok=True)
+        password_file = secret_dir / "controlplane_password"
+        password_file.write_text(self._cp_password + "\n", encoding="utf-8")
+        password_file.chmod(0o600)
+
+    def _sandboxed_section(self) -> SandboxedSection:
+        cp = self.controlplane
+        assert cp is not None
+        routes = [
+            RouteSpec(
+                name="codex-terra",
+                agent="build",
+                backend="codex",
+                model_override="gpt-5.6-terra",
+                model_effort="high",
+            ),
+            RouteSpec(
+                name="codex-terra-mcp",
+                agent="build",
+                backend="codex",
+                model_override="gpt-5.6-terra",
+                model_effort="high",
+                via="mcp",
+            ),
+            RouteSpec(
+                name="codex-sol-max",
+                agent="build",
+                backend="codex",
+                model_override="gpt-5.6-sol",
+                model_effort="max",
+            ),
+            RouteSpec(
+                name="claudecode-opus",
+                agent="build",
+                backend="claudecode",
+                model_override="claude-opus-4-8",
+                model_effort="high",
+            ),
+            RouteSpec(name="opencode-glm", agent="build", backend="opencode", model_override="glm-5.2"),
+            RouteSpec(
+                name="opencode-minimax",
+                agent="build",
+                backend="opencode",
+                model_override="minimax/MiniMax-M3",
+            ),
+            RouteSpec(
+                name="gemini-flash", agent="build", backend="gemini", model_override="gemini-3.6-flash"
+            ),
+        ]
+        canaries = []
+        for backend, workspace in (("codex", "verity"), ("opencode", "verity"), ("claudecode", "lean-lab")):
+            checkout = cp.checkout_path(workspace)
+            canaries.append(
+                WorkspaceCanarySpec(
+                    backend=backend,
+                    workspace=workspace,
+                    checkout=str(checkout),
+                    ref=cp.head_sha(workspace),
+                    pin_file="lean-toolchain",
+                    pin=(checkout / "lean-toolchain").read_text(encoding="utf-8").strip(),
+                    mcp_file="README.md",
+                    agent="build",
+                )
+            )
+        return SandboxedSection(
+            url=f"http://127.0.0.1:{self._cp_port}",
+            password_file=self.root / "secrets" / "controlplane_password",
+            execution_deadline_s=10.0,
+            canary_deadline_s=30.0,
+            poll_interval_s=0.25,
+            routes=routes,
+            canaries=canaries,
+            mcp=McpSection(command=[sys.executable, "-m", "sbxcheck.sim.assistant_mcp"], timeout_s=30.0),
+        )
 
     def _apply_file_faults(self) -> None:
         for spec in self.fault_specs:
+            if is_controlplane_fault(spec.name):
+                continue
             run = self._target(spec)
             app = run.home / "app"
             models = run.home / ".pi" / "agent" / "models.json"
@@ -380,7 +482,10 @@ class SimFleet:
                 self.openrouter.set_limit(run.key_hash, None)
 
     def _has_fault(self, name: str, run: SimRun) -> bool:
-        return any(s.name == name and self._target(s) is run for s in self.fault_specs)
+        return any(
+            s.name == name and not is_controlplane_fault(s.name) and self._target(s) is run
+            for s in self.fault_specs
+        )
 
     def _write_ssh_config(self) -> None:
         blocks = []
@@ -407,6 +512,7 @@ class SimFleet:
                 checkout=self.checkout,
                 openrouter_base_url=f"http://127.0.0.1:{self._openrouter_port}/api/v1",
             ),
+            sandboxed=self._sandboxed_section(),
             sim=SimSection(
                 embedded=self.embedded,
                 pi=pi_status(),
@@ -433,6 +539,9 @@ class SimFleet:
         try:
             self.http = BackgroundServer(self.openrouter.app, port=self._openrouter_port)
             self.http.start()
+            assert self.controlplane is not None
+            self.cp_http = BackgroundServer(self.controlplane.app, port=self._cp_port)
+            self.cp_http.start()
             self.ssh_server = SimSshServer(
                 authorized_keys=[self._client_pub], default_host_key=self.ssh_dir / "exe_dev_host_key"
             )
@@ -471,11 +580,19 @@ class SimFleet:
         if self.http is not None:
             self.http.stop()
             self.http = None
+        if self.cp_http is not None:
+            self.cp_http.stop()
+            self.cp_http = None
+        if self.controlplane is not None:
+            self.controlplane.stop()
         self._serving = False
 
     def secrets(self) -> list[str]:
         """Every secret the sim holds (for leak tests): runtime keys and the provisioning key."""
-        return [r.runtime_key for r in self.runs] + [self.openrouter.provisioning_key]
+        values = [r.runtime_key for r in self.runs] + [self.openrouter.provisioning_key, self._cp_password]
+        if self.controlplane is not None:
+            values += self.controlplane.secret_values()
+        return values
 
     def __enter__(self) -> SimFleet:
         self.serve()

@@ -181,7 +181,10 @@ def test_single_cause_groups_only_when_infrastructure() -> None:
     timed = rec("c", "t2", Outcome.ERROR, classification=C.TIMEOUT, cause="slow-disk")
     timed2 = rec("d", "t2", Outcome.ERROR, classification=C.TIMEOUT)
     incs = build_incidents([timed, timed2])
-    assert sorted(len(i.checks) for i in incs) == [1, 1]
+    assert [i.checks for i in incs] == [[timed.nodeid]]  # a lone uncaused timeout is not an incident
+    timed3 = rec("e", "t2", Outcome.ERROR, classification=C.TIMEOUT)
+    incs = build_incidents([timed, timed2, timed3])
+    assert sorted(len(i.checks) for i in incs) == [1, 2]
     assert len({i.id for i in incs}) == 2
 
 

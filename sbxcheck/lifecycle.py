@@ -1,0 +1,418 @@
+"""Mission lifecycle for the canary suite: dispatch every route at once, follow each, cancel at the end.
+
+``MissionDispatcher.start()`` dispatches all route missions of the session concurrently (bounded by
+``max_concurrency``); each pytest item then waits for its own route's ``RouteRun``. Polling reads
+events with the ``since_seq`` cursor. Alternative-provider backends (opencode by default) are probed
+with two routes first: when both crash at the same init boundary with the same signature, that is one
+infrastructure incident and nothing more is dispatched to that backend. ``close()`` cancels every
+mission this session created that is not terminal — on success, failure and interrupt alike.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import hashlib
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sbxcheck.clients.channels import Created, MissionChannel
+from sbxcheck.clients.sandboxed import MissionRejected, MissionSpec, NotFound
+from sbxcheck.errors import CommandTimeout, SbxError
+from sbxcheck.inventory import RouteSpec, SandboxedSection, WorkspaceCanarySpec
+from sbxcheck.results import Classification
+
+TERMINAL = frozenset({"completed", "failed", "blocked", "not_feasible", "interrupted"})
+EVIDENCE_EVENTS = frozenset({"tool_call", "tool_result", "assistant_message"})
+EFFORT_LADDER = ("max", "xhigh", "high")
+CANARY_STEPS_HEADER = (
+    "sbxcheck workspace-visibility canary. Read-only: change nothing. Carry out exactly these steps, "
+    "in order, with your tools, and report each output verbatim."
+)
+
+
+def effort_fallbacks(effort: str | None) -> list[str | None]:
+    """The efforts to try in order: the requested one, then one step down at a time (§8.5)."""
+    if effort not in EFFORT_LADDER:
+        return [effort]
+    return list(EFFORT_LADDER[EFFORT_LADDER.index(effort) :])
+
+
+def crash_signature(events: list[dict[str, Any]]) -> str | None:
+    """The error text of a mission that ended before any tool call, normalised (ids and numbers removed)."""
+    if any(e.get("event_type") in ("tool_call", "tool_result") for e in events):
+        return None
+    errors = [str(e.get("content") or "") for e in events if e.get("event_type") == "error"]
+    if not errors:
+        return None
+    text = re.sub(r"[0-9a-f]{8}-[0-9a-f-]{27,}|\b\d+\b", "#", errors[-1].strip().splitlines()[0])
+    return text[:120]
+
+
+@dataclass
+class RouteRun:
+    """Everything the session saw of one route's mission."""
+
+    route: RouteSpec
+    title: str
+    idempotency_key: str
+    requested: dict[str, str | None]
+    effort_attempts: list[dict[str, Any]] = field(default_factory=list)
+    created: Created | None = None
+    rejection: MissionRejected | None = None
+    error: SbxError | None = None
+    record: dict[str, Any] | None = None
+    last: dict[str, Any] | None = None
+    events: list[dict[str, Any]] = field(default_factory=list)
+    timeline: list[tuple[float, str]] = field(default_factory=list)
+    waited_s: float = 0.0
+    deadline_s: float = 0.0
+    skipped_incident: str | None = None
+    retry: Created | None = None
+    check_idempotency: bool = True
+    done: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def mission_id(self) -> str | None:
+        return str(self.created.mission["id"]) if self.created is not None else None
+
+    @property
+    def accepted_effort(self) -> str | None:
+        accepted = [a["effort"] for a in self.effort_attempts if a["accepted"]]
+        return accepted[-1] if accepted else None
+
+    @property
+    def status(self) -> str | None:
+        source = self.last or (self.created.mission if self.created else None)
+        return str(source.get("status")) if source and source.get("status") else None
+
+
+@dataclass
+class CanaryRun:
+    """A workspace-visibility canary mission and what it showed."""
+
+    spec: WorkspaceCanarySpec
+    workspace_id: str | None = None
+    run: RouteRun | None = None
+    exec_sha256: str | None = None
+    exec_error: str | None = None
+    skipped_incident: str | None = None
+    error: SbxError | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+def canary_prompt(spec: WorkspaceCanarySpec) -> str:
+    """Explicit, checkable, read-only steps; their outputs (not the agent's summary) are the evidence."""
+    steps = [f"STEP: ls -d {spec.checkout}", f"STEP: git -C {spec.checkout} rev-parse HEAD"]
+    if spec.pin_file:
+        steps.append(f"STEP: cat {spec.checkout}/{spec.pin_file}")
+    steps.append(f"STEP: mcp read_file {spec.checkout}/{spec.mcp_file}")
+    return "\n".join([CANARY_STEPS_HEADER, *steps])
+
+
+class MissionDispatcher:
+    """Owns this session's missions: concurrent dispatch, cursor polling, and cancellation at close."""
+
+    def __init__(
+        self,
+        section: SandboxedSection,
+        channel_for: Callable[[str], MissionChannel],
+        session_tag: str,
+        *,
+        workspace_ids: Callable[[], dict[str, str]],
+        exec_sha256: Callable[[str, str], str],
+    ) -> None:
+        self.section = section
+        self.channel_for = channel_for
+        self.session_tag = session_tag
+        self._workspace_ids = workspace_ids
+        self._exec_sha256 = exec_sha256
+        self.routes: dict[str, RouteRun] = {}
+        self.canaries: dict[str, CanaryRun] = {}
+        self.blocked_backends: dict[str, str] = {}
+        self.created: dict[str, str] = {}  # mission id -> via
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._pool: cf.ThreadPoolExecutor | None = None
+        self._threads: list[threading.Thread] = []
+        self._started = False
+        self._ws_locks: dict[str, threading.Lock] = {}
+        self._backend_settled: dict[str, threading.Event] = {}
+        self._ws_map: dict[str, str] | None = None
+        self.started_at = 0.0
+
+    # ------------------------------------------------------------------ public
+
+    def start(self) -> None:
+        """Dispatch every route and canary of the inventory (once); returns at once."""
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+        self.started_at = time.monotonic()
+        self._pool = cf.ThreadPoolExecutor(
+            max_workers=self.section.max_concurrency, thread_name_prefix="sbx-mission"
+        )
+        by_backend: dict[str, list[RouteRun]] = {}
+        for route in self.section.routes:
+            run = self._new_run(route, route.prompt, f"route {route.label}")
+            self.routes[route.label] = run
+            by_backend.setdefault(route.backend, []).append(run)
+        for backend in {r.backend for r in self.section.routes} | {c.backend for c in self.section.canaries}:
+            self._backend_settled[backend] = threading.Event()
+        for backend, runs in by_backend.items():
+            alternative = backend in self.section.alternative_backends
+            first, rest = (runs[:2], runs[2:]) if alternative and len(runs) > 2 else (runs, [])
+            for run in first:
+                self._pool.submit(self._drive_route, run)
+            self._spawn(self._settle_backend, backend, first, rest)
+        for backend, settled in self._backend_settled.items():
+            if backend not in by_backend:
+                settled.set()
+        for spec in self.section.canaries:
+            canary = CanaryRun(spec)
+            self.canaries[spec.label] = canary
+            self._spawn(self._drive_canary, canary)
+
+    def _spawn(self, target: Callable[..., None], *args: Any) -> None:
+        """Coordination work (probe gating, canaries) runs beside the pool, never holding a dispatch slot."""
+        thread = threading.Thread(target=target, args=args, daemon=True, name="sbx-coordinator")
+        self._threads.append(thread)
+        thread.start()
+
+    def route(self, label: str, timeout_s: float) -> RouteRun:
+        """Wait (bounded) for a route's run to settle."""
+        self.start()
+        run = self.routes[label]
+        run.done.wait(timeout_s)
+        return run
+
+    def canary(self, label: str, timeout_s: float) -> CanaryRun:
+        self.start()
+        canary = self.canaries[label]
+        canary.done.wait(timeout_s)
+        return canary
+
+    def close(self) -> dict[str, str]:
+        """Cancel every non-terminal mission this session created; report what happened to each."""
+        self._stop.set()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+        for thread in self._threads:
+            thread.join(timeout=self.section.request_timeout_s * 2)
+        outcome: dict[str, str] = {}
+        for mission_id, via in list(self.created.items()):
+            try:
+                channel = self.channel_for(via)
+                status = channel.get(mission_id).get("status")
+                if status in TERMINAL:
+                    outcome[mission_id] = f"already {status}"
+                    continue
+                outcome[mission_id] = "cancelled" if channel.cancel(mission_id) else "already gone"
+            except NotFound:
+                outcome[mission_id] = "already gone"
+            except SbxError as exc:  # one failing cancel does not stop the others
+                outcome[mission_id] = f"cancel failed: {exc.message}"
+        return outcome
+
+    # ------------------------------------------------------------------ routes
+
+    def _new_run(self, route: RouteSpec, prompt: str, title: str) -> RouteRun:
+        key = hashlib.sha256(f"{self.session_tag}\x00{title}".encode()).hexdigest()[:32]
+        return RouteRun(
+            route=route.model_copy(update={"prompt": prompt}),
+            title=f"sbxcheck {self.session_tag[:8]} {title}",
+            idempotency_key=f"sbxcheck-{key}",
+            requested={
+                "agent": route.agent,
+                "backend": route.backend,
+                "model_override": route.model_override,
+                "model_effort": route.model_effort,
+            },
+            deadline_s=self.section.execution_deadline_s,
+        )
+
+    def _workspace_id(self, name: str | None) -> str | None:
+        if name is None:
+            return None
+        if self._ws_map is None:
+            self._ws_map = self._workspace_ids()
+        return self._ws_map.get(name, name)
+
+    def _drive_route(self, run: RouteRun) -> None:
+        try:
+            self._dispatch(run)
+            if run.created is not None:
+                self._follow(run)
+        except SbxError as exc:
+            run.error = exc
+        except Exception as exc:  # a bug must not hang the items waiting on this run
+            run.error = SbxError(f"internal error following {run.route.label}: {type(exc).__name__}: {exc}")
+        finally:
+            run.done.set()
+
+    def _dispatch(self, run: RouteRun) -> None:
+        route = run.route
+        channel = self.channel_for(route.via)
+        workspace_id = self._workspace_id(route.workspace)
+        for effort in effort_fallbacks(route.model_effort):
+            spec = MissionSpec(
+                title=run.title,
+                prompt=route.prompt,
+                workspace_id=workspace_id,
+                agent=route.agent,
+                backend=route.backend,
+                model_override=route.model_override,
+                model_effort=effort,
+                idempotency_key=run.idempotency_key,
+            )
+            try:
+                created = channel.create(spec)
+            except MissionRejected as exc:
+                effort_error = "model_effort" in exc.reason
+                run.effort_attempts.append({"effort": effort, "accepted": False, "reason": exc.reason[:300]})
+                if effort_error and effort != effort_fallbacks(route.model_effort)[-1]:
+                    continue
+                run.rejection = exc
+                return
+            run.effort_attempts.append({"effort": effort, "accepted": True})
+            run.created = created
+            self.created[str(created.mission["id"])] = route.via
+            if created.idempotency_supported and run.check_idempotency:
+                # §8.2: a retry with the same key must return the same mission, never a second one
+                retry = channel.create(spec)
+                run.retry = retry
+                self.created.setdefault(str(retry.mission["id"]), route.via)
+            return
+
+    def _follow(self, run: RouteRun) -> None:
+        """Poll the record and the events (cursor) until execution evidence, a terminal state or the deadline."""
+        channel = self.channel_for(run.route.via)
+        mission_id = run.mission_id
+        assert mission_id is not None
+        started = time.monotonic()
+        deadline = started + run.deadline_s
+        cursor = 0
+        run.record = channel.get(mission_id)
+        while True:
+            current = channel.get(mission_id)
+            run.last = current
+            status = str(current.get("status"))
+            if not run.timeline or run.timeline[-1][1] != status:
+                run.timeline.append((round(time.monotonic() - started, 2), status))
+            fresh = channel.events(mission_id, cursor)
+            for event in fresh:
+                seq = event.get("sequence")
+                if isinstance(seq, int) and seq > cursor:
+                    cursor = seq
+            run.events.extend(fresh)
+            has_evidence = any(e.get("event_type") in EVIDENCE_EVENTS for e in run.events)
+            if status in TERMINAL or status == "awaiting_user" or (status == "active" and has_evidence):
+                break
+            if self._stop.is_set() or time.monotonic() >= deadline:
+                break
+            time.sleep(self.section.poll_interval_s)
+        run.waited_s = round(time.monotonic() - started, 2)
+
+    def _settle_backend(self, backend: str, first: list[RouteRun], rest: list[RouteRun]) -> None:
+        """Wait for the probe routes; on a shared crash signature block the backend, else dispatch the rest."""
+        budget = self.section.execution_deadline_s + 60
+        for run in first:
+            run.done.wait(budget)
+        if backend in self.section.alternative_backends:
+            signatures = [crash_signature(r.events) for r in first if r.status in TERMINAL]
+            shared = [s for s in signatures if s]
+            if len(shared) >= 2 and len(set(shared)) == 1:
+                self.blocked_backends[backend] = shared[0]
+        incident = self.incident_for(backend)
+        for run in rest:
+            if incident is not None:
+                run.skipped_incident = incident
+                run.done.set()
+            else:
+                self._drive_route(run)
+        self._backend_settled[backend].set()
+
+    def incident_for(self, backend: str) -> str | None:
+        """The incident id that blocks ``backend``, computed as the report computes it (same cause)."""
+        signature = self.blocked_backends.get(backend)
+        if signature is None:
+            return None
+        from sbxcheck.report import incident_id
+
+        return incident_id(Classification.INFRASTRUCTURE, adapter_crash_cause(backend, signature))
+
+    # ------------------------------------------------------------------ canaries
+
+    def _drive_canary(self, canary: CanaryRun) -> None:
+        spec = canary.spec
+        try:
+            self._backend_settled[spec.backend].wait(self.section.execution_deadline_s + 120)
+            incident = self.incident_for(spec.backend)
+            if incident is not None:
+                canary.skipped_incident = incident
+                return
+            canary.workspace_id = self._workspace_id(spec.workspace)
+            lock = self._ws_locks.setdefault(spec.workspace, threading.Lock())
+            with lock:  # one live mission per workspace: the control plane refuses a second (409)
+                route = RouteSpec(
+                    name=f"canary-{spec.label}",
+                    backend=spec.backend,
+                    agent=spec.agent,
+                    model_override=spec.model_override,
+                    workspace=spec.workspace,
+                )
+                run = self._new_run(route, canary_prompt(spec), f"canary {spec.label}")
+                run.deadline_s = self.section.canary_deadline_s
+                run.check_idempotency = False  # a canary's retry would only meet its own workspace lease
+                canary.run = run
+                self._dispatch(run)
+                if run.created is not None:
+                    self._follow_to_end(run)
+            if canary.workspace_id:
+                try:
+                    canary.exec_sha256 = self._exec_sha256(
+                        canary.workspace_id, f"{spec.checkout}/{spec.mcp_file}"
+                    )
+                except SbxError as exc:
+                    canary.exec_error = exc.message
+        except SbxError as exc:
+            canary.error = exc
+        except Exception as exc:
+            canary.error = SbxError(f"internal error in canary {spec.label}: {type(exc).__name__}: {exc}")
+        finally:
+            if canary.run is not None:
+                canary.run.done.set()
+            canary.done.set()
+
+    def _follow_to_end(self, run: RouteRun) -> None:
+        """Follow a canary until it is terminal or parked (its steps must all have run)."""
+        self._follow(run)
+        channel = self.channel_for(run.route.via)
+        mission_id = run.mission_id
+        assert mission_id is not None
+        deadline = time.monotonic() + run.deadline_s
+        cursor = max(
+            [e.get("sequence", 0) for e in run.events if isinstance(e.get("sequence"), int)], default=0
+        )
+        while run.status not in TERMINAL and run.status != "awaiting_user":
+            if self._stop.is_set() or time.monotonic() >= deadline:
+                raise CommandTimeout(
+                    f"canary mission {mission_id} still {run.status} after {run.deadline_s:.0f}s",
+                    evidence={"mission_id": mission_id, "status": run.status},
+                )
+            time.sleep(self.section.poll_interval_s)
+            run.last = channel.get(mission_id)
+            fresh = channel.events(mission_id, cursor)
+            for event in fresh:
+                if isinstance(event.get("sequence"), int):
+                    cursor = max(cursor, event["sequence"])
+            run.events.extend(fresh)
+
+
+def adapter_crash_cause(backend: str, signature: str) -> str:
+    """The shared cause string of a shared adapter crash (items with it form one incident)."""
+    return f"adapter-crash:{backend}:{signature}"
