@@ -71,6 +71,7 @@ class RouteRun:
     waited_s: float = 0.0
     deadline_s: float = 0.0
     skipped_incident: str | None = None
+    settled_s: float | None = None  # seconds from the session's first dispatch until this run settled
     retry: Created | None = None
     check_idempotency: bool = True
     done: threading.Event = field(default_factory=threading.Event)
@@ -252,6 +253,7 @@ class MissionDispatcher:
         except Exception as exc:  # a bug must not hang the items waiting on this run
             run.error = SbxError(f"internal error following {run.route.label}: {type(exc).__name__}: {exc}")
         finally:
+            run.settled_s = round(time.monotonic() - self.started_at, 2)
             run.done.set()
 
     def _dispatch(self, run: RouteRun) -> None:

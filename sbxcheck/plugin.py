@@ -230,6 +230,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(name=gate_run.run_id))
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Remember which routes and canaries the selected items need: only those are dispatched."""
+    state = session.config.stash.get(SESSION_KEY, None)
+    if state is None:
+        return
+    routes: set[str] = set()
+    canaries: set[str] = set()
+    for item in session.items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if isinstance(params.get("sbx_route"), str):
+            routes.add(params["sbx_route"])
+        if isinstance(params.get("sbx_canary"), str):
+            canaries.add(params["sbx_canary"])
+    state.wanted_routes, state.wanted_canaries = routes, canaries
+
+
 # ------------------------------------------------------------------ per-item results
 
 

@@ -77,6 +77,8 @@ class SbxSession:
         self._mcp: AssistantMcpClient | None = None
         self._dispatcher: MissionDispatcher | None = None
         self.cancel_report: dict[str, str] = {}
+        self.wanted_routes: set[str] | None = None  # None: every route of the inventory
+        self.wanted_canaries: set[str] | None = None
 
     # --------------------------------------------------------------- inventory
 
@@ -280,6 +282,14 @@ class SbxSession:
                     raise BadResponseError(f"workspace exec sha256sum {path}: exit {result.exit_code}")
                 return digest
 
+            if self.wanted_routes is not None or self.wanted_canaries is not None:
+                wanted_r, wanted_c = self.wanted_routes or set(), self.wanted_canaries or set()
+                section = section.model_copy(
+                    update={
+                        "routes": [r for r in section.routes if r.label in wanted_r],
+                        "canaries": [c for c in section.canaries if c.label in wanted_c],
+                    }
+                )
             self._dispatcher = MissionDispatcher(
                 section, self.channel, self.session_tag, workspace_ids=workspace_ids, exec_sha256=exec_sha256
             )

@@ -14,6 +14,7 @@ from sbxcheck.sim.fleet import SimFleet
 
 REPO = Path(__file__).resolve().parents[1]
 GATE_SUITE = REPO / "gates" / "test_gate.py"
+CANARY_SUITES = (REPO / "canaries" / "test_routes.py", REPO / "canaries" / "test_workspaces.py")
 ROSTER = ("deepseek/deepseek-v4-flash-0731", "google/gemini-3.6-flash", "openai/gpt-5.6-luna")
 RUN_CHECKS = ("A_git_integrity", "B_pi_models", "C_roster_matches", "D_cost_reported", "E_credit_remaining")
 
@@ -48,32 +49,36 @@ class GateOutcome:
         return "\n".join(parts)
 
 
-def run_gate(
+def run_gate(pytester: pytest.Pytester, fleet: SimFleet, *args: str, timeout: float = 600) -> GateOutcome:
+    """Run ``pytest -m gate`` in a subprocess against ``fleet`` (already serving)."""
+    return run_suite(pytester, fleet, "gate", (GATE_SUITE,), *args, timeout=timeout)
+
+
+def run_canary(pytester: pytest.Pytester, fleet: SimFleet, *args: str, timeout: float = 600) -> GateOutcome:
+    """Run ``pytest -m canary`` in a subprocess against ``fleet`` (already serving)."""
+    return run_suite(pytester, fleet, "canary", CANARY_SUITES, *args, timeout=timeout)
+
+
+def run_suite(
     pytester: pytest.Pytester,
     fleet: SimFleet,
+    marker: str,
+    suites: tuple[Path, ...],
     *args: str,
     timeout: float = 600,
 ) -> GateOutcome:
-    """Run ``pytest -m gate`` in a subprocess against ``fleet`` (already serving)."""
-    suite_dir = pytester.path / "gates"
+    """Run ``pytest -m <marker>`` over copies of ``suites`` in a subprocess against ``fleet``."""
+    suite_dir = pytester.path / f"{marker}s"
     suite_dir.mkdir(exist_ok=True)
-    shutil.copy(GATE_SUITE, suite_dir / "test_gate.py")
+    for suite in suites:
+        shutil.copy(suite, suite_dir / suite.name)
     report_dir = pytester.path / "report"
     result = pytester.runpytest_subprocess(
-        "-m",
-        "gate",
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        "no:randomly",
-        "--sbx-inventory",
-        str(fleet.inventory_path),
-        "--sbx-report",
-        str(report_dir),
-        str(suite_dir),
-        *args,
+        "-m", marker, "-p", "no:cacheprovider", "-p", "no:randomly",
+        "--sbx-inventory", str(fleet.inventory_path), "--sbx-report", str(report_dir),
+        str(suite_dir), *args,
         timeout=timeout,
-    )
+    )  # fmt: skip
     report = json.loads((report_dir / "results.json").read_text(encoding="utf-8"))
     return GateOutcome(
         "\n".join(result.outlines), "\n".join(result.errlines), int(result.ret), report, report_dir, fleet

@@ -229,6 +229,7 @@ def check_reaches_execution(run: RouteRun, *, blocked_signature: str | None = No
     ev.update(
         status=status,
         waited_s=run.waited_s,
+        settled_s=run.settled_s,
         deadline_s=run.deadline_s,
         timeline=run.timeline,
         events_seen=len(run.events),
