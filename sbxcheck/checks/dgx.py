@@ -1,0 +1,476 @@
+"""DGX routing checks (sandboxed-sh.md §8.13): tailscaled on agent-core, the tailnet path, SSH to the DGX.
+
+When disk-sentinel reports only ``dgx-spark`` unreachable, the runbook checks three things on
+**agent-core** before anyone touches keys or topology: ``systemctl is-enabled tailscaled``,
+``systemctl is-active tailscaled`` and ``tailscale ping -c 2 100.77.4.93``. Each is one check here,
+judged on its printed answer *and* its exit code. :func:`triage_dgx` turns the pattern "only the
+DGX is unreachable and tailscaled is down on agent-core" into one ``infrastructure`` incident;
+:func:`remediate_tailscaled` is the only remediation sbxcheck ever performs, and only when the
+person running the suite asked for it (``--sbx-remediate``). Nothing here recreates a tunnel:
+old-agent is compute-only.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from sbxcheck.checks.base import RemoteShell, run_check, trim
+from sbxcheck.errors import SbxError
+from sbxcheck.results import CheckResult, Classification, Outcome
+from sbxcheck.transports.ssh import CommandResult
+
+AGENT_CORE: Final = "agent-core"
+DGX_HOST: Final = "dgx-spark"
+DGX_TAILSCALE_IP: Final = "100.77.4.93"
+TAILSCALED: Final = "tailscaled"
+DGX_CAUSE: Final = "dgx-routing"
+DGX_RECOVERY: Final = (
+    "systemctl enable --now tailscaled, then a strict-host-key SSH and a silent sentinel run"
+)
+REMEDIATION_COMMAND: Final = "systemctl enable --now tailscaled"
+
+CHECK_ENABLED: Final = "tailscaled_enabled"
+CHECK_ACTIVE: Final = "tailscaled_active"
+CHECK_PING: Final = "tailscale_ping"
+CHECK_SSH: Final = "dgx_ssh"
+CHECK_TRIAGE: Final = "dgx_routing_triage"
+CHECK_REMEDIATE: Final = "tailscaled_remediation"
+
+#: Results with these classifications (failed or error) say "this target could not be reached".
+UNREACHABLE: Final = frozenset({Classification.INFRA_UNREACHABLE, Classification.TIMEOUT})
+
+# Every answer systemd documents for is-enabled / is-active; anything else is not an answer.
+_ENABLED_STATES: Final = frozenset(
+    {
+        "enabled",
+        "enabled-runtime",
+        "linked",
+        "linked-runtime",
+        "alias",
+        "masked",
+        "masked-runtime",
+        "static",
+        "indirect",
+        "disabled",
+        "generated",
+        "transient",
+        "bad",
+        "not-found",
+        "unknown",
+    }
+)
+_ACTIVE_STATES: Final = frozenset(
+    {
+        "active",
+        "reloading",
+        "inactive",
+        "failed",
+        "activating",
+        "deactivating",
+        "maintenance",
+        "refreshing",
+        "unknown",
+    }
+)
+_VERBS: Final[dict[str, tuple[str, frozenset[str]]]] = {
+    "is-enabled": ("enabled", _ENABLED_STATES),
+    "is-active": ("active", _ACTIVE_STATES),
+}
+_UNIT_MISSING_RE: Final = re.compile(r"(?i)no such file|not[- ]found|does not exist|could not be found")
+# `pong from <name> (<ip>[, <peerapi port>]) via <endpoint | DERP(xyz)> in <latency>` (cmd/tailscale ping.go)
+_PONG_RE: Final = re.compile(
+    r"^pong from (?P<name>\S+) \((?P<ip>[0-9A-Fa-f:.]+)(?:, \d+)?\) via (?P<via>.+?) in (?P<latency>\S+)$"
+)
+_TIMEOUT_EXIT: Final = 124
+_NOT_FOUND_EXITS: Final = (126, 127)
+_GRACE_S: Final = 10.0
+
+
+# ---------------------------------------------------------------- systemctl
+
+
+@dataclass(frozen=True)
+class UnitAnswer:
+    """What ``systemctl <verb> tailscaled`` printed, and whether that is an answer at all.
+
+    ``state`` is the first word systemd printed (``not-found`` for a missing unit file);
+    ``unreadable`` says why the output is no answer (command missing, nothing printed, noise).
+    """
+
+    verb: str
+    ran: str
+    exit_code: int
+    state: str | None
+    stdout: str
+    stderr: str
+    unreadable: str | None = None
+    unreadable_class: Classification = Classification.BAD_RESPONSE
+
+    @property
+    def expected(self) -> str:
+        return _VERBS[self.verb][0]
+
+    @property
+    def good(self) -> bool:
+        """The expected state with exit 0 (is-enabled: ``enabled``; is-active: ``active``)."""
+        return self.unreadable is None and self.state == self.expected and self.exit_code == 0
+
+    def evidence(self, host: str) -> dict[str, Any]:
+        return {
+            "host": host,
+            "ran": self.ran,
+            "exit_code": self.exit_code,
+            "state": self.state,
+            "stdout": trim(self.stdout, 500),
+            "stderr": trim(self.stderr, 500),
+        }
+
+
+def probe_unit(
+    shell: RemoteShell, verb: str, *, unit: str = TAILSCALED, timeout_s: float = 20.0
+) -> UnitAnswer:
+    """Run ``systemctl <verb> <unit>`` (is-enabled or is-active) and read its answer."""
+    if verb not in _VERBS:
+        raise ValueError(f"verb must be one of {sorted(_VERBS)}")
+    ran = f"systemctl {verb} {unit}"
+    res = shell.run(ran, timeout=timeout_s)
+    out, err = res.stdout.strip(), res.stderr.strip()
+    states = _VERBS[verb][1]
+
+    def answer(
+        state: str | None, unreadable: str | None = None, cls: Classification | None = None
+    ) -> UnitAnswer:
+        return UnitAnswer(
+            verb,
+            ran,
+            res.exit_code,
+            state,
+            res.stdout,
+            res.stderr,
+            unreadable,
+            cls or Classification.BAD_RESPONSE,
+        )
+
+    if res.exit_code in _NOT_FOUND_EXITS:
+        return answer(None, "systemctl is not available (command not found)", Classification.CONFIG_DEFECT)
+    first = out.splitlines()[0].strip() if out else ""
+    if first in states:
+        return answer(first)
+    if not first and _UNIT_MISSING_RE.search(err):
+        return answer("not-found")  # "Failed to get unit file state for tailscaled.service: No such file ..."
+    if not out and not err:
+        return answer(None, f"`{ran}` printed nothing (exit {res.exit_code})")
+    return answer(None, f"`{ran}` printed no recognisable state (exit {res.exit_code})")
+
+
+def _judge_unit(check: str, host: str, ans: UnitAnswer) -> CheckResult:
+    ev = ans.evidence(host)
+    if ans.unreadable is not None:
+        return CheckResult.errored(check, host, f"{host}: {ans.unreadable}", ans.unreadable_class, ev)
+    if ans.state == ans.expected:
+        if ans.exit_code == 0:
+            return CheckResult.passed(check, host, f"{host}: `{ans.ran}` printed {ans.state!r} (exit 0)", ev)
+        return CheckResult.errored(
+            check,
+            host,
+            f"{host}: `{ans.ran}` printed {ans.state!r} but exited {ans.exit_code}: contradictory answer",
+            Classification.BAD_RESPONSE,
+            ev,
+        )
+    if ans.state == "unknown":
+        why = "systemctl answers 'unknown': the tailscaled unit is not loaded (not installed?)"
+    elif ans.state == "not-found":
+        why = "the tailscaled unit file does not exist"
+    else:
+        why = f"tailscaled is {ans.state!r}, expected {ans.expected!r}"
+    return CheckResult.failed(check, host, f"{host}: {why} (`{ans.ran}` exit {ans.exit_code})", ev)
+
+
+def check_tailscaled_enabled(shell: RemoteShell, *, timeout_s: float = 20.0) -> CheckResult:
+    """``systemctl is-enabled tailscaled`` prints ``enabled`` and exits 0 on agent-core."""
+    return run_check(
+        CHECK_ENABLED,
+        shell.alias,
+        lambda: _judge_unit(CHECK_ENABLED, shell.alias, probe_unit(shell, "is-enabled", timeout_s=timeout_s)),
+    )
+
+
+def check_tailscaled_active(shell: RemoteShell, *, timeout_s: float = 20.0) -> CheckResult:
+    """``systemctl is-active tailscaled`` prints ``active`` and exits 0 on agent-core."""
+    return run_check(
+        CHECK_ACTIVE,
+        shell.alias,
+        lambda: _judge_unit(CHECK_ACTIVE, shell.alias, probe_unit(shell, "is-active", timeout_s=timeout_s)),
+    )
+
+
+# ---------------------------------------------------------------- tailscale ping
+
+
+def check_tailscale_ping(
+    shell: RemoteShell, dgx_ip: str = DGX_TAILSCALE_IP, count: int = 2, *, timeout_s: float = 20.0
+) -> CheckResult:
+    """``timeout 20 tailscale ping -c 2 <dgx_ip>`` on agent-core prints a pong from ``dgx_ip``.
+
+    A pong relayed via DERP passes (the DGX answers; tailscale then exits 1 with "direct
+    connection not established"). Exit 0 without a pong line, no output, "no reply", or the
+    ``timeout`` wrapper firing (exit 124) fail.
+    """
+    ip = str(ipaddress.ip_address(dgx_ip))  # ValueError for anything that is not an address
+    if count < 1:
+        raise ValueError("count must be >= 1")
+    secs = max(1, round(timeout_s))
+    ran = f"timeout {secs} tailscale ping -c {count} {ip}"
+    host = shell.alias
+
+    def body() -> CheckResult:
+        res = shell.run(ran, timeout=secs + _GRACE_S)
+        return _judge_ping(host, ip, secs, ran, res)
+
+    return run_check(CHECK_PING, host, body)
+
+
+def _judge_ping(host: str, ip: str, secs: int, ran: str, res: CommandResult) -> CheckResult:
+    lines = [ln.strip() for ln in res.stdout.splitlines() if ln.strip()]
+    pongs = [m for m in map(_PONG_RE.match, lines) if m is not None]
+    ours = [m for m in pongs if m.group("ip") == ip]
+    ev: dict[str, Any] = {
+        "host": host,
+        "ran": ran,
+        "exit_code": res.exit_code,
+        "pong_lines": len(pongs),
+        "pongs_from_target": len(ours),
+        "stdout": trim(res.stdout, 800),
+        "stderr": trim(res.stderr, 500),
+    }
+    check = CHECK_PING
+    if ours:
+        first = ours[0]
+        direct = not first.group("via").startswith("DERP(")
+        ev.update(
+            peer=first.group("name"), via=first.group("via"), latency=first.group("latency"), direct=direct
+        )
+        note = (
+            "" if res.exit_code == 0 else f"; exit {res.exit_code} ({_last_line(res.stderr) or 'no message'})"
+        )
+        return CheckResult.passed(
+            check,
+            host,
+            f"{host} reaches {ip}: pong from {first.group('name')} via {first.group('via')} "
+            f"in {first.group('latency')}{note}",
+            ev,
+        )
+    if res.exit_code in _NOT_FOUND_EXITS:
+        return CheckResult.errored(
+            check,
+            host,
+            f"{host}: tailscale is not available (exit {res.exit_code})",
+            Classification.CONFIG_DEFECT,
+            ev,
+        )
+    if pongs:
+        why = f"pong lines came from {sorted({m.group('ip') for m in pongs})}, not from {ip}"
+    elif res.exit_code == _TIMEOUT_EXIT:
+        why = f"no pong within {secs}s: the timeout wrapper stopped tailscale ping (exit 124)"
+    elif not lines and not res.stderr.strip():
+        why = f"tailscale ping printed nothing (exit {res.exit_code})"
+    elif res.exit_code == 0:
+        why = "tailscale ping exited 0 but printed no pong line"
+    elif (
+        "doesn't appear to be running" in res.stderr or "failed to connect to local tailscaled" in res.stderr
+    ):
+        why = f"tailscaled is not running on {host}"
+    else:
+        why = f"no pong (exit {res.exit_code}: {_last_line(res.stderr) or _last_line(res.stdout)})"
+    return CheckResult.failed(check, host, f"{host} -> {ip}: {why}", ev)
+
+
+def _last_line(text: str) -> str:
+    """The last non-empty line (where tailscale prints its error), capped."""
+    stripped = text.strip()
+    return stripped.splitlines()[-1].strip()[:200] if stripped else ""
+
+
+# ---------------------------------------------------------------- SSH to the DGX
+
+
+def check_dgx_ssh(probe: Callable[[], CommandResult], *, target: str = DGX_HOST) -> CheckResult:
+    """SSH with strict host-key checking reaches ``target`` and ``true`` exits 0 there.
+
+    ``probe`` opens the connection and runs ``true`` (e.g. ``lambda: pool.host("dgx-spark").run("true",
+    timeout=20)``; sbxcheck's SSH transport never accepts an unknown or changed host key). A
+    transport failure becomes an ``error`` with its own classification (``infra_unreachable``,
+    ``host_key_mismatch``, ``host_key_unknown``, ``auth_failed``, ``timeout``).
+    """
+    started = time.monotonic()
+    ev: dict[str, Any] = {"host": target, "ran": "true", "host_key_checking": "strict"}
+    try:
+        res = probe()
+    except SbxError as exc:
+        result = CheckResult.errored(
+            CHECK_SSH,
+            target,
+            f"strict-host-key SSH to {target} failed: {exc.message}",
+            exc.classification,
+            {**ev, **exc.evidence},
+        )
+    else:
+        ev.update(exit_code=res.exit_code, stderr=trim(res.stderr, 500))
+        if res.exit_code == 0:
+            result = CheckResult.passed(
+                CHECK_SSH, target, f"strict-host-key SSH to {target} ran `true` (exit 0)", ev
+            )
+        else:
+            result = CheckResult.failed(
+                CHECK_SSH, target, f"SSH to {target} connected but `true` exited {res.exit_code}", ev
+            )
+    return result.model_copy(update={"duration_s": round(time.monotonic() - started, 3)})
+
+
+# ---------------------------------------------------------------- triage
+
+
+def triage_dgx(
+    results: Mapping[str, CheckResult],
+    *,
+    dgx_targets: frozenset[str] = frozenset({DGX_HOST}),
+    agent_core: str = AGENT_CORE,
+) -> CheckResult | None:
+    """The §8.13 incident, or None: only the DGX is unreachable and tailscaled is down on agent-core.
+
+    ``results`` maps an item id (the pytest nodeid) to its result. "Unreachable" means a failed or
+    errored result classified ``infra_unreachable`` or ``timeout`` (SSH probes, remote-node items);
+    every such result must target one of ``dgx_targets``. "tailscaled is down" means the
+    is-enabled or is-active check *failed* on ``agent_core`` (an error there means we could not
+    tell, so there is no incident). The recommendation never involves an old-agent tunnel.
+    """
+    routing_checks = {CHECK_ENABLED, CHECK_ACTIVE, CHECK_PING, CHECK_TRIAGE, CHECK_REMEDIATE}
+    unreachable = {
+        key: r
+        for key, r in results.items()
+        if r.check not in routing_checks
+        and r.outcome in (Outcome.FAILED, Outcome.ERROR)
+        and r.classification in UNREACHABLE
+    }
+    if not unreachable or any(r.target not in dgx_targets for r in unreachable.values()):
+        return None
+    daemon = {
+        key: r
+        for key, r in results.items()
+        if r.check in (CHECK_ENABLED, CHECK_ACTIVE) and r.target == agent_core
+    }
+    down = {key: r for key, r in daemon.items() if r.outcome is Outcome.FAILED}
+    if not down:
+        return None
+    ping = {key: r for key, r in results.items() if r.check == CHECK_PING and r.target == agent_core}
+    states = {r.check: r.evidence.get("state") for r in daemon.values()}
+    supporting = sorted([*unreachable, *daemon, *ping])
+    evidence: dict[str, Any] = {
+        "unreachable": {key: f"{r.target}: {r.classification}" for key, r in sorted(unreachable.items())},
+        "tailscaled": {
+            "is_enabled": states.get(CHECK_ENABLED),
+            "is_active": states.get(CHECK_ACTIVE),
+        },
+        "tailscale_ping": {key: r.outcome.value for key, r in sorted(ping.items())} or "not run",
+        "supporting_checks": supporting,
+        "old_agent_tunnel": "never (old-agent is compute-only)",
+    }
+    targets = ", ".join(sorted({r.target for r in unreachable.values()}))
+    down_what = " and ".join(
+        f"{'not enabled' if r.check == CHECK_ENABLED else 'not active'} ({r.evidence.get('state')})"
+        for r in sorted(down.values(), key=lambda r: r.check)
+    )
+    return CheckResult.failed(
+        CHECK_TRIAGE,
+        agent_core,
+        f"DGX routing incident: only {targets} is unreachable and tailscaled on {agent_core} is {down_what}. "
+        "Fix routing before touching keys or topology; never recreate an old-agent tunnel (old-agent is "
+        "compute-only).",
+        evidence,
+        Classification.INFRASTRUCTURE,
+        cause=DGX_CAUSE,
+        recommendation=DGX_RECOVERY,
+    )
+
+
+# ---------------------------------------------------------------- remediation
+
+
+def remediate_tailscaled(shell: RemoteShell, *, timeout_s: float = 60.0) -> CheckResult:
+    """The only remediation: ``systemctl enable --now tailscaled`` on agent-core, state before and after.
+
+    Run it only when the person running the suite passed ``--sbx-remediate``. It acts only when
+    the state before is a clear "not enabled" or "not active"; an unreadable state is reported
+    and nothing is run. It never touches keys, topology or tunnels.
+    """
+    host = shell.alias
+
+    def body() -> CheckResult:
+        before = _states(shell, timeout_s)
+        ev: dict[str, Any] = {"host": host, "before": _state_evidence(before)}
+        unreadable = [a for a in before if a.unreadable is not None]
+        if unreadable:
+            ev["command_run"] = False
+            first = unreadable[0]
+            return CheckResult.errored(
+                CHECK_REMEDIATE,
+                host,
+                f"{host}: cannot read tailscaled's state ({first.unreadable}); nothing was run",
+                first.unreadable_class,
+                ev,
+            )
+        if all(a.good for a in before):
+            ev["command_run"] = False
+            return CheckResult.passed(
+                CHECK_REMEDIATE, host, f"{host}: tailscaled already enabled and active; nothing was run", ev
+            )
+        res = shell.run(REMEDIATION_COMMAND, timeout=timeout_s)
+        ev["command_run"] = True
+        ev["command"] = {
+            "ran": REMEDIATION_COMMAND,
+            "exit_code": res.exit_code,
+            "stdout": trim(res.stdout, 500),
+            "stderr": trim(res.stderr, 500),
+        }
+        after = _states(shell, timeout_s)
+        ev["after"] = _state_evidence(after)
+        summary = ", ".join(f"{a.verb} {a.state}" for a in after)
+        if all(a.good for a in after):
+            return CheckResult.passed(
+                CHECK_REMEDIATE,
+                host,
+                f"{host}: `{REMEDIATION_COMMAND}` exited {res.exit_code}; now {summary}. Next: a strict-host-key "
+                "SSH to the DGX and a silent sentinel run",
+                ev,
+            )
+        return CheckResult.failed(
+            CHECK_REMEDIATE,
+            host,
+            f"{host}: `{REMEDIATION_COMMAND}` exited {res.exit_code}; tailscaled is still not up ({summary})",
+            ev,
+            recommendation="read the command's output in the evidence and fix tailscaled by hand; do not "
+            "change keys or topology, and never recreate an old-agent tunnel",
+        )
+
+    return run_check(CHECK_REMEDIATE, host, body)
+
+
+def _states(shell: RemoteShell, timeout_s: float) -> tuple[UnitAnswer, UnitAnswer]:
+    return (
+        probe_unit(shell, "is-enabled", timeout_s=timeout_s),
+        probe_unit(shell, "is-active", timeout_s=timeout_s),
+    )
+
+
+def _state_evidence(answers: tuple[UnitAnswer, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for a in answers:
+        key = a.verb.replace("-", "_")
+        out[key] = a.state if a.unreadable is None else f"unreadable: {a.unreadable}"
+        out[f"{key}_exit"] = a.exit_code
+    return out
