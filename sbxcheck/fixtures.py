@@ -30,6 +30,12 @@ def _session(request: pytest.FixtureRequest) -> SbxSession:
 
 
 @pytest.fixture(scope="session")
+def sbx_session(request: pytest.FixtureRequest) -> SbxSession:
+    """The session state: inventory source, clients (REST, MCP, OpenRouter admin) and options."""
+    return _session(request)
+
+
+@pytest.fixture(scope="session")
 def sbx_inventory(request: pytest.FixtureRequest) -> Inventory:
     """The inventory this session checks (an InventoryError errors the item with one readable line)."""
     return _session(request).inventory()

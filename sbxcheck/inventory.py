@@ -34,6 +34,9 @@ class SshSection(_Strict):
     identity: Path | None = Field(default=None, description="private key used when ssh_config names none")
     connect_timeout_s: float = Field(default=10.0, gt=0, le=300)
     command_timeout_s: float = Field(default=240.0, gt=0, le=3600)
+    machines: list[str] = Field(
+        default_factory=list, description="SSH aliases listed in the machine inventory"
+    )
 
 
 class SssfSection(_Strict):
@@ -48,6 +51,16 @@ class SssfSection(_Strict):
     cost_probe_model: str = DEFAULT_COST_PROBE_MODEL
     ping_timeout_s: float = Field(default=60.0, gt=0, le=600)
     pi_timeout_s: float = Field(default=180.0, gt=0, le=1800)
+    exedev_alias: str = Field(
+        default="exe.dev", description="ssh alias of exe.dev's control plane (ls --json)"
+    )
+    provisioning_key_env: str | None = Field(
+        default="OPENROUTER_PROVISIONING_KEY", description="env var name"
+    )
+    provisioning_key_file: Path | None = Field(
+        default=None,
+        description="a file holding the key, bare or as a dotenv line (e.g. the checkout's .env)",
+    )
 
     @field_validator("openrouter_base_url")
     @classmethod
@@ -116,6 +129,24 @@ class McpSection(_Strict):
     )
 
 
+class GithubProbeSpec(_Strict):
+    """A workspace that declares a GitHub repo: probe its stored gh/git credentials (booleans only)."""
+
+    workspace: str
+    repo: str
+    via: Literal["rest", "mcp"] = "rest"
+
+
+class DgxSection(_Strict):
+    """The DGX routing runbook (§8.13): agent-core reaches the DGX over tailscale."""
+
+    agent_core: str = Field(default="agent-core", description="ssh alias of the control-plane host")
+    dgx_host: str = Field(default="dgx-spark", description="ssh alias of the DGX")
+    tailscale_ip: str = "100.77.4.93"
+    ping_count: int = Field(default=2, ge=1, le=10)
+    command_timeout_s: float = Field(default=20.0, gt=0, le=300)
+
+
 class SandboxedSection(_Strict):
     """A sandboxed.sh control plane: where it is, how to authenticate, what to probe."""
 
@@ -133,6 +164,9 @@ class SandboxedSection(_Strict):
     routes: list[RouteSpec] = Field(default_factory=list)
     canaries: list[WorkspaceCanarySpec] = Field(default_factory=list)
     mcp: McpSection | None = None
+    expected_nodes: list[str] = Field(default_factory=list, description="remote nodes that must be healthy")
+    node_max_age_s: float = Field(default=120.0, gt=0, le=86400)
+    github_probes: list[GithubProbeSpec] = Field(default_factory=list)
 
     @field_validator("url")
     @classmethod
@@ -157,6 +191,7 @@ class Inventory(_Strict):
     ssh: SshSection = Field(default_factory=SshSection)
     sssf: SssfSection | None = None
     sandboxed: SandboxedSection | None = None
+    dgx: DgxSection | None = None
     sim: SimSection | None = None
 
     source: str = Field(default="", exclude=True)
@@ -189,7 +224,7 @@ def _resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
         sandboxed["password_file"] = fix(sandboxed["password_file"])
     sssf = data.get("sssf")
     if isinstance(sssf, dict):
-        for key in ("checkout", "runs_dir"):
+        for key in ("checkout", "runs_dir", "provisioning_key_file"):
             if key in sssf:
                 sssf[key] = fix(sssf[key])
     return data
@@ -261,6 +296,7 @@ def dump_inventory(inv: Inventory) -> str:
     emit("ssh", inv.ssh)
     emit("sssf", inv.sssf)
     emit("sandboxed", inv.sandboxed)
+    emit("dgx", inv.dgx)
     emit("sim", inv.sim)
     return "\n".join(lines)
 

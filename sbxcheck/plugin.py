@@ -63,6 +63,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="gate only this run (repeatable; default: every open run)",
     )
     group.addoption(
+        "--sbx-remediate",
+        action="store_true",
+        default=False,
+        help="let the DGX triage run its one recovery command (systemctl enable --now tailscaled); "
+        "off by default: triage only classifies and recommends",
+    )
+    group.addoption(
         "--sbx-report",
         metavar="DIR",
         default="sbxcheck-report",
@@ -84,6 +91,7 @@ def pytest_configure(config: pytest.Config) -> None:
         run_ids=list(config.getoption("sbx_run_id")),
         sim_seed=seed,
     )
+    session.remediate = bool(config.getoption("sbx_remediate"))
     config.stash[SESSION_KEY] = session
     if workerinput is None:
         collector = ResultCollector(config, session)
@@ -162,7 +170,13 @@ def _sandboxed_params(config: pytest.Config, kind: str) -> list[Any]:
     if section is None:
         reason = f"the inventory {session.describe_source()} has no [sandboxed] section"
         return [pytest.param(None, id="no-control-plane", marks=pytest.mark.skip(reason=reason))]
-    if kind == "route":
+    if kind == "node":
+        params = [pytest.param(n, id=n) for n in section.expected_nodes]
+    elif kind == "discovery_via":
+        params = [pytest.param("rest", id="rest")] + ([pytest.param("mcp", id="mcp")] if section.mcp else [])
+    elif kind == "github_probe":
+        params = [pytest.param(p, id=f"{p.workspace}-{p.via}") for p in section.github_probes]
+    elif kind == "route":
         params = [pytest.param(r.label, id=r.label) for r in section.routes]
     elif kind == "canary":
         params = [pytest.param(c.label, id=c.label) for c in section.canaries]
@@ -177,11 +191,28 @@ def _sandboxed_params(config: pytest.Config, kind: str) -> list[Any]:
     ]
 
 
+def _dgx_params(config: pytest.Config) -> list[Any]:
+    session = config.stash[SESSION_KEY]
+    try:
+        section = session.inventory().dgx
+    except InventoryError as exc:
+        return [pytest.param(None, id="inventory", marks=pytest.mark.skip(reason=exc.message))]
+    if section is None:
+        return [
+            pytest.param(
+                None, id="no-dgx", marks=pytest.mark.skip(reason="the inventory has no [dgx] section")
+            )
+        ]
+    return [pytest.param(section, id=section.dgx_host)]
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     names = set(metafunc.fixturenames)
-    for kind in ("route", "canary", "prompt"):
+    for kind in ("route", "canary", "prompt", "node", "discovery_via", "github_probe"):
         if f"sbx_{kind}" in names:
             metafunc.parametrize(f"sbx_{kind}", _sandboxed_params(metafunc.config, kind))
+    if "sbx_dgx" in names:
+        metafunc.parametrize("sbx_dgx", _dgx_params(metafunc.config))
     if not names & {"sbx_run_entry", "sbx_gate_run", "sbx_gate_model"}:
         return
     runs, why_none = _gate_runs(metafunc.config)
@@ -352,14 +383,16 @@ class ResultCollector:
             return
         from sbxcheck.report import assemble_report, write_reports
 
+        records = _link_triage(list(self.records.values()))
         info = InventoryInfo(
             source=self.session.describe_source(),
             sim=self.session.uses_sim,
             details=self.session.describe_details(),
         )
-        report = assemble_report(
-            list(self.records.values()), started_at=self.started_at, finished_at=_now(), inventory=info
-        )
+        report = assemble_report(records, started_at=self.started_at, finished_at=_now(), inventory=info)
+        machines = [r.evidence["machine_inventory"] for r in records if "machine_inventory" in r.evidence]
+        if machines and isinstance(machines[0], list):
+            report = report.model_copy(update={"machine_inventory": machines[0]})
         out_dir = Path(self.config.getoption("sbx_report"))
         if not out_dir.is_absolute():
             out_dir = Path(str(self.config.invocation_params.dir)) / out_dir
@@ -383,6 +416,21 @@ class ResultCollector:
                 cls = rec.classification.value if rec.classification else "-"
                 tr.write_line(f"{rec.outcome.value.upper():6} [{cls}] {rec.nodeid}: {trim(rec.message, 200)}")
         tr.write_line("report: " + ", ".join(str(p) for p in self.written.values()))
+
+
+def _link_triage(records: list[CheckRecord]) -> list[CheckRecord]:
+    """A triage verdict names the checks it rests on: they share its cause, so the report shows one incident."""
+    by_nodeid = {r.nodeid: r for r in records}
+    for record in list(by_nodeid.values()):
+        supporting = record.evidence.get("supporting_checks")
+        if record.cause and isinstance(supporting, list):
+            for nodeid in supporting:
+                member = by_nodeid.get(str(nodeid))
+                if member is not None and member.outcome in (Outcome.FAILED, Outcome.ERROR):
+                    by_nodeid[member.nodeid] = member.model_copy(
+                        update={"cause": record.cause, "recommendation": record.recommendation}
+                    )
+    return list(by_nodeid.values())
 
 
 def _now() -> str:

@@ -108,7 +108,7 @@ class CheckResult(BaseModel):
 class CheckRecord(CheckResult):
     """A CheckResult placed in a run: the pytest node and suite it came from."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")  # results.json may carry extra fields (design.md §5)
 
     nodeid: str
     suite: str
@@ -140,6 +140,7 @@ class RunReport(BaseModel):
     checks: list[CheckRecord]
     incidents: list[Incident] = Field(default_factory=list)
     summary: dict[str, int] = Field(default_factory=dict)
+    machine_inventory: list[dict[str, Any]] = Field(default_factory=list)
 
     model_config = ConfigDict(populate_by_name=True)
 

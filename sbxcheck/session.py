@@ -26,6 +26,7 @@ from sbxcheck.transports.ssh import SshPool, SshSettings
 if TYPE_CHECKING:  # production runs never import the simulator
     from sbxcheck.clients.channels import MissionChannel
     from sbxcheck.clients.mcp import AssistantMcpClient
+    from sbxcheck.clients.openrouter import OpenRouterAdmin
     from sbxcheck.clients.sandboxed import SandboxedClient
     from sbxcheck.lifecycle import MissionDispatcher
     from sbxcheck.sim.fleet import SimFleet
@@ -77,6 +78,7 @@ class SbxSession:
         self._mcp: AssistantMcpClient | None = None
         self._dispatcher: MissionDispatcher | None = None
         self.cancel_report: dict[str, str] = {}
+        self.remediate = False  # --sbx-remediate: the DGX triage may run its one recovery command
         self.wanted_routes: set[str] | None = None  # None: every route of the inventory
         self.wanted_canaries: set[str] | None = None
 
@@ -255,6 +257,28 @@ class SbxSession:
             self._mcp.start()
         return self._mcp
 
+    def openrouter_admin(self) -> OpenRouterAdmin:
+        """Provisioning-side OpenRouter client (list keys); the key comes from an env var or a file."""
+        from sbxcheck.clients.openrouter import OpenRouterAdmin
+
+        sssf = self.inventory().sssf
+        if sssf is None:
+            raise InventoryError("the inventory has no [sssf] section")
+        self.ensure_live()
+        key = None
+        if sssf.provisioning_key_env and os.environ.get(sssf.provisioning_key_env, "").strip():
+            key = os.environ[sssf.provisioning_key_env].strip()
+        elif sssf.provisioning_key_file is not None:
+            key = _read_secret_file(
+                sssf.provisioning_key_file, "OPENROUTER_PROVISIONING_KEY", "sssf.provisioning_key_file"
+            )
+        if not key:
+            raise InventoryError(
+                f"no provisioning key: set {sssf.provisioning_key_env or 'sssf.provisioning_key_env'} "
+                "or sssf.provisioning_key_file"
+            )
+        return OpenRouterAdmin(sssf.openrouter_base_url, key)
+
     def channel(self, via: str) -> MissionChannel:
         from sbxcheck.clients.channels import McpChannel, RestChannel
 
@@ -333,3 +357,19 @@ def _secret_from_env(name: str | None, field: str) -> str | None:
     if value is None or not value.strip():
         raise InventoryError(f"{field}: the environment variable {name} is not set in this shell")
     return value.strip()
+
+
+def _read_secret_file(path: Path, dotenv_name: str, field: str) -> str | None:
+    """A secret from a file: the whole (stripped) content, or the value of a ``NAME=value`` dotenv line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InventoryError(f"{field}: cannot read {path} ({exc.strerror})") from None
+    value: str | None = None
+    for line in text.splitlines():
+        stripped = line.strip().removeprefix("export ").strip()
+        if stripped.startswith(f"{dotenv_name}="):
+            value = stripped.split("=", 1)[1].strip().strip("'\"")
+    if value is None and "=" not in text:
+        value = text.strip()
+    return value or None

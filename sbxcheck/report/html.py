@@ -92,6 +92,21 @@ def _incidents(document: Mapping[str, Any]) -> str:
     return f"<h2>Incidents ({len(incidents)})</h2>" + "".join(blocks)
 
 
+def _machines(document: Mapping[str, Any]) -> str:
+    """The machine inventory: SSH-reachable machines and registered compute, each row dated."""
+    rows = document.get("machine_inventory") or []
+    if not rows:
+        return ""
+    keys = sorted({k for row in rows if isinstance(row, Mapping) for k in row})
+    head = "".join(f"<th>{_e(k)}</th>" for k in keys)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{_e(row.get(k, ''))}</td>" for k in keys) + "</tr>"
+        for row in rows
+        if isinstance(row, Mapping)
+    )
+    return f"<h2>Machine inventory ({len(rows)})</h2><table><tr>{head}</tr>{body}</table>"
+
+
 def _checks(document: Mapping[str, Any]) -> str:
     incident_of: dict[str, str] = {}
     for inc in document.get("incidents") or []:
@@ -137,7 +152,7 @@ def render_html(document: Mapping[str, Any], redactor: Redactor) -> str:
         '<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
-        f"{_header(document)}{_incidents(document)}{_checks(document)}"
+        f"{_header(document)}{_incidents(document)}{_machines(document)}{_checks(document)}"
         "</body></html>\n"
     )
     return redactor.redact_text(page)

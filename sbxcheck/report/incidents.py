@@ -172,8 +172,13 @@ class _Group:
     records: list[CheckRecord] = field(default_factory=list)
 
     def classification(self) -> Classification:
-        """The most common classification of the members; ties go to the first in nodeid order."""
+        """``infrastructure`` when a member says so (it explains the rest), else the most common one.
+
+        Ties go to the first in nodeid order.
+        """
         counts = Counter(_classification_of(r) for r in self.records)
+        if C.INFRASTRUCTURE in counts:
+            return C.INFRASTRUCTURE
         best = max(counts.values())
         return next(c for c in map(_classification_of, self.records) if counts[c] == best)
 

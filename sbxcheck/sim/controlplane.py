@@ -539,6 +539,7 @@ class ControlPlaneDouble:
         self.disk_total_bytes = 2048 * GIB
         self.disk_used_fraction = 0.42
         self.occupancy_exempt: set[str] = {NIL_UUID}
+        self.exec_path_prefix: list[str] = []  # directories put first on PATH inside workspaces (tool shims)
         self.verdict_thresholds: dict[str, float] = {
             "quiet": 300,
             "stalled": 1800,
@@ -1517,8 +1518,9 @@ class ControlPlaneDouble:
         return ws.path, ws.path
 
     def _env_for(self, ws: _Workspace, home: Path) -> dict[str, str]:
+        path = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
         env = {
-            "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+            "PATH": os.pathsep.join([*self.exec_path_prefix, path]),
             "HOME": str(home),
             "LANG": "C.UTF-8",
             "GIT_CONFIG_NOSYSTEM": "1",

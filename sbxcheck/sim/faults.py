@@ -61,6 +61,22 @@ FAULTS: dict[str, Fault] = {
         Fault("fleet.node-offline", "remote node dgx-spark missed its heartbeats: offline"),
         Fault("fleet.node-cordoned", "remote node babylon is cordoned"),
         Fault("fleet.degraded-disk", "the control plane's disk is at 96%: disk_level critical"),
+        Fault(
+            "dgx.tailscaled-disabled",
+            "tailscaled on agent-core is disabled and stopped: the DGX drops off the tailnet",
+        ),
+        Fault(
+            "dgx.tailscaled-inactive",
+            "tailscaled on agent-core is enabled but stopped: the DGX drops off the tailnet",
+        ),
+        Fault("dgx.ping-timeout", "tailscale ping from agent-core hangs (the probe's timeout fires)"),
+        Fault("dgx.ping-silent", "tailscale on agent-core prints nothing and exits 0"),
+        Fault("dgx.systemctl-unknown", "systemctl on agent-core answers 'unknown' for tailscaled"),
+        Fault("dgx.unreachable", "the DGX host is down: no SSH, no pong, its remote node offline"),
+        Fault("exedev.ls-fails", "exe.dev's `ls --json` exits 1 (the VM list is unknown)"),
+        Fault("exedev.ls-garbage", "exe.dev's `ls --json` prints a banner, not JSON"),
+        Fault("gh.no-auth", "the verity workspace has no stored gh/git credentials"),
+        Fault("openrouter.orphan-key", "an sbx- key of a closed run is still listed (never revoked)"),
     )
 }
 
@@ -85,6 +101,11 @@ CONTROLPLANE_TARGETS: dict[str, str] = {
 def is_controlplane_fault(name: str) -> bool:
     """Faults of the control-plane double (their @target is a backend, workspace or node, not a run)."""
     return name.startswith(("cp.", "fleet."))
+
+
+def is_fleet_host_fault(name: str) -> bool:
+    """Faults of the fleet's own hosts and accounts (agent-core, the DGX, exe.dev, GitHub, orphan keys)."""
+    return name.startswith(("dgx.", "exedev.", "gh.")) or name == "openrouter.orphan-key"
 
 
 @dataclass(frozen=True)

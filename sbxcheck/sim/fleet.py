@@ -26,6 +26,8 @@ from typing import Literal
 from sbxcheck.errors import SimError
 from sbxcheck.inventory import (
     INVENTORY_FILENAME,
+    DgxSection,
+    GithubProbeSpec,
     Inventory,
     McpSection,
     RouteSpec,
@@ -37,7 +39,14 @@ from sbxcheck.inventory import (
     dump_inventory,
 )
 from sbxcheck.sim.controlplane import ControlPlaneDouble
-from sbxcheck.sim.faults import CONTROLPLANE_TARGETS, FaultSpec, is_controlplane_fault, parse_fault
+from sbxcheck.sim.faults import (
+    CONTROLPLANE_TARGETS,
+    FaultSpec,
+    is_controlplane_fault,
+    is_fleet_host_fault,
+    parse_fault,
+)
+from sbxcheck.sim.hosts import HostHome, exe_vm, fault_options, make_agent_core, make_dgx_spark, make_exedev
 from sbxcheck.sim.httpserver import BackgroundServer
 from sbxcheck.sim.openrouter import OpenRouterDouble
 from sbxcheck.sim.pi import PiInstall, ensure_pi, pi_status, write_pi_shim
@@ -147,6 +156,8 @@ class SimFleet:
         self.cp_http: BackgroundServer | None = None
         self._cp_port = 0
         self._cp_password = secrets.token_urlsafe(18)
+        self.hosts: dict[str, HostHome] = {}
+        self._host_ports: dict[str, int] = {}
         self.ssh_server: SimSshServer | None = None
         self.http: BackgroundServer | None = None
         self.pi: PiInstall | None = None
@@ -194,10 +205,12 @@ class SimFleet:
             self._write_record(
                 runs_dir, run, recorded_sha, created, str(uuid.UUID(int=rng.getrandbits(128), version=4))
             )
-        self._write_closed_record(runs_dir, next(planned), commit_sha, created)
+        self._closed_run_id = next(planned)
+        self._write_closed_record(runs_dir, self._closed_run_id, commit_sha, created)
         self._validate_fault_targets()
         self._apply_file_faults()
         self._make_controlplane()
+        self._make_fleet_hosts()
         self._write_ssh_config()
         self._write_inventory()
         self._materialized = True
@@ -245,7 +258,9 @@ class SimFleet:
         generate_keypair(d / "impostor_host_key", "impostor")
         # exe.dev presents one host key for every VM: one wildcard entry, as upstream documents.
         pub = " ".join(self._host_pub.split()[:2])
-        (d / "known_hosts").write_text(f"*{HOST_SUFFIX} {pub}\n", encoding="utf-8")
+        (d / "known_hosts").write_text(
+            f"*{HOST_SUFFIX} {pub}\nagent-core,dgx-spark,exe.dev {pub}\n", encoding="utf-8"
+        )
 
     def _models_json(self, api_key: str, base_url: str) -> dict[str, object]:
         models = []
@@ -352,7 +367,7 @@ class SimFleet:
 
     def _validate_fault_targets(self) -> None:
         for spec in self.fault_specs:
-            if not is_controlplane_fault(spec.name):
+            if not (is_controlplane_fault(spec.name) or is_fleet_host_fault(spec.name)):
                 self._target(spec)
 
     # ------------------------------------------------------------ the sandboxed.sh control plane
@@ -439,12 +454,21 @@ class SimFleet:
             poll_interval_s=0.25,
             routes=routes,
             canaries=canaries,
-            mcp=McpSection(command=[sys.executable, "-m", "sbxcheck.sim.assistant_mcp"], timeout_s=30.0),
+            mcp=McpSection(
+                command=[sys.executable, "-m", "sbxcheck.sim.assistant_mcp"],
+                env={"SBXCHECK_SIM_MCP_SCRUB": "1"},  # the real server scrubs env values over MCP
+                timeout_s=30.0,
+            ),
+            expected_nodes=["babylon", "nippur", "ashur", "dgx-spark"],
+            github_probes=[
+                GithubProbeSpec(workspace="verity", repo="verity-lang/verity"),
+                GithubProbeSpec(workspace="lean-lab", repo="lean-lab/lab", via="mcp"),
+            ],
         )
 
     def _apply_file_faults(self) -> None:
         for spec in self.fault_specs:
-            if is_controlplane_fault(spec.name):
+            if is_controlplane_fault(spec.name) or is_fleet_host_fault(spec.name):
                 continue
             run = self._target(spec)
             app = run.home / "app"
@@ -483,12 +507,89 @@ class SimFleet:
 
     def _has_fault(self, name: str, run: SimRun) -> bool:
         return any(
-            s.name == name and not is_controlplane_fault(s.name) and self._target(s) is run
+            s.name == name
+            and not (is_controlplane_fault(s.name) or is_fleet_host_fault(s.name))
+            and self._target(s) is run
             for s in self.fault_specs
         )
 
+    def _fleet_faults(self) -> set[str]:
+        return {s.name for s in self.fault_specs if is_fleet_host_fault(s.name)}
+
+    # ------------------------------------------------------------ agent-core, the DGX, exe.dev, GitHub
+
+    def _make_fleet_hosts(self) -> None:
+        """Hosts behind the same SSH server: agent-core (tailscale), dgx-spark, and exe.dev's command host."""
+        faults = self._fleet_faults()
+        hosts_root = self.root / "hosts"
+        core_options = fault_options("agent-core", faults)
+        if "dgx.unreachable" in faults:
+            core_options["ping"] = "no-reply"  # the DGX itself is down: the tailnet is fine, nobody answers
+        self.hosts["agent-core"] = make_agent_core(hosts_root, **core_options)
+        self.hosts["dgx-spark"] = make_dgx_spark(hosts_root)
+        self.hosts["exe.dev"] = make_exedev(
+            hosts_root, [exe_vm(r.run_id) for r in self.runs], **fault_options("exe.dev", faults)
+        )
+        for name in self.hosts:
+            self._host_ports[name] = _free_port()
+        if faults & {"dgx.tailscaled-disabled", "dgx.tailscaled-inactive", "dgx.unreachable"}:
+            # off the tailnet (or down), the DGX misses its heartbeats too
+            assert self.controlplane is not None
+            self.controlplane.inject("fleet.node-offline", "dgx-spark")
+        if "openrouter.orphan-key" in faults:
+            closed = self._closed_run_id
+            self.openrouter.mint(
+                f"sbx-{closed}", 50.0
+            )  # teardown closed the record but never revoked the key
+        self._make_github_shims("gh.no-auth" in faults)
+
+    def _dgx_mode(self) -> Literal["ok", "refuse"]:
+        down = self._fleet_faults() & {
+            "dgx.tailscaled-disabled",
+            "dgx.tailscaled-inactive",
+            "dgx.unreachable",
+        }
+        return "refuse" if down else "ok"
+
+    def _make_github_shims(self, no_auth: bool) -> None:
+        """``gh`` and ``git ls-remote`` stand-ins inside workspaces: nothing may reach github.com from here."""
+        assert self.controlplane is not None
+        shim_dir = self.root / "controlplane" / "ghbin"
+        shim_dir.mkdir(parents=True, exist_ok=True)
+        real_git = shutil.which("git") or "/usr/bin/git"
+        deny = '[ -e "$HOME/.sim-gh-no-auth" ]'
+        (shim_dir / "gh").write_text(
+            "#!/bin/bash\n"
+            f"if {deny}; then echo 'To get started with GitHub CLI, please run:  gh auth login' >&2; exit 4; fi\n"
+            'case "$1 $2" in\n'
+            '  "api user") echo sim-operator;;\n'
+            '  "repo view") echo "{\\"nameWithOwner\\": \\"$3\\"}";;\n'
+            '  *) echo "gh (sbxcheck sim): unsupported: $*" >&2; exit 1;;\n'
+            "esac\n",
+            encoding="utf-8",
+        )
+        (shim_dir / "git").write_text(
+            "#!/bin/bash\n"
+            'if [ "$1" = ls-remote ] && [[ "$2" == https://github.com/* ]]; then\n'
+            f"  if {deny}; then echo \"fatal: could not read Username for 'https://github.com'\" >&2; exit 128; fi\n"
+            '  printf "%s\\tHEAD\\n" 0123456789abcdef0123456789abcdef01234567; exit 0\n'
+            "fi\n"
+            f'exec {real_git} "$@"\n',
+            encoding="utf-8",
+        )
+        for shim in ("gh", "git"):
+            (shim_dir / shim).chmod(0o755)
+        self.controlplane.exec_path_prefix = [str(shim_dir)]
+        if no_auth:
+            (self.controlplane.workspace_path("verity") / ".sim-gh-no-auth").write_text("", encoding="utf-8")
+
     def _write_ssh_config(self) -> None:
         blocks = []
+        for name, port in self._host_ports.items():
+            blocks.append(
+                f"Host {name}\n    HostName 127.0.0.1\n    Port {port}\n    User {VM_USER}\n"
+                f"    IdentityFile {self.ssh_dir / 'id_ed25519'}\n    HostKeyAlias {name}\n"
+            )
         for run in self.runs:
             blocks.append(
                 f"Host {run.run_id}{HOST_SUFFIX}\n"
@@ -507,11 +608,15 @@ class SimFleet:
                 known_hosts=[self.ssh_dir / "known_hosts"],
                 identity=self.ssh_dir / "id_ed25519",
                 connect_timeout_s=5.0,
+                machines=[*(f"{r.run_id}{HOST_SUFFIX}" for r in self.runs), *self.hosts],
             ),
             sssf=SssfSection(
                 checkout=self.checkout,
                 openrouter_base_url=f"http://127.0.0.1:{self._openrouter_port}/api/v1",
+                provisioning_key_env=None,
+                provisioning_key_file=self.checkout / ".env",
             ),
+            dgx=DgxSection(command_timeout_s=5.0),
             sandboxed=self._sandboxed_section(),
             sim=SimSection(
                 embedded=self.embedded,
@@ -561,6 +666,9 @@ class SimFleet:
                     mode=mode,
                 )
                 self.ssh_server.add_host(sim_host, run.ssh_port, host_key=host_key)
+            for name, home in self.hosts.items():
+                mode = self._dgx_mode() if name == "dgx-spark" else "ok"
+                self.ssh_server.add_host(home.sim_host(user=VM_USER, mode=mode), self._host_ports[name])
         except Exception:
             self.stop()
             raise
