@@ -7,6 +7,7 @@
     ├── RunRecordError            (config_defect)    bad .sandbox/runs/<id>.json
     ├── BadResponseError          (bad_response)     a remote answer we cannot parse
     ├── SimError                  (internal_error)   the embedded fleet could not start
+    ├── LedgerError               (internal_error)   the ledger or an owner lock is unusable
     └── TransportError            (transport_failure)
         ├── HostUnreachable       (infra_unreachable) refused, no route, DNS, connect timeout
         ├── CommandTimeout        (timeout)           a remote command outlived its deadline
@@ -58,6 +59,10 @@ class BadResponseError(SbxError):
 
 class SimError(SbxError):
     """The embedded simulated fleet could not be built or started."""
+
+
+class LedgerError(SbxError):
+    """The ledger or an owner lock could not be used (I/O error, lock wait exceeded, bad id)."""
 
 
 class TransportError(SbxError):

@@ -42,7 +42,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
-from sbxcheck.errors import SbxError
+from sbxcheck.errors import LedgerError
 from sbxcheck.redact import default_redactor
 
 __all__ = [
@@ -67,10 +67,6 @@ EntryState = Literal["open", "created", "released", "kept"]
 _STATUS_OPS: dict[str, EntryState] = {"created": "created", "released": "released", "kept": "kept"}
 
 log = logging.getLogger(__name__)
-
-
-class LedgerError(SbxError):
-    """The ledger or an owner lock could not be used (I/O error, lock wait exceeded, bad id)."""
 
 
 def default_owner() -> str:
