@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from pydantic import ValidationError
+
 from sbxcheck.results import Classification
 
 
@@ -99,3 +101,22 @@ class HostKeyUnknown(TransportError):
     """known_hosts has no entry for the host; strict checking refuses it."""
 
     classification = Classification.HOST_KEY_UNKNOWN
+
+
+def describe_validation_error(exc: ValidationError, source: str) -> str:
+    """One readable line per problem: file, dotted field, what was expected."""
+    parts = []
+    for err in exc.errors()[:5]:
+        field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            parts.append(f"{source}: unknown field '{field}'")
+        elif err["type"] == "missing":
+            parts.append(f"{source}: missing required field '{field}'")
+        else:
+            got = err.get("input")
+            shown = repr(got) if isinstance(got, (int, float, bool)) or got is None else type(got).__name__
+            parts.append(f"{source}: field '{field}': {err['msg']} (got {shown})")
+    more = len(exc.errors()) - 5
+    if more > 0:
+        parts.append(f"... and {more} more")
+    return "; ".join(parts)

@@ -3,6 +3,7 @@
 - ``sbx_inventory``: the validated inventory (session).
 - ``sbx_ssh_pool``: one SSH connection per host per session, shared by every item on that host.
 - ``sbx_vm``: the connected VM of the current gate item (connect failures error the item in setup).
+- ``sbx_mission``: a factory for ad-hoc missions, cancelled at teardown and kept in the ledger.
 - ``sbx_missions``: the mission dispatcher of the canary suite (routes and workspace canaries).
 - ``sbx_verdict``: records a CheckResult on the item, attaches its evidence, and fails/skips as it says.
 """
@@ -54,6 +55,46 @@ def sbx_missions(request: pytest.FixtureRequest) -> MissionDispatcher:
     dispatcher = _session(request).dispatcher()
     dispatcher.start()
     return dispatcher
+
+
+@pytest.fixture
+def sbx_mission(request: pytest.FixtureRequest) -> Iterator[Callable[..., dict[str, Any]]]:
+    """Dispatch ad-hoc missions for a canary: ``sbx_mission(backend=..., prompt=...)`` → the mission record.
+
+    Each create carries an idempotency key derived from the session and the item, is written to the
+    ledger before it is sent, and is cancelled at teardown (404 = already gone) and marked released.
+    """
+    from sbxcheck.clients.sandboxed import MissionSpec
+
+    session = _session(request)
+    created: list[tuple[str, str]] = []  # (mission id, ledger entry)
+
+    def dispatch(**fields: Any) -> dict[str, Any]:
+        client = session.sandboxed_client()
+        key = f"sbxcheck-{session.session_tag[:12]}-{abs(hash((request.node.nodeid, len(created)))):x}"
+        entry = session.ledger().record_intent(
+            "mission", key, run_id=None, detail={"item": request.node.nodeid}
+        )
+        spec = MissionSpec(
+            idempotency_key=key, title=fields.pop("title", f"sbxcheck {request.node.name}"), **fields
+        )
+        mission = client.submit_mission(spec).mission
+        session.ledger().mark_created(entry, mission.id)
+        created.append((mission.id, entry))
+        return mission.model_dump(mode="json")
+
+    yield dispatch
+    errors = []
+    for mission_id, entry in reversed(
+        created
+    ):  # reverse order of creation; one failure does not stop the rest
+        try:
+            gone = not session.sandboxed_client().cancel_mission(mission_id)
+            session.ledger().mark_released(entry, "already gone" if gone else "cancelled at teardown")
+        except Exception as exc:
+            errors.append(f"{mission_id}: {exc}")
+    if errors:
+        raise RuntimeError("could not cancel: " + "; ".join(errors))
 
 
 def _gate_run_of(request: pytest.FixtureRequest) -> GateRun:

@@ -14,7 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from sbxcheck.errors import InventoryError
+from sbxcheck.errors import InventoryError, describe_validation_error
+from sbxcheck.recipes import RecipeTemplates
 
 INVENTORY_FILENAME = "sbxcheck.toml"
 INVENTORY_ENV = "SBXCHECK_INVENTORY"
@@ -61,6 +62,12 @@ class SssfSection(_Strict):
         default=None,
         description="a file holding the key, bare or as a dotenv line (e.g. the checkout's .env)",
     )
+    recipes: RecipeTemplates | None = Field(default=None, description="the just sbx command templates")
+
+    def recipe_templates(self) -> RecipeTemplates:
+        """The recipe templates, run from the checkout unless they say otherwise."""
+        templates = self.recipes or RecipeTemplates()
+        return templates if templates.cwd is not None else templates.model_copy(update={"cwd": self.checkout})
 
     @field_validator("openrouter_base_url")
     @classmethod
@@ -176,6 +183,12 @@ class SandboxedSection(_Strict):
         return value.rstrip("/")
 
 
+class StateSection(_Strict):
+    """Where sbxcheck keeps its ledger of what sessions created (default: <rootdir>/.sbxcheck/state)."""
+
+    dir: Path | None = None
+
+
 class SimSection(_Strict):
     """Present when the simulator wrote this inventory: what it is, for the report header."""
 
@@ -192,6 +205,7 @@ class Inventory(_Strict):
     sssf: SssfSection | None = None
     sandboxed: SandboxedSection | None = None
     dgx: DgxSection | None = None
+    state: StateSection = Field(default_factory=StateSection)
     sim: SimSection | None = None
 
     source: str = Field(default="", exclude=True)
@@ -219,6 +233,9 @@ def _resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
             ssh["known_hosts"] = [ssh["known_hosts"]]
         if isinstance(ssh.get("known_hosts"), list):
             ssh["known_hosts"] = [fix(v) for v in ssh["known_hosts"]]
+    state = data.get("state")
+    if isinstance(state, dict) and "dir" in state:
+        state["dir"] = fix(state["dir"])
     sandboxed = data.get("sandboxed")
     if isinstance(sandboxed, dict) and "password_file" in sandboxed:
         sandboxed["password_file"] = fix(sandboxed["password_file"])
@@ -228,25 +245,6 @@ def _resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
             if key in sssf:
                 sssf[key] = fix(sssf[key])
     return data
-
-
-def describe_validation_error(exc: ValidationError, source: str) -> str:
-    """One readable line per problem: file, dotted field, what was expected."""
-    parts = []
-    for err in exc.errors()[:5]:
-        field = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        if err["type"] == "extra_forbidden":
-            parts.append(f"{source}: unknown field '{field}'")
-        elif err["type"] == "missing":
-            parts.append(f"{source}: missing required field '{field}'")
-        else:
-            got = err.get("input")
-            shown = repr(got) if isinstance(got, (int, float, bool)) or got is None else type(got).__name__
-            parts.append(f"{source}: field '{field}': {err['msg']} (got {shown})")
-    more = len(exc.errors()) - 5
-    if more > 0:
-        parts.append(f"... and {more} more")
-    return "; ".join(parts)
 
 
 def load_inventory(path: Path) -> Inventory:
@@ -297,6 +295,8 @@ def dump_inventory(inv: Inventory) -> str:
     emit("sssf", inv.sssf)
     emit("sandboxed", inv.sandboxed)
     emit("dgx", inv.dgx)
+    if inv.state.dir is not None:
+        emit("state", inv.state)
     emit("sim", inv.sim)
     return "\n".join(lines)
 

@@ -6,6 +6,7 @@ reports are written only on the xdist controller (or the single process without 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 from pathlib import Path
@@ -70,6 +71,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "off by default: triage only classifies and recommends",
     )
     group.addoption(
+        "--sbx-mount",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="mount a sandbox with the inventory's mount recipe (just sbx mount NAME) before the gate (repeatable)",
+    )
+    group.addoption(
+        "--sbx-teardown",
+        choices=("never", "on-pass", "always"),
+        default="never",
+        help="what to do with mounted runs afterwards (default never); a failed gate always keeps its VM",
+    )
+    group.addoption(
+        "--sbx-sweep",
+        action="store_true",
+        default=False,
+        help="release what earlier sessions left open in the ledger, through the same recipes / cancel calls",
+    )
+    group.addoption(
+        "--sbx-state", metavar="DIR", default=None, help="ledger directory (default .sbxcheck/state)"
+    )
+    group.addoption(
         "--sbx-report",
         metavar="DIR",
         default="sbxcheck-report",
@@ -80,6 +103,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
+    config.addinivalue_line(
+        "markers", "sbx_placeholder: internal: a parameter that stands for nothing to check"
+    )
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
     seed = workerinput.get("sbxcheck_sim_seed") if workerinput else _sim_seed()
     session = SbxSession(
@@ -92,7 +118,21 @@ def pytest_configure(config: pytest.Config) -> None:
         sim_seed=seed,
     )
     session.remediate = bool(config.getoption("sbx_remediate"))
+    session.state_option = config.getoption("sbx_state")
+    session.mount_names = list(config.getoption("sbx_mount"))
+    session.sweep = bool(config.getoption("sbx_sweep"))
     config.stash[SESSION_KEY] = session
+    _terminate_as_interrupt()
+    if workerinput is not None:
+        session.run_ids.extend(r for r in workerinput.get("sbxcheck_mounted", []) if r not in session.run_ids)
+        shared = workerinput.get("sbxcheck_inventory")
+        if shared:
+            session.inventory_path, session.force_sim = Path(shared), False
+    elif session.mount_names and not config.getoption("collectonly"):
+        try:
+            session.mount_all()
+        except SbxError as exc:
+            session.mount_error = exc.message
     if workerinput is None:
         collector = ResultCollector(config, session)
         config.stash[COLLECTOR_KEY] = collector
@@ -115,7 +155,28 @@ def _sim_seed() -> int | None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(SESSION_KEY, None)
     if session is not None:
-        session.close()
+        try:
+            if not hasattr(
+                config, "workerinput"
+            ):  # interrupted before sessionfinish: the policy still applies
+                session.finish_mounts(config.getoption("sbx_teardown"), {})
+        finally:
+            session.close()
+
+
+def _terminate_as_interrupt() -> None:
+    """SIGTERM ends the session like Ctrl-C: teardowns the policy allows still run, the ledger stays true."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    with contextlib.suppress(ValueError, OSError):
+        signal.signal(signal.SIGTERM, interrupt)
 
 
 class _XdistSeed:
@@ -129,6 +190,11 @@ class _XdistSeed:
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput["sbxcheck_sim_seed"] = self.seed
         node.workerinput["sbxcheck_session_tag"] = self.session_tag
+        session: SbxSession = node.config.stash[SESSION_KEY]
+        node.workerinput["sbxcheck_mounted"] = [m.run_id for m in session.mounts if m.run_id]
+        if session.mounts and session.uses_sim and session.sim is not None:
+            # workers gate the fleet the controller mounted on, not fleets of their own
+            node.workerinput["sbxcheck_inventory"] = str(session.sim.inventory_path)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -191,6 +257,25 @@ def _sandboxed_params(config: pytest.Config, kind: str) -> list[Any]:
     ]
 
 
+def _ledger_params(config: pytest.Config) -> list[Any]:
+    """Leaked ledger entries: mounts are gate items, missions canary items; none → one skipped item."""
+    session = config.stash[SESSION_KEY]
+    try:
+        entries = session.leaked_entries()
+    except InventoryError as exc:
+        return [
+            pytest.param(None, id="inventory", marks=[pytest.mark.gate, pytest.mark.skip(reason=exc.message)])
+        ]
+    params = [
+        pytest.param(
+            e, id=f"{e.kind}-{e.ident}", marks=pytest.mark.gate if e.kind == "mount" else pytest.mark.canary
+        )
+        for e in entries
+    ]
+    # nothing leaked: a placeholder that collection removes (an empty parametrization would be a skip)
+    return params or [pytest.param(None, id="none", marks=[pytest.mark.gate, pytest.mark.sbx_placeholder])]
+
+
 def _dgx_params(config: pytest.Config) -> list[Any]:
     session = config.stash[SESSION_KEY]
     try:
@@ -211,6 +296,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     for kind in ("route", "canary", "prompt", "node", "discovery_via", "github_probe"):
         if f"sbx_{kind}" in names:
             metafunc.parametrize(f"sbx_{kind}", _sandboxed_params(metafunc.config, kind))
+    if "sbx_ledger_entry" in names:
+        metafunc.parametrize("sbx_ledger_entry", _ledger_params(metafunc.config))
     if "sbx_dgx" in names:
         metafunc.parametrize("sbx_dgx", _dgx_params(metafunc.config))
     if not names & {"sbx_run_entry", "sbx_gate_run", "sbx_gate_model"}:
@@ -246,8 +333,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Group each run's items for ``-n N --dist loadgroup``: one worker, so one SSH connection, per VM."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Drop placeholders; group each run's items for ``--dist loadgroup`` (one worker, one connection, per VM)."""
+    placeholders = [item for item in items if item.get_closest_marker("sbx_placeholder") is not None]
+    if placeholders:
+        items[:] = [item for item in items if item.get_closest_marker("sbx_placeholder") is None]
+        config.hook.pytest_deselected(items=placeholders)
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         if {"sbx_route", "sbx_canary"} & set(params):
@@ -379,6 +470,7 @@ class ResultCollector:
                     self.records[record.nodeid] = record
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        mounts = self.session.finish_mounts(self.config.getoption("sbx_teardown"), self._gate_outcomes())
         if not self.records:
             return
         from sbxcheck.report import assemble_report, write_reports
@@ -390,6 +482,10 @@ class ResultCollector:
             details=self.session.describe_details(),
         )
         report = assemble_report(records, started_at=self.started_at, finished_at=_now(), inventory=info)
+        if mounts:
+            sssf = self.session.inventory().sssf
+            suffix = sssf.vm_host_suffix if sssf else ""
+            report = report.model_copy(update={"mounts": [m.summary(suffix) for m in mounts]})
         machines = [r.evidence["machine_inventory"] for r in records if "machine_inventory" in r.evidence]
         if machines and isinstance(machines[0], list):
             report = report.model_copy(update={"machine_inventory": machines[0]})
@@ -398,6 +494,19 @@ class ResultCollector:
             out_dir = Path(str(self.config.invocation_params.dir)) / out_dir
         self.written = write_reports(report, out_dir, default_redactor())
         self.report = report
+
+    def _gate_outcomes(self) -> dict[str, list[str]]:
+        """Gate outcomes per mounted run (a C item's target is <run>-<model>)."""
+        out: dict[str, list[str]] = {}
+        for mounted in self.session.mounts:
+            if mounted.run_id:
+                out[mounted.run_id] = [
+                    r.outcome.value
+                    for r in self.records.values()
+                    if r.suite == "gate"
+                    and (r.target == mounted.run_id or r.target.startswith(mounted.run_id + "-"))
+                ]
+        return out
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.records or not self.written:
@@ -415,6 +524,11 @@ class ResultCollector:
             if rec.outcome in (Outcome.FAILED, Outcome.ERROR):
                 cls = rec.classification.value if rec.classification else "-"
                 tr.write_line(f"{rec.outcome.value.upper():6} [{cls}] {rec.nodeid}: {trim(rec.message, 200)}")
+        for mount in report.mounts:
+            where = f" — {mount['ssh']}" if mount.get("ssh") else ""
+            tr.write_line(
+                f"mount {mount['name']} → {mount.get('run_id') or '?'}: {mount['action']}{where} ({mount['why']})"
+            )
         tr.write_line("report: " + ", ".join(str(p) for p in self.written.values()))
 
 

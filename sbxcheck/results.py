@@ -141,6 +141,7 @@ class RunReport(BaseModel):
     incidents: list[Incident] = Field(default_factory=list)
     summary: dict[str, int] = Field(default_factory=dict)
     machine_inventory: list[dict[str, Any]] = Field(default_factory=list)
+    mounts: list[dict[str, Any]] = Field(default_factory=list)
 
     model_config = ConfigDict(populate_by_name=True)
 

@@ -14,13 +14,15 @@ import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sbxcheck.checks.gate import GateTarget
 from sbxcheck.clients.roster import roster_from_checkout
 from sbxcheck.clients.runrecords import RunEntry, gate_problem, select_runs
 from sbxcheck.errors import InventoryError, SbxError
 from sbxcheck.inventory import Inventory, find_inventory, load_inventory
+from sbxcheck.ledger import Ledger, LedgerEntry, default_owner
+from sbxcheck.mounts import Mounted, MountManager
 from sbxcheck.transports.ssh import SshPool, SshSettings
 
 if TYPE_CHECKING:  # production runs never import the simulator
@@ -79,6 +81,14 @@ class SbxSession:
         self._dispatcher: MissionDispatcher | None = None
         self.cancel_report: dict[str, str] = {}
         self.remediate = False  # --sbx-remediate: the DGX triage may run its one recovery command
+        self.state_option: str | None = None  # --sbx-state
+        self.mount_names: list[str] = []  # --sbx-mount
+        self.mounts: list[Mounted] = []
+        self.mounts_finished = False
+        self.mount_error: str | None = None
+        self.sweep = False  # --sbx-sweep
+        self._ledger: Ledger | None = None
+        self._mount_manager: MountManager | None = None
         self.wanted_routes: set[str] | None = None  # None: every route of the inventory
         self.wanted_canaries: set[str] | None = None
 
@@ -156,7 +166,18 @@ class SbxSession:
             self._gate_runs = []
             return self._gate_runs
         runs = []
+        for mounted in self.mounts:
+            if not mounted.ok and mounted.run_id is None:
+                path = sssf.runs_path / f"{mounted.name}.json"
+                entry = RunEntry(
+                    f"mount-{mounted.name}", path, None, f"mount {mounted.name!r} failed: {mounted.reason}"
+                )
+                runs.append(GateRun(entry, None, entry.problem))
+        failed_mounts = {m.run_id: m for m in self.mounts if m.run_id and not m.ok}
         for entry in select_runs(sssf.runs_path, self.run_ids):
+            if entry.run_id in failed_mounts:
+                reason = failed_mounts[entry.run_id].reason
+                entry = RunEntry(entry.run_id, entry.path, entry.record, f"mount failed: {reason}")
             record = entry.record
             problem = entry.problem or (gate_problem(record, entry.path) if record is not None else None)
             if record is None or problem is not None:
@@ -196,6 +217,73 @@ class SbxSession:
                 )
             )
         return self._pool
+
+    # --------------------------------------------------------------- ledger and mounts
+
+    def state_dir(self) -> Path:
+        """Where the ledger lives: --sbx-state, the inventory's [state] dir, the embedded fleet's dir, or .sbxcheck/."""
+        if self.state_option:
+            return Path(self.state_option)
+        inv = self.inventory()
+        if inv.state.dir is not None:
+            return inv.state.dir
+        if self._sim_dir is not None:
+            return self._sim_dir / "state"
+        return self.rootdir / ".sbxcheck" / "state"
+
+    def ledger(self) -> Ledger:
+        if self._ledger is None:
+            self._ledger = Ledger(self.state_dir())
+        return self._ledger
+
+    def leaked_entries(self) -> list[LedgerEntry]:
+        """Entries an earlier session left open (not released, not deliberately kept)."""
+        try:
+            entries = self.ledger().open_entries(exclude_owner=default_owner())
+        except SbxError:
+            return []
+        return [e for e in entries if e.state != "kept"]
+
+    def release_entry(self, entry: LedgerEntry) -> tuple[bool, dict[str, Any]]:
+        """Release a leaked entry through the same path that created it (--sbx-sweep)."""
+        if entry.kind == "mount":
+            return self.mount_manager().release(entry)
+        try:
+            gone = not self.sandboxed_client().cancel_mission(entry.ident)
+        except SbxError as exc:
+            return False, {"cancel_error": exc.message}
+        self.ledger().mark_released(entry.id, "swept: cancelled" if not gone else "swept: already gone")
+        return True, {"cancel": "already gone" if gone else "cancelled"}
+
+    def mount_manager(self) -> MountManager:
+        if self._mount_manager is None:
+            sssf = self.inventory().sssf
+            if sssf is None:
+                raise InventoryError("--sbx-mount needs an [sssf] section (the checkout the recipes run in)")
+            self._mount_manager = MountManager(
+                sssf.recipe_templates(), self.ledger(), vm_suffix=sssf.vm_host_suffix
+            )
+        return self._mount_manager
+
+    def mount_all(self) -> None:
+        """Mount every --sbx-mount name (once); mounted run ids join the runs the gate covers."""
+        if not self.mount_names or self.mounts:
+            return
+        self.ensure_live()
+        manager = self.mount_manager()
+        for name in self.mount_names:
+            mounted = manager.mount(name)
+            self.mounts.append(mounted)
+            if mounted.run_id and mounted.run_id not in self.run_ids:
+                self.run_ids.append(mounted.run_id)
+        self._gate_runs = None
+
+    def finish_mounts(self, policy: str, gate_outcomes: dict[str, list[str]]) -> list[Mounted]:
+        """Apply the teardown policy once (sessionfinish, or unconfigure after an interrupt)."""
+        if self.mounts_finished or self._mount_manager is None:
+            return self.mounts
+        self.mounts_finished = True
+        return self._mount_manager.finish(policy, gate_outcomes)  # type: ignore[arg-type]
 
     # --------------------------------------------------------------- control plane
 
@@ -253,8 +341,13 @@ class SbxSession:
                 if token:
                     env["SANDBOXED_API_TOKEN"] = token
             env.setdefault("SANDBOXED_API_URL", section.url)
-            self._mcp = AssistantMcpClient(section.mcp.command, env=env, timeout_s=section.mcp.timeout_s)
-            self._mcp.start()
+            client_mcp = AssistantMcpClient(section.mcp.command, env=env, timeout_s=section.mcp.timeout_s)
+            try:
+                client_mcp.start()
+            except SbxError:  # one more start (a count of one): a server that fails twice is reported
+                client_mcp = AssistantMcpClient(section.mcp.command, env=env, timeout_s=section.mcp.timeout_s)
+                client_mcp.start()
+            self._mcp = client_mcp
         return self._mcp
 
     def openrouter_admin(self) -> OpenRouterAdmin:

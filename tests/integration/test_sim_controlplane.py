@@ -242,11 +242,15 @@ def test_create_validation(client: SandboxedClient, double: ControlPlaneDouble) 
     with pytest.raises(MissionRejected, match="estimated_disk_gib"):
         client.create_mission(title="v8", estimated_disk_gib=600)
     verity = double.workspace_id("verity")
-    first = client.create_mission(title="occupy", prompt="hi", workspace_id=verity)
-    with pytest.raises(MissionRejected) as busy:
-        client.create_mission(title="occupy-2", prompt="hi", workspace_id=verity)
+    double.inject("cp.stuck-pending", "*")  # the first mission must still be live when the second arrives
+    try:
+        first = client.create_mission(title="occupy", prompt="hi", workspace_id=verity)
+        with pytest.raises(MissionRejected) as busy:
+            client.create_mission(title="occupy-2", prompt="hi", workspace_id=verity)
+    finally:
+        double.clear_faults("cp.stuck-pending")
     assert (busy.value.status, busy.value.error_code) == (409, "workspace_occupied")
-    settle(client, first.id)
+    client.cancel_mission(first.id)
 
 
 def test_effort_reject_max_fault(client: SandboxedClient, double: ControlPlaneDouble) -> None:

@@ -1,0 +1,160 @@
+"""Mount before the gate, tear down after it — through the ``just sbx`` recipes, under a ledger.
+
+sbxcheck never mints, creates, shares or revokes anything itself: every action is a recipe a person
+could type (templates in the inventory). Before a mount starts, the ledger gets an entry; after
+the session, the person's teardown policy decides (``never`` by default; a failed gate always
+keeps its VM), harvest runs before any teardown, teardowns run in reverse order of creation, one
+failing teardown does not stop the others, and the ledger says exactly what is left.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sbxcheck.ledger import Ledger, LedgerEntry
+from sbxcheck.recipes import (
+    Decision,
+    RecipeResult,
+    RecipeTemplates,
+    TeardownPolicy,
+    decide_teardown,
+    parse_harvest_output,
+    parse_mount_output,
+    parse_teardown_output,
+    run_recipe,
+)
+
+
+@dataclass
+class Mounted:
+    """One ``--sbx-mount NAME``: what was asked, what the recipe printed, and what became of it."""
+
+    name: str
+    entry_id: str
+    run_id: str | None = None
+    vm: str | None = None
+    url: str | None = None
+    ok: bool = False
+    reason: str | None = None
+    mount: dict[str, Any] = field(default_factory=dict)
+    action: str = "pending"  # kept | torn-down | teardown-failed | pending
+    why: str = ""
+    harvest: dict[str, Any] = field(default_factory=dict)
+    teardown: dict[str, Any] = field(default_factory=dict)
+
+    def ssh_hint(self, suffix: str) -> str:
+        return f"ssh {self.vm or self.run_id or self.name}{suffix}"
+
+    def summary(self, suffix: str) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "run_id": self.run_id,
+            "mounted": self.ok,
+            "action": self.action,
+            "why": self.why,
+            "ssh": self.ssh_hint(suffix) if self.run_id else None,
+            "ledger_entry": self.entry_id,
+            **({"reason": self.reason} if self.reason else {}),
+        }
+
+
+class MountManager:
+    """Owns the mounts of one session: mount on request, decide and tear down at the end."""
+
+    def __init__(self, templates: RecipeTemplates, ledger: Ledger, *, vm_suffix: str = ".exe.xyz") -> None:
+        self.templates = templates
+        self.ledger = ledger
+        self.vm_suffix = vm_suffix
+        self.mounts: list[Mounted] = []
+
+    def mount(self, name: str) -> Mounted:
+        """Run the mount recipe for ``name``; the ledger entry is written before anything exists."""
+        entry_id = self.ledger.record_intent("mount", name, run_id=None, detail={"recipe": "mount"})
+        mounted = Mounted(name=name, entry_id=entry_id)
+        self.mounts.append(mounted)
+        result = run_recipe(self.templates, "mount", run_id=name)
+        info = parse_mount_output(result.stdout)
+        mounted.mount = result.evidence(tail_chars=2000)
+        mounted.run_id, mounted.vm, mounted.url = info.run_id, info.vm, info.url
+        if mounted.run_id:
+            self.ledger.mark_created(entry_id, mounted.run_id)
+        mounted.ok = result.ok and info.ok
+        if not mounted.ok:
+            mounted.reason = _why(result, info.reason)
+        return mounted
+
+    def finish(self, policy: TeardownPolicy, gate_outcomes: Mapping[str, Sequence[str]]) -> list[Mounted]:
+        """Apply the teardown policy to every mount, newest first; each decision lands in the ledger."""
+        outcomes = {m.run_id: list(gate_outcomes.get(m.run_id, [])) for m in self.mounts if m.run_id}
+        decisions = decide_teardown(policy, outcomes)
+        for mounted in reversed(self.mounts):
+            if mounted.run_id is None:
+                mounted.action, mounted.why = (
+                    "kept",
+                    "the mount printed no run id: nothing known to tear down",
+                )
+                self.ledger.mark_kept(mounted.entry_id, mounted.why)
+                continue
+            decision = decisions.get(mounted.run_id, Decision("keep", "no decision"))
+            if decision.action == "keep":
+                mounted.action, mounted.why = "kept", decision.why
+                self.ledger.mark_kept(mounted.entry_id, decision.why)
+                continue
+            self._teardown(mounted, decision.why)
+        return list(self.mounts)
+
+    def release(self, entry: LedgerEntry) -> tuple[bool, dict[str, Any]]:
+        """Tear down a mount an earlier session left open (``--sbx-sweep``): harvest, then teardown."""
+        run_id = entry.ident
+        harvest = run_recipe(self.templates, "harvest", run_id=run_id)
+        teardown = run_recipe(self.templates, "teardown", run_id=run_id)
+        parsed = parse_teardown_output(teardown.stdout, run_id=run_id)
+        ok = teardown.ok and parsed.ok
+        if ok:
+            self.ledger.mark_released(entry.id, "swept: just sbx lifecycle teardown")
+        return ok, {
+            "harvest": harvest.evidence(1000),
+            "teardown": teardown.evidence(2000),
+            "teardown_ok": ok,
+            "reason": parsed.reason,
+        }
+
+    def _teardown(self, mounted: Mounted, why: str) -> None:
+        assert mounted.run_id is not None
+        started = time.monotonic()
+        harvest = run_recipe(self.templates, "harvest", run_id=mounted.run_id)
+        mounted.harvest = {**harvest.evidence(1000), **_harvest_facts(harvest, mounted.run_id)}
+        teardown = run_recipe(self.templates, "teardown", run_id=mounted.run_id)
+        parsed = parse_teardown_output(teardown.stdout, run_id=mounted.run_id)
+        mounted.teardown = {
+            **teardown.evidence(2000),
+            "key": parsed.key,
+            "gate": parsed.gate,
+            "duration_s": round(time.monotonic() - started, 2),
+        }
+        if teardown.ok and parsed.ok:
+            mounted.action, mounted.why = "torn-down", why
+            self.ledger.mark_released(mounted.entry_id, "just sbx lifecycle teardown")
+        else:
+            mounted.action = "teardown-failed"
+            mounted.why = f"{why}; teardown failed: {_why(teardown, parsed.reason)}"
+            mounted.reason = mounted.why  # the ledger entry stays open: the report and next session show it
+
+
+def _harvest_facts(result: RecipeResult, run_id: str) -> dict[str, Any]:
+    parsed = parse_harvest_output(result.stdout, run_id=run_id)
+    return {"status": parsed.status, "ok": parsed.ok}
+
+
+def _why(result: RecipeResult, parsed_reason: str | None) -> str:
+    if result.timed_out:
+        return f"{result.name} recipe timed out"
+    if result.error:
+        return result.error
+    if result.exit_code not in (0, None):
+        last = next((ln for ln in reversed(result.text.splitlines()) if ln.strip()), "")
+        return f"{result.name} recipe exited {result.exit_code}: {last[:200]}"
+    return parsed_reason or f"{result.name} recipe output not understood"
