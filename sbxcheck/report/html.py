@@ -107,6 +107,21 @@ def _machines(document: Mapping[str, Any]) -> str:
     return f"<h2>Machine inventory ({len(rows)})</h2><table><tr>{head}</tr>{body}</table>"
 
 
+def _mounts(document: Mapping[str, Any]) -> str:
+    """Mounted runs and what became of each: kept runs name the command to get in."""
+    rows = document.get("mounts") or []
+    if not rows:
+        return ""
+    body = "".join(
+        f"<tr><td>{_e(m.get('name'))}</td><td>{_e(m.get('run_id'))}</td><td>{_e(m.get('action'))}</td>"
+        f"<td><code>{_e(m.get('ssh') or '')}</code></td><td>{_e(m.get('why'))}</td></tr>"
+        for m in rows
+        if isinstance(m, Mapping)
+    )
+    head = "<tr><th>mount</th><th>run id</th><th>action</th><th>get in</th><th>why</th></tr>"
+    return f"<h2>Mounted runs ({len(rows)})</h2><table>{head}{body}</table>"
+
+
 def _checks(document: Mapping[str, Any]) -> str:
     incident_of: dict[str, str] = {}
     for inc in document.get("incidents") or []:
@@ -152,7 +167,7 @@ def render_html(document: Mapping[str, Any], redactor: Redactor) -> str:
         '<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
-        f"{_header(document)}{_incidents(document)}{_machines(document)}{_checks(document)}"
+        f"{_header(document)}{_incidents(document)}{_mounts(document)}{_machines(document)}{_checks(document)}"
         "</body></html>\n"
     )
     return redactor.redact_text(page)
