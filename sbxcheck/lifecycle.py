@@ -23,6 +23,7 @@ from sbxcheck.clients.channels import Created, MissionChannel
 from sbxcheck.clients.sandboxed import MissionRejected, MissionSpec, NotFound
 from sbxcheck.errors import CommandTimeout, SbxError
 from sbxcheck.inventory import RouteSpec, SandboxedSection, WorkspaceCanarySpec
+from sbxcheck.ledger import Ledger
 from sbxcheck.results import Classification
 
 TERMINAL = frozenset({"completed", "failed", "blocked", "not_feasible", "interrupted"})
@@ -125,6 +126,7 @@ class MissionDispatcher:
         *,
         workspace_ids: Callable[[], dict[str, str]],
         exec_sha256: Callable[[str, str], str],
+        ledger: Ledger | None = None,
     ) -> None:
         self.section = section
         self.channel_for = channel_for
@@ -135,6 +137,8 @@ class MissionDispatcher:
         self.canaries: dict[str, CanaryRun] = {}
         self.blocked_backends: dict[str, str] = {}
         self.created: dict[str, str] = {}  # mission id -> via
+        self.ledger = ledger
+        self._entries: dict[str, str] = {}  # mission id -> ledger entry
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._pool: cf.ThreadPoolExecutor | None = None
@@ -217,6 +221,10 @@ class MissionDispatcher:
                 outcome[mission_id] = "already gone"
             except SbxError as exc:  # one failing cancel does not stop the others
                 outcome[mission_id] = f"cancel failed: {exc.message}"
+        for mission_id, how in outcome.items():
+            entry = self._entries.get(mission_id)
+            if self.ledger is not None and entry is not None and not how.startswith("cancel failed"):
+                self.ledger.mark_released(entry, how)  # a failed cancel stays open: the next session sees it
         return outcome
 
     # ------------------------------------------------------------------ routes
@@ -260,6 +268,7 @@ class MissionDispatcher:
         route = run.route
         channel = self.channel_for(route.via)
         workspace_id = self._workspace_id(route.workspace)
+        entry = self._intent(run)
         for effort in effort_fallbacks(route.model_effort):
             spec = MissionSpec(
                 title=run.title,
@@ -279,16 +288,38 @@ class MissionDispatcher:
                 if effort_error and effort != effort_fallbacks(route.model_effort)[-1]:
                     continue
                 run.rejection = exc
+                if self.ledger is not None and entry is not None:
+                    self.ledger.mark_released(entry, f"never created: {exc.reason[:120]}")
                 return
             run.effort_attempts.append({"effort": effort, "accepted": True})
             run.created = created
             self.created[str(created.mission["id"])] = route.via
+            self._created(entry, str(created.mission["id"]))
             if created.idempotency_supported and run.check_idempotency:
                 # §8.2: a retry with the same key must return the same mission, never a second one
                 retry = channel.create(spec)
                 run.retry = retry
-                self.created.setdefault(str(retry.mission["id"]), route.via)
+                retry_id = str(retry.mission["id"])
+                if retry_id not in self.created:
+                    self.created[retry_id] = route.via
+                    self._created(self._intent(run), retry_id)
             return
+
+    def _intent(self, run: RouteRun) -> str | None:
+        """The ledger entry written before a create is sent (None without a ledger)."""
+        if self.ledger is None:
+            return None
+        return self.ledger.record_intent(
+            "mission",
+            run.idempotency_key,
+            run_id=None,
+            detail={"route": run.route.label, "via": run.route.via},
+        )
+
+    def _created(self, entry: str | None, mission_id: str) -> None:
+        if self.ledger is not None and entry is not None:
+            self.ledger.mark_created(entry, mission_id)
+            self._entries[mission_id] = entry
 
     def _follow(self, run: RouteRun) -> None:
         """Poll the record and the events (cursor) until execution evidence, a terminal state or the deadline."""

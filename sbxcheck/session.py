@@ -408,7 +408,12 @@ class SbxSession:
                     }
                 )
             self._dispatcher = MissionDispatcher(
-                section, self.channel, self.session_tag, workspace_ids=workspace_ids, exec_sha256=exec_sha256
+                section,
+                self.channel,
+                self.session_tag,
+                workspace_ids=workspace_ids,
+                exec_sha256=exec_sha256,
+                ledger=self.ledger(),
             )
         return self._dispatcher
 
