@@ -17,6 +17,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from sbxcheck.inventory import (
     WorkspaceCanarySpec,
     dump_inventory,
 )
+from sbxcheck.sim.admin import KnobGate, SimAdmin, VmExists
 from sbxcheck.sim.controlplane import ControlPlaneDouble
 from sbxcheck.sim.faults import (
     CONTROLPLANE_TARGETS,
@@ -46,11 +48,26 @@ from sbxcheck.sim.faults import (
     is_fleet_host_fault,
     parse_fault,
 )
-from sbxcheck.sim.hosts import HostHome, exe_vm, fault_options, make_agent_core, make_dgx_spark, make_exedev
+from sbxcheck.sim.hosts import (
+    HostHome,
+    exe_vm,
+    fault_options,
+    make_agent_core,
+    make_dgx_spark,
+    make_exedev,
+    write_vms,
+)
 from sbxcheck.sim.httpserver import BackgroundServer
 from sbxcheck.sim.openrouter import OpenRouterDouble
 from sbxcheck.sim.pi import PiInstall, ensure_pi, pi_status, write_pi_shim
 from sbxcheck.sim.sshd import SimHost, SimSshServer, generate_keypair
+from sbxcheck.sim.sssf_recipes import (
+    clear_knob,
+    install_exedev_verbs,
+    set_knob,
+    write_recipes,
+    write_sim_env,
+)
 
 ROSTER_CONFIG = "adws/adw_sssf_config/sssf.config.yaml"
 ROSTER_YAML = """\
@@ -131,6 +148,15 @@ class SimRun:
     runtime_key: str = field(repr=False)
 
 
+@dataclass(frozen=True)
+class RecipeVm:
+    """A VM created at runtime through the admin API (``ssh exe.dev new``)."""
+
+    name: str
+    home: Path
+    ssh_port: int
+
+
 class SimFleet:
     """Build, serve and stop the embedded fleet under ``root``."""
 
@@ -165,6 +191,14 @@ class SimFleet:
         self._openrouter_port = 0
         self._materialized = False
         self._serving = False
+        # runtime VMs (the recipes' `ssh exe.dev new` / `rm`), through the admin API
+        self.admin: SimAdmin | None = None
+        self.admin_http: BackgroundServer | None = None
+        self._admin_port = 0
+        self._admin_token = secrets.token_urlsafe(24)
+        self._recipe_vms: dict[str, RecipeVm] = {}
+        self._created: list[str] = []
+        self._vm_lock = threading.Lock()
 
     # ------------------------------------------------------------ stage 1: files
 
@@ -211,6 +245,7 @@ class SimFleet:
         self._apply_file_faults()
         self._make_controlplane()
         self._make_fleet_hosts()
+        self._make_recipe_support()
         self._write_ssh_config()
         self._write_inventory()
         self._materialized = True
@@ -239,6 +274,7 @@ class SimFleet:
             path = repo / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
+        write_recipes(repo)  # just/sandbox/*.just, sandbox_mount/host/*: tracked, so VM clones carry them
         _git(repo, "init", "-q", "-b", "main")
         _git(repo, "add", "-A")
         _git(repo, "commit", "-q", "-m", "factory baseline")
@@ -591,6 +627,8 @@ class SimFleet:
                 f"    IdentityFile {self.ssh_dir / 'id_ed25519'}\n    HostKeyAlias {name}\n"
             )
         for run in self.runs:
+            if run.run_id in self._recipe_vms:  # deleted, then created again by `ssh exe.dev new`
+                continue
             blocks.append(
                 f"Host {run.run_id}{HOST_SUFFIX}\n"
                 f"    HostName 127.0.0.1\n"
@@ -599,7 +637,18 @@ class SimFleet:
                 f"    IdentityFile {self.ssh_dir / 'id_ed25519'}\n"
                 f"    HostKeyAlias {run.run_id}{HOST_SUFFIX}\n"
             )
-        (self.ssh_dir / "ssh_config").write_text("\n".join(blocks), encoding="utf-8")
+        for vm in self._recipe_vms.values():  # kept after `rm`: the port is closed, ssh is refused
+            blocks.append(
+                f"Host {vm.name}{HOST_SUFFIX}\n"
+                f"    HostName 127.0.0.1\n"
+                f"    Port {vm.ssh_port}\n"
+                f"    User {VM_USER}\n"
+                f"    IdentityFile {self.ssh_dir / 'id_ed25519'}\n"
+                f"    HostKeyAlias {vm.name}{HOST_SUFFIX}\n"
+            )
+        tmp = self.ssh_dir / "ssh_config.tmp"
+        tmp.write_text("\n".join(blocks), encoding="utf-8")
+        os.replace(tmp, self.ssh_dir / "ssh_config")  # readers never see half a file
 
     def _write_inventory(self) -> None:
         inv = Inventory(
@@ -630,6 +679,131 @@ class SimFleet:
         )
         self.inventory_path.write_text(header + dump_inventory(inv), encoding="utf-8")
 
+    # ------------------------------------------------------------ the SSSF recipes (just sbx ...)
+
+    @property
+    def admin_url(self) -> str:
+        """Base URL of the admin API (known after ``materialize``; serving after ``serve``)."""
+        return f"http://127.0.0.1:{self._admin_port}"
+
+    @property
+    def admin_token_file(self) -> Path:
+        """The admin API's bearer token (0600)."""
+        return self.root / "secrets" / "admin_token"
+
+    @property
+    def knobs_dir(self) -> Path:
+        """Knob files for the recipes (see :data:`sbxcheck.sim.sssf_recipes.KNOBS`)."""
+        return self.root / "knobs"
+
+    def set_knob(self, name: str, value: str = "") -> None:
+        """Set a recipe knob (``revoke-fail``, ``mount-fail``, ``mount-slow``); read at the moment of use."""
+        set_knob(self.knobs_dir, name, value)
+
+    def clear_knob(self, name: str) -> None:
+        """Unset a recipe knob."""
+        clear_knob(self.knobs_dir, name)
+
+    def _make_recipe_support(self) -> None:
+        """Admin token and port, knobs dir, exe.dev's new/rm/share verbs, and the checkout's sim.env."""
+        self._admin_port = _free_port()
+        secret_dir = self.root / "secrets"
+        secret_dir.mkdir(mode=0o700, exist_ok=True)
+        fd = os.open(self.admin_token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            os.fchmod(fh.fileno(), 0o600)
+            fh.write(self._admin_token + "\n")
+        self.knobs_dir.mkdir(parents=True, exist_ok=True)
+        install_exedev_verbs(
+            self.hosts["exe.dev"].path_dirs[0],
+            admin_url=self.admin_url,
+            token_file=self.admin_token_file,
+            knobs_dir=self.knobs_dir,
+        )
+        base_url = f"http://127.0.0.1:{self._openrouter_port}/api/v1"
+        write_sim_env(
+            self.checkout,
+            {
+                "SBX_SSH_CONFIG": str(self.ssh_dir / "ssh_config"),
+                "SBX_KNOWN_HOSTS": str(self.ssh_dir / "known_hosts"),
+                "SBX_OPENROUTER_URL": base_url,
+                "SBX_VM_OPENROUTER_URL": base_url,
+                "SBX_FILL_REPO": str(self.checkout),
+                "SBX_KNOBS": str(self.knobs_dir),
+            },
+        )
+
+    def _key_name(self, key_hash: str) -> str | None:
+        try:
+            return self.openrouter.key(key_hash).name
+        except KeyError:
+            return None
+
+    def _vms_file(self) -> Path:
+        return self.hosts["exe.dev"].state_dir / "vms.json"
+
+    def list_vms(self) -> list[dict[str, object]]:
+        """exe.dev's VM list (``ls --json`` entries), the authority on which VMs exist."""
+        try:
+            doc = json.loads(self._vms_file().read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return []
+        vms = doc.get("vms") if isinstance(doc, dict) else None
+        return [v for v in vms if isinstance(v, dict)] if isinstance(vms, list) else []
+
+    def create_vm(self, name: str) -> dict[str, object]:
+        """A fresh VM: home with the image's pi, an SSH endpoint, a Host block, an ``ls`` entry.
+
+        Raises VmExists when ``name`` is live, SimError when the fleet is not serving.
+        """
+        with self._vm_lock:
+            if self.ssh_server is None:
+                raise SimError("sim: the fleet is not serving; cannot create a VM")
+            vms = self.list_vms()
+            if any(v.get("vm_name") == name for v in vms):
+                raise VmExists(f"a VM named {name!r} already exists")
+            host_name = f"{name}{HOST_SUFFIX}"
+            self.ssh_server.remove_host(host_name)  # a deleted VM of the same name: start over
+            home = self.root / "vms" / name
+            if home.exists():
+                shutil.rmtree(home)
+            (home / "bin").mkdir(parents=True)
+            if self.pi is not None:
+                write_pi_shim(home / "bin", self.pi)  # exeuntu ships pi at /usr/local/bin
+            sim_host = SimHost(name=host_name, home=home, user=VM_USER, path_dirs=(home / "bin",))
+            port = self.ssh_server.add_host(sim_host, 0)
+            self._recipe_vms[name] = RecipeVm(name, home, port)
+            self._created.append(name)
+            self._write_ssh_config()
+            write_vms(self.hosts["exe.dev"], [*vms, exe_vm(name)])
+        return {"vm_name": name, "https_url": f"https://{host_name}", "ssh_dest": host_name, "ssh_port": port}
+
+    def delete_vm(self, name: str) -> bool:
+        """Remove ``name`` from exe.dev's list and stop serving it (its home stays); False if unknown."""
+        with self._vm_lock:
+            vms = self.list_vms()
+            remaining = [v for v in vms if v.get("vm_name") != name]
+            if len(remaining) == len(vms):
+                return False
+            write_vms(self.hosts["exe.dev"], remaining)
+            if self.ssh_server is not None:
+                self.ssh_server.remove_host(f"{name}{HOST_SUFFIX}")
+        return True
+
+    def live_vms(self) -> list[str]:
+        """Names of the VMs exe.dev lists."""
+        return [str(v["vm_name"]) for v in self.list_vms() if isinstance(v.get("vm_name"), str)]
+
+    def live_keys(self) -> list[str]:
+        """Names of the ``sbx-`` keys the OpenRouter double has not deleted."""
+        keys = self.openrouter.keys()
+        return [k.name for k in keys if k.name.startswith("sbx-")]
+
+    def created_by_recipes(self) -> list[str]:
+        """Run ids (VM names) created through the admin API, in order."""
+        with self._vm_lock:
+            return list(self._created)
+
     # ------------------------------------------------------------ stage 2: servers
 
     def serve(self) -> None:
@@ -642,7 +816,8 @@ class SimFleet:
             if not self._has_fault("vm.no-pi", run):
                 write_pi_shim(run.home / "bin", self.pi)
         try:
-            self.http = BackgroundServer(self.openrouter.app, port=self._openrouter_port)
+            gated = KnobGate(self.openrouter.app, self.knobs_dir, self._key_name)
+            self.http = BackgroundServer(gated, port=self._openrouter_port)
             self.http.start()
             assert self.controlplane is not None
             self.cp_http = BackgroundServer(self.controlplane.app, port=self._cp_port)
@@ -669,6 +844,9 @@ class SimFleet:
             for name, home in self.hosts.items():
                 mode = self._dgx_mode() if name == "dgx-spark" else "ok"
                 self.ssh_server.add_host(home.sim_host(user=VM_USER, mode=mode), self._host_ports[name])
+            self.admin = SimAdmin(self, self._admin_token)
+            self.admin_http = BackgroundServer(self.admin.app, port=self._admin_port, name="sim-admin")
+            self.admin_http.start()
         except Exception:
             self.stop()
             raise
@@ -682,6 +860,9 @@ class SimFleet:
 
     def stop(self) -> None:
         """Stop every server; idempotent. Files stay on disk for inspection."""
+        if self.admin_http is not None:
+            self.admin_http.stop()
+            self.admin_http = None
         if self.ssh_server is not None:
             self.ssh_server.stop()
             self.ssh_server = None
@@ -700,6 +881,9 @@ class SimFleet:
         values = [r.runtime_key for r in self.runs] + [self.openrouter.provisioning_key, self._cp_password]
         if self.controlplane is not None:
             values += self.controlplane.secret_values()
+        # keys minted at runtime (the recipes' create) and the admin token
+        values += [k.secret for k in self.openrouter.keys(include_deleted=True) if k.secret not in values]
+        values.append(self._admin_token)
         return values
 
     def __enter__(self) -> SimFleet:
