@@ -1,0 +1,223 @@
+"""Mount → gate → teardown through the real ``just sbx`` recipes, under each policy, with the ledger.
+
+Every scenario ends with the simulated fleet holding nothing a test created except what the
+policy keeps (and a final sweep releases that too): no VM, no ``sbx-`` key, no open ledger entry.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gate_harness import GATE_SUITE, REPO
+
+from sbxcheck.ledger import Ledger
+from sbxcheck.sim.fleet import SimFleet
+from sbxcheck.sim.sssf_recipes import set_knob
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("just") is None, reason="the just binary (PyPI rust-just) is missing"
+)
+LEDGER_SUITE = REPO / "gates" / "test_ledger.py"
+
+
+def gate(
+    fleet: SimFleet, tmp: Path, *args: str, inventory: Path | None = None, timeout: float = 600
+) -> dict[str, Any]:
+    """Run the gate suite (and the ledger items) in a child pytest; return results.json plus the exit code."""
+    suites = tmp / "suites"
+    suites.mkdir(exist_ok=True)
+    for suite in (GATE_SUITE, LEDGER_SUITE):
+        shutil.copy(suite, suites / suite.name)
+    report = tmp / "report"
+    shutil.rmtree(report, ignore_errors=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-m",
+            "gate",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            str(suites),
+            "--sbx-inventory",
+            str(inventory or fleet.inventory_path),
+            "--sbx-report",
+            str(report),
+            "--sbx-state",
+            str(tmp / "state"),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=tmp,
+        check=False,
+    )
+    data: dict[str, Any] = (
+        json.loads((report / "results.json").read_text()) if (report / "results.json").exists() else {}
+    )
+    data["_ret"], data["_out"] = proc.returncode, proc.stdout[-4000:] + proc.stderr[-2000:]
+    return data
+
+
+def open_entries(tmp: Path) -> list[Any]:
+    return Ledger(tmp / "state").open_entries()
+
+
+def assert_nothing_left(fleet: SimFleet, tmp: Path, before_vms: list[str], before_keys: list[str]) -> None:
+    """After a sweep, the fleet holds only what it had before the test; the ledger has no open entry."""
+    swept = gate(fleet, tmp, "--sbx-sweep", "-k", "ledger")
+    assert all(c["outcome"] == "passed" for c in swept.get("checks", [])), swept["_out"]
+    assert sorted(fleet.live_vms()) == sorted(before_vms)
+    assert sorted(fleet.live_keys()) == sorted(before_keys)
+    assert [e for e in open_entries(tmp) if e.state != "kept"] == []
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Any:
+    with SimFleet(tmp_path / "fleet") as f:
+        yield f
+
+
+@pytest.mark.parametrize("policy", ["never", "on-pass", "always"])
+def test_mount_gate_teardown_by_policy(fleet: SimFleet, tmp_path: Path, policy: str) -> None:
+    before_vms, before_keys = fleet.live_vms(), fleet.live_keys()
+    result = gate(fleet, tmp_path, "--sbx-mount", "demo", "--sbx-teardown", policy)
+    [mount] = result["mounts"]
+    run_id = mount["run_id"]
+    assert run_id.startswith("demo-") and mount["mounted"], result["_out"]
+    gated = [c for c in result["checks"] if c["target"] == run_id or c["target"].startswith(run_id + "-")]
+    assert len(gated) == 9 and all(c["outcome"] == "passed" for c in gated), result["_out"]
+    assert result["_ret"] == 0
+    if policy == "never":
+        assert mount["action"] == "kept" and mount["ssh"] == f"ssh {run_id}.exe.xyz"
+        assert run_id in fleet.live_vms() and f"sbx-{run_id}" in fleet.live_keys()
+        [entry] = Ledger(tmp_path / "state").open_entries()
+        assert (entry.state, entry.ident) == ("kept", run_id)
+    else:
+        assert mount["action"] == "torn-down", mount
+        assert run_id not in fleet.live_vms() and f"sbx-{run_id}" not in fleet.live_keys()
+        assert (fleet.checkout / ".sandbox" / "runs" / f"{run_id}.json").exists()  # the record stays, closed
+        assert open_entries(tmp_path) == []
+    if policy == "never":  # kept on purpose: release it by hand, as the operator would
+        subprocess.run(
+            ["just", "sbx", "lifecycle", "teardown", run_id],
+            cwd=fleet.checkout,
+            capture_output=True,
+            timeout=300,
+            check=True,
+        )
+    assert sorted(fleet.live_vms()) == sorted(before_vms) and sorted(fleet.live_keys()) == sorted(before_keys)
+
+
+def test_failed_gate_keeps_the_vm_whatever_the_flag(fleet: SimFleet, tmp_path: Path) -> None:
+    strict = tmp_path / "strict.toml"
+    strict.write_text(
+        fleet.inventory_path.read_text().replace("credit_floor_usd = 1.0", "credit_floor_usd = 100.0")
+    )
+    result = gate(fleet, tmp_path, "--sbx-mount", "demo", "--sbx-teardown", "always", inventory=strict)
+    [mount] = result["mounts"]
+    run_id = mount["run_id"]
+    failed = [c for c in result["checks"] if c["target"] == run_id and c["outcome"] == "failed"]
+    assert [c["check"] for c in failed] == ["E_credit_remaining"], result["_out"]
+    assert mount["action"] == "kept" and "gate" in mount["why"]
+    assert mount["ssh"] == f"ssh {run_id}.exe.xyz"
+    assert f"ssh {run_id}.exe.xyz" in result["_out"]  # the terminal says how to get in
+    assert run_id in fleet.live_vms()
+    before = [v for v in fleet.live_vms() if v != run_id]
+    keys = [k for k in fleet.live_keys() if k != f"sbx-{run_id}"]
+    subprocess.run(
+        ["just", "sbx", "lifecycle", "teardown", run_id],
+        cwd=fleet.checkout,
+        capture_output=True,
+        timeout=300,
+        check=True,
+    )
+    assert sorted(fleet.live_vms()) == sorted(before) and sorted(fleet.live_keys()) == sorted(keys)
+
+
+def test_a_failing_teardown_does_not_stop_the_others(fleet: SimFleet, tmp_path: Path) -> None:
+    before_vms, before_keys = fleet.live_vms(), fleet.live_keys()
+    set_knob(fleet.knobs_dir, "revoke-fail", "*")
+    result = gate(fleet, tmp_path, "--sbx-mount", "one", "--sbx-mount", "two", "--sbx-teardown", "always")
+    actions = {m["name"]: m["action"] for m in result["mounts"]}
+    assert actions == {"one": "teardown-failed", "two": "teardown-failed"}, result["mounts"]
+    left = {e.ident for e in open_entries(tmp_path)}
+    assert left == {m["run_id"] for m in result["mounts"]}  # the ledger names exactly what is left
+    (fleet.knobs_dir / "revoke-fail").write_text(result["mounts"][1]["run_id"] + "\n")
+    swept = gate(fleet, tmp_path, "--sbx-sweep", "-k", "ledger")
+    outcomes = {c["target"]: c["outcome"] for c in swept["checks"]}
+    assert sorted(outcomes.values()) == ["failed", "passed"], swept["_out"]  # one released, one still refused
+    (fleet.knobs_dir / "revoke-fail").unlink()
+    assert_nothing_left(fleet, tmp_path, before_vms, before_keys)
+
+
+def test_sigint_after_mount_tears_down_what_the_policy_allows(fleet: SimFleet, tmp_path: Path) -> None:
+    before_vms, before_keys = fleet.live_vms(), fleet.live_keys()
+    suites = tmp_path / "suites"
+    suites.mkdir()
+    shutil.copy(GATE_SUITE, suites / GATE_SUITE.name)
+    runs = fleet.checkout / ".sandbox" / "runs"
+    known = {p.name for p in runs.glob("*.json")}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-m",
+            "gate",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            str(suites),
+            "--sbx-inventory",
+            str(fleet.inventory_path),
+            "--sbx-state",
+            str(tmp_path / "state"),
+            "--sbx-report",
+            str(tmp_path / "report"),
+            "--sbx-mount",
+            "demo",
+            "--sbx-teardown",
+            "always",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        cwd=tmp_path,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not ({p.name for p in runs.glob("*.json")} - known):
+            time.sleep(0.1)
+        time.sleep(4.0)  # the mount has finished and the gate is under way
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    assert sorted(fleet.live_vms()) == sorted(before_vms), out.decode(errors="replace")[-3000:]
+    assert sorted(fleet.live_keys()) == sorted(before_keys)
+    assert open_entries(tmp_path) == []
+
+
+def test_mount_once_under_xdist(fleet: SimFleet, tmp_path: Path) -> None:
+    before_vms, before_keys = fleet.live_vms(), fleet.live_keys()
+    result = gate(fleet, tmp_path, "--sbx-mount", "demo", "--sbx-teardown", "on-pass", "-n", "2")
+    [mount] = result["mounts"]
+    assert mount["action"] == "torn-down", result["_out"]
+    assert len(fleet.created_by_recipes()) == 1  # the controller mounted once; workers did not
+    gated = [c for c in result["checks"] if c["target"].startswith(mount["run_id"])]
+    assert len(gated) == 9 and all(c["outcome"] == "passed" for c in gated)
+    assert sorted(fleet.live_vms()) == sorted(before_vms) and sorted(fleet.live_keys()) == sorted(before_keys)
+    assert open_entries(tmp_path) == []
