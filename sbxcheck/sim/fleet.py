@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from sbxcheck.clients.runrecords import RECORD_FIELDS
 from sbxcheck.errors import SimError
 from sbxcheck.inventory import (
     INVENTORY_FILENAME,
@@ -365,22 +366,7 @@ class SimFleet:
         key_file.chmod(0o600)
 
     def _write_closed_record(self, runs_dir: Path, run_id: str, sha: str, created: str) -> None:
-        record = dict.fromkeys(
-            (
-                "run_id",
-                "vm_name",
-                "https_url",
-                "key_hash",
-                "limit",
-                "spend",
-                "session_id",
-                "commit_sha",
-                "ports",
-                "pid",
-                "created_at",
-                "closed_at",
-            )
-        )
+        record: dict[str, object] = dict.fromkeys(RECORD_FIELDS)  # the closed 12-field schema
         record.update(
             run_id=run_id,
             vm_name=run_id,
