@@ -166,6 +166,9 @@ class SbxSession:
             self._gate_runs = []
             return self._gate_runs
         runs = []
+        if self.mount_error:  # the mounts could not even start: one item says why
+            entry = RunEntry("mount", sssf.runs_path, None, f"--sbx-mount failed: {self.mount_error}")
+            runs.append(GateRun(entry, None, entry.problem))
         for mounted in self.mounts:
             if not mounted.ok and mounted.run_id is None:
                 path = sssf.runs_path / f"{mounted.name}.json"
