@@ -1,6 +1,7 @@
 """Public fixtures of the sbxcheck plugin.
 
 - ``sbx_inventory``: the validated inventory (session).
+- ``sbx_sandbox``: the runs mounted for this session (``--sbx-mount``), each with its resolved run id.
 - ``sbx_ssh_pool``: one SSH connection per host per session, shared by every item on that host.
 - ``sbx_vm``: the connected VM of the current gate item (connect failures error the item in setup).
 - ``sbx_mission``: a factory for ad-hoc missions, cancelled at teardown and kept in the ledger.
@@ -18,6 +19,7 @@ import pytest
 
 from sbxcheck.inventory import Inventory
 from sbxcheck.lifecycle import MissionDispatcher
+from sbxcheck.mounts import Mounted
 from sbxcheck.redact import default_redactor
 from sbxcheck.results import CheckResult, Outcome
 from sbxcheck.session import GateRun, SbxSession
@@ -34,6 +36,16 @@ def _session(request: pytest.FixtureRequest) -> SbxSession:
 def sbx_session(request: pytest.FixtureRequest) -> SbxSession:
     """The session state: inventory source, clients (REST, MCP, OpenRouter admin) and options."""
     return _session(request)
+
+
+@pytest.fixture(scope="session")
+def sbx_sandbox(request: pytest.FixtureRequest) -> list[Mounted]:
+    """The runs this session mounted (--sbx-mount or the inventory's [sssf] mounts), with their run ids.
+
+    Mounting happens once, before collection, on the process that owns it (the xdist controller);
+    teardown follows --sbx-teardown after the session (never by default; a failed gate keeps).
+    """
+    return list(_session(request).mounts)
 
 
 @pytest.fixture(scope="session")

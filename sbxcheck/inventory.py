@@ -63,6 +63,7 @@ class SssfSection(_Strict):
         description="a file holding the key, bare or as a dotenv line (e.g. the checkout's .env)",
     )
     recipes: RecipeTemplates | None = Field(default=None, description="the just sbx command templates")
+    mounts: list[str] = Field(default_factory=list, description="sandboxes to mount before the gate")
 
     def recipe_templates(self) -> RecipeTemplates:
         """The recipe templates, run from the checkout unless they say otherwise."""

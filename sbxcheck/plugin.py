@@ -128,7 +128,7 @@ def pytest_configure(config: pytest.Config) -> None:
         shared = workerinput.get("sbxcheck_inventory")
         if shared:
             session.inventory_path, session.force_sim = Path(shared), False
-    elif session.mount_names and not config.getoption("collectonly"):
+    elif not config.getoption("collectonly") and (session.mount_names or _inventory_mounts(session)):
         try:
             session.mount_all()
         except SbxError as exc:
@@ -162,6 +162,17 @@ def pytest_unconfigure(config: pytest.Config) -> None:
                 session.finish_mounts(config.getoption("sbx_teardown"), {})
         finally:
             session.close()
+
+
+def _inventory_mounts(session: SbxSession) -> bool:
+    """True when the inventory itself asks for mounts (an unreadable inventory is reported elsewhere)."""
+    if session.uses_sim:
+        return False
+    try:
+        sssf = session.inventory().sssf
+    except SbxError:
+        return False
+    return bool(sssf and sssf.mounts)
 
 
 def _terminate_as_interrupt() -> None:

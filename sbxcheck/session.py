@@ -269,7 +269,10 @@ class SbxSession:
         return self._mount_manager
 
     def mount_all(self) -> None:
-        """Mount every --sbx-mount name (once); mounted run ids join the runs the gate covers."""
+        """Mount every --sbx-mount name (else the inventory's [sssf] mounts), once; their runs are gated."""
+        if not self.mount_names:
+            sssf = self.inventory().sssf
+            self.mount_names = list(sssf.mounts) if sssf is not None else []
         if not self.mount_names or self.mounts:
             return
         self.ensure_live()

@@ -221,3 +221,14 @@ def test_mount_once_under_xdist(fleet: SimFleet, tmp_path: Path) -> None:
     assert len(gated) == 9 and all(c["outcome"] == "passed" for c in gated)
     assert sorted(fleet.live_vms()) == sorted(before_vms) and sorted(fleet.live_keys()) == sorted(before_keys)
     assert open_entries(tmp_path) == []
+
+
+def test_mounts_declared_in_the_inventory(fleet: SimFleet, tmp_path: Path) -> None:
+    inventory = tmp_path / "mounts.toml"
+    text = fleet.inventory_path.read_text()
+    assert "mounts = []" in text
+    inventory.write_text(text.replace("mounts = []", 'mounts = ["fromfile"]', 1))
+    result = gate(fleet, tmp_path, "--sbx-teardown", "on-pass", inventory=inventory)
+    [mount] = result["mounts"]
+    assert mount["name"] == "fromfile" and mount["action"] == "torn-down", result["_out"]
+    assert open_entries(tmp_path) == []
