@@ -25,7 +25,7 @@ from sbxcheck.sim.sssf_recipes import set_knob
 pytestmark = pytest.mark.skipif(
     shutil.which("just") is None, reason="the just binary (PyPI rust-just) is missing"
 )
-LEDGER_SUITE = REPO / "gates" / "test_ledger.py"
+LEDGER_SUITE = REPO / "gates" / "test_gate_ledger.py"
 
 
 def gate(

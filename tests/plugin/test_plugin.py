@@ -179,3 +179,23 @@ def test_xdist_gives_the_same_results_as_a_serial_run(
     )
     assert len(essence(serial.report)) == 27
     assert parallel.report["incidents"] == serial.report["incidents"] == []
+
+
+def test_readme_main_job_collects_from_the_repository_root() -> None:
+    """`pytest -m gate` from the root collects gates/, canaries/ and tests/ together: no clashing names."""
+    import subprocess
+    import sys
+
+    from gate_harness import REPO
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "gate", "-p", "no:cacheprovider"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    gate_items = [line for line in proc.stdout.splitlines() if line.startswith("gates/test_gate.py::")]
+    assert len(gate_items) == 27
