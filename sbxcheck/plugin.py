@@ -237,6 +237,15 @@ def _gate_runs(config: pytest.Config) -> tuple[list[GateRun], str | None]:
     return runs, None
 
 
+# ``--dist loadgroup`` sends a group to one worker: one SSH connection per VM, one owner of the missions.
+# The marks ride on the parameters, so they exist before any plugin's collection hooks run.
+CONTROL_PLANE_GROUP = pytest.mark.xdist_group(name="sandboxed-control-plane")
+
+
+def _vm_group(run: GateRun) -> pytest.MarkDecorator:
+    return pytest.mark.xdist_group(name=run.run_id)
+
+
 def _sandboxed_params(config: pytest.Config, kind: str) -> list[Any]:
     """Parameters for the canary suite: route labels, canary labels, or (name, prompt) pairs."""
     session = config.stash[SESSION_KEY]
@@ -254,9 +263,9 @@ def _sandboxed_params(config: pytest.Config, kind: str) -> list[Any]:
     elif kind == "github_probe":
         params = [pytest.param(p, id=f"{p.workspace}-{p.via}") for p in section.github_probes]
     elif kind == "route":
-        params = [pytest.param(r.label, id=r.label) for r in section.routes]
+        params = [pytest.param(r.label, id=r.label, marks=CONTROL_PLANE_GROUP) for r in section.routes]
     elif kind == "canary":
-        params = [pytest.param(c.label, id=c.label) for c in section.canaries]
+        params = [pytest.param(c.label, id=c.label, marks=CONTROL_PLANE_GROUP) for c in section.canaries]
     else:
         from sbxcheck.lifecycle import canary_prompt
 
@@ -318,11 +327,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if why_none and not runs:
             params = [pytest.param(why_none, id="inventory")]
         else:
-            params = [pytest.param(r, id=r.run_id) for r in runs]
+            params = [pytest.param(r, id=r.run_id, marks=_vm_group(r)) for r in runs]
         metafunc.parametrize("sbx_run_entry", params)
     elif "sbx_gate_run" in names:
         gateable = [r for r in runs if r.target is not None]
-        params = [pytest.param(r, id=r.run_id) for r in gateable] or [
+        params = [pytest.param(r, id=r.run_id, marks=_vm_group(r)) for r in gateable] or [
             pytest.param(None, id="no-runs", marks=pytest.mark.skip(reason=why_none or "no run can be gated"))
         ]
         metafunc.parametrize("sbx_gate_run", params)
@@ -332,8 +341,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             if r.target is None:
                 continue
             if not r.target.roster:
-                params.append(pytest.param((r, None), id=f"{r.run_id}-no-roster"))
-            params.extend(pytest.param((r, m), id=f"{r.run_id}-{m}") for m in r.target.roster)
+                params.append(pytest.param((r, None), id=f"{r.run_id}-no-roster", marks=_vm_group(r)))
+            params.extend(
+                pytest.param((r, m), id=f"{r.run_id}-{m}", marks=_vm_group(r)) for m in r.target.roster
+            )
         if not params:
             params = [
                 pytest.param(
@@ -343,24 +354,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("sbx_gate_model", params)
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Drop placeholders; group each run's items for ``--dist loadgroup`` (one worker, one connection, per VM)."""
+    """Drop placeholder items (a parameter that stands for nothing to check) as deselected."""
     placeholders = [item for item in items if item.get_closest_marker("sbx_placeholder") is not None]
     if placeholders:
         items[:] = [item for item in items if item.get_closest_marker("sbx_placeholder") is None]
         config.hook.pytest_deselected(items=placeholders)
-    for item in items:
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        if {"sbx_route", "sbx_canary"} & set(params):
-            # one process owns the session's missions: dispatch, follow and cancel happen once
-            item.add_marker(pytest.mark.xdist_group(name="sandboxed-control-plane"))
-            continue
-        run = params.get("sbx_gate_run")
-        pair = params.get("sbx_gate_model")
-        gate_run = run if isinstance(run, GateRun) else pair[0] if isinstance(pair, tuple) else None
-        if gate_run is not None:
-            item.add_marker(pytest.mark.xdist_group(name=gate_run.run_id))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
