@@ -42,7 +42,14 @@ from pydantic import (
     model_validator,
 )
 
-from sbxcheck.errors import AuthFailed, BadResponseError, CommandTimeout, HostUnreachable, TransportError
+from sbxcheck.errors import (
+    AuthFailed,
+    BadResponseError,
+    CommandTimeout,
+    HostUnreachable,
+    SbxError,
+    TransportError,
+)
 from sbxcheck.redact import SECRET_PATTERNS, default_redactor
 
 NIL_UUID: Final = "00000000-0000-0000-0000-000000000000"
@@ -69,8 +76,8 @@ M = TypeVar("M", bound=BaseModel)
 # ---- errors ---------------------------------------------------------------------------------
 
 
-class ApiRejected(BadResponseError):
-    """The server understood the request and refused it with a 4xx (not auth, not 429)."""
+class _HttpStatusError(SbxError):
+    """An HTTP answer that is an error: the endpoint, status, the server's reason and error code."""
 
     def __init__(self, endpoint: str, status: int, reason: str, *, error_code: str | None = None) -> None:
         super().__init__(
@@ -81,6 +88,10 @@ class ApiRejected(BadResponseError):
         self.status = status
         self.reason = reason
         self.error_code = error_code
+
+
+class ApiRejected(_HttpStatusError, BadResponseError):
+    """The server understood the request and refused it with a 4xx (not auth, not 429)."""
 
 
 class NotFound(ApiRejected):
@@ -106,18 +117,8 @@ class MissionRejected(ApiRejected):
         self.evidence.update(valid_models=self.valid_models, supported_efforts=self.supported_efforts)
 
 
-class ServerError(TransportError):
+class ServerError(_HttpStatusError, TransportError):
     """429 or 5xx: the control plane could not serve the request right now."""
-
-    def __init__(self, endpoint: str, status: int, reason: str, *, error_code: str | None = None) -> None:
-        super().__init__(
-            f"{endpoint} -> {status}: {reason}",
-            evidence={"endpoint": endpoint, "status": status, "reason": reason, "error_code": error_code},
-        )
-        self.endpoint = endpoint
-        self.status = status
-        self.reason = reason
-        self.error_code = error_code
 
 
 # ---- wire models ----------------------------------------------------------------------------
