@@ -70,6 +70,17 @@ def gate(
     return data
 
 
+def teardown_by_hand(fleet: SimFleet, run_id: str) -> None:
+    """What the operator types to release a kept run."""
+    subprocess.run(
+        ["just", "sbx", "lifecycle", "teardown", run_id],
+        cwd=fleet.checkout,
+        capture_output=True,
+        timeout=300,
+        check=True,
+    )
+
+
 def open_entries(tmp: Path) -> list[Any]:
     return Ledger(tmp / "state").open_entries()
 
@@ -110,13 +121,7 @@ def test_mount_gate_teardown_by_policy(fleet: SimFleet, tmp_path: Path, policy: 
         assert (fleet.checkout / ".sandbox" / "runs" / f"{run_id}.json").exists()  # the record stays, closed
         assert open_entries(tmp_path) == []
     if policy == "never":  # kept on purpose: release it by hand, as the operator would
-        subprocess.run(
-            ["just", "sbx", "lifecycle", "teardown", run_id],
-            cwd=fleet.checkout,
-            capture_output=True,
-            timeout=300,
-            check=True,
-        )
+        teardown_by_hand(fleet, run_id)
     assert sorted(fleet.live_vms()) == sorted(before_vms) and sorted(fleet.live_keys()) == sorted(before_keys)
 
 
@@ -136,13 +141,7 @@ def test_failed_gate_keeps_the_vm_whatever_the_flag(fleet: SimFleet, tmp_path: P
     assert run_id in fleet.live_vms()
     before = [v for v in fleet.live_vms() if v != run_id]
     keys = [k for k in fleet.live_keys() if k != f"sbx-{run_id}"]
-    subprocess.run(
-        ["just", "sbx", "lifecycle", "teardown", run_id],
-        cwd=fleet.checkout,
-        capture_output=True,
-        timeout=300,
-        check=True,
-    )
+    teardown_by_hand(fleet, run_id)
     assert sorted(fleet.live_vms()) == sorted(before) and sorted(fleet.live_keys()) == sorted(keys)
 
 
