@@ -26,8 +26,9 @@ import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from sbxcheck.clients.sandboxed import _validation_summary, excerpt
-from sbxcheck.errors import AuthFailed, BadResponseError, CommandTimeout, HostUnreachable, TransportError
+from sbxcheck.errors import AuthFailed, BadResponseError, TransportError
 from sbxcheck.redact import default_redactor
+from sbxcheck.transports.http import RETRYABLE_HTTPX, map_httpx_error
 
 DEFAULT_BASE_URL: Final = "https://openrouter.ai/api/v1"
 PAGE_SIZE: Final = 100
@@ -123,25 +124,20 @@ class OpenRouterAdmin:
     def _get(self, path: str, params: dict[str, str | int]) -> Any:
         """One GET, retried on 429/5xx and dropped connections; the parsed JSON body."""
         endpoint = f"GET {path}"
+        label = f"OpenRouter {endpoint}"
         for attempt in range(self.retries + 1):
             last = attempt == self.retries
             try:
                 resp = self._http.get(path, params=params)
-            except httpx.ConnectTimeout as exc:
-                raise HostUnreachable(f"OpenRouter {endpoint}: connect to {self.base_url} timed out") from exc
-            except httpx.ConnectError as exc:
-                raise HostUnreachable(f"OpenRouter {endpoint}: cannot connect to {self.base_url}") from exc
-            except httpx.TimeoutException as exc:
-                raise CommandTimeout(f"OpenRouter {endpoint}: no answer within {self.timeout_s:g}s") from exc
-            except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError) as exc:
+            except RETRYABLE_HTTPX as exc:
                 if not last:
                     time.sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)])
                     continue
-                raise TransportError(
-                    f"OpenRouter {endpoint}: connection lost ({type(exc).__name__})"
+                raise map_httpx_error(
+                    exc, label, self.base_url, self.timeout_s, attempts=attempt + 1
                 ) from exc
             except httpx.HTTPError as exc:
-                raise TransportError(f"OpenRouter {endpoint}: {type(exc).__name__}") from exc
+                raise map_httpx_error(exc, label, self.base_url, self.timeout_s) from exc
             status = resp.status_code
             if status in _RETRY_STATUSES and not last:
                 time.sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)])

@@ -46,11 +46,11 @@ from sbxcheck.errors import (
     AuthFailed,
     BadResponseError,
     CommandTimeout,
-    HostUnreachable,
     SbxError,
     TransportError,
 )
 from sbxcheck.redact import SECRET_PATTERNS, default_redactor
+from sbxcheck.transports.http import RETRYABLE_HTTPX, map_httpx_error
 
 NIL_UUID: Final = "00000000-0000-0000-0000-000000000000"
 TERMINAL_STATUSES: Final = frozenset({"completed", "failed", "blocked", "not_feasible", "interrupted"})
@@ -717,21 +717,13 @@ class SandboxedClient:
                     headers=headers,
                     timeout=timeout,
                 )
-            except httpx.ConnectTimeout as exc:
-                raise HostUnreachable(f"{endpoint}: connect to {self.base_url} timed out") from exc
-            except httpx.ConnectError as exc:
-                raise HostUnreachable(f"{endpoint}: cannot connect to {self.base_url}") from exc
-            except httpx.TimeoutException as exc:
-                raise CommandTimeout(f"{endpoint}: no answer within {timeout:g}s") from exc
-            except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError) as exc:
+            except RETRYABLE_HTTPX as exc:
                 if not last:
                     time.sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)])
                     continue
-                raise TransportError(
-                    f"{endpoint}: connection lost ({type(exc).__name__}) after {attempt + 1} attempt(s)"
-                ) from exc
+                raise map_httpx_error(exc, endpoint, self.base_url, timeout, attempts=attempt + 1) from exc
             except httpx.HTTPError as exc:
-                raise TransportError(f"{endpoint}: {type(exc).__name__}") from exc
+                raise map_httpx_error(exc, endpoint, self.base_url, timeout) from exc
             if resp.status_code in _RETRY_STATUSES and not last:
                 delay = _retry_after(resp)
                 time.sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)] if delay is None else delay)
