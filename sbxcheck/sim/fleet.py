@@ -14,7 +14,6 @@ import os
 import random
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -61,6 +60,7 @@ from sbxcheck.sim.hosts import (
 from sbxcheck.sim.httpserver import BackgroundServer
 from sbxcheck.sim.openrouter import OpenRouterDouble
 from sbxcheck.sim.pi import PiInstall, ensure_pi, pi_status, write_pi_shim
+from sbxcheck.sim.ports import PortReservations
 from sbxcheck.sim.sshd import SimHost, SimSshServer, generate_keypair
 from sbxcheck.sim.sssf_recipes import (
     clear_knob,
@@ -113,12 +113,6 @@ _GIT_ENV = {
     "GIT_CONFIG_NOSYSTEM": "1",
     "GIT_TERMINAL_PROMPT": "0",
 }
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def plan_run_ids(seed: int, count: int, day: dt.date | None = None) -> list[str]:
@@ -182,6 +176,8 @@ class SimFleet:
         self.controlplane: ControlPlaneDouble | None = None
         self.cp_http: BackgroundServer | None = None
         self._cp_port = 0
+        # ports named in the inventory stay bound here until their server listens (see sim/ports.py)
+        self._ports = PortReservations()
         self._cp_password = secrets.token_urlsafe(18)
         self.hosts: dict[str, HostHome] = {}
         self._host_ports: dict[str, int] = {}
@@ -222,7 +218,7 @@ class SimFleet:
         rng = random.Random(self.seed + 1)
         planned = iter(plan_run_ids(self.seed, self.run_count + 1))
         self.root.mkdir(parents=True, exist_ok=True)
-        self._openrouter_port = _free_port()
+        self._openrouter_port = self._ports.reserve()
         commit_sha = self._make_checkout()
         self._make_ssh_material()
         created = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -232,7 +228,7 @@ class SimFleet:
             run_id = next(planned)
             secret, key_hash = self.openrouter.mint(f"sbx-{run_id}", 50.0)
             home = self.root / "vms" / run_id
-            run = SimRun(run_id, home, _free_port(), key_hash, secret)
+            run = SimRun(run_id, home, self._ports.reserve(), key_hash, secret)
             self.runs.append(run)
             # the second run records a short sha, as upstream allows (gate A matches by prefix)
             recorded_sha = commit_sha[:12] if index == 1 else commit_sha
@@ -396,7 +392,7 @@ class SimFleet:
 
     def _make_controlplane(self) -> None:
         """The control-plane double with its workspaces on disk, faults injected, password in a 0600 file."""
-        self._cp_port = _free_port()
+        self._cp_port = self._ports.reserve()
         self.controlplane = ControlPlaneDouble(
             self.root / "controlplane", password=self._cp_password, seed=self.seed
         )
@@ -553,7 +549,7 @@ class SimFleet:
             hosts_root, [exe_vm(r.run_id) for r in self.runs], **fault_options("exe.dev", faults)
         )
         for name in self.hosts:
-            self._host_ports[name] = _free_port()
+            self._host_ports[name] = self._ports.reserve()
         if faults & {"dgx.tailscaled-disabled", "dgx.tailscaled-inactive", "dgx.unreachable"}:
             # off the tailnet (or down), the DGX misses its heartbeats too
             assert self.controlplane is not None
@@ -692,7 +688,7 @@ class SimFleet:
 
     def _make_recipe_support(self) -> None:
         """Admin token and port, knobs dir, exe.dev's new/rm/share verbs, and the checkout's sim.env."""
-        self._admin_port = _free_port()
+        self._admin_port = self._ports.reserve()
         secret_dir = self.root / "secrets"
         secret_dir.mkdir(mode=0o700, exist_ok=True)
         fd = os.open(self.admin_token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -805,9 +801,11 @@ class SimFleet:
             gated = KnobGate(self.openrouter.app, self.knobs_dir, self._key_name)
             self.http = BackgroundServer(gated, port=self._openrouter_port)
             self.http.start()
+            self._ports.release(self._openrouter_port)
             assert self.controlplane is not None
             self.cp_http = BackgroundServer(self.controlplane.app, port=self._cp_port)
             self.cp_http.start()
+            self._ports.release(self._cp_port)
             self.ssh_server = SimSshServer(
                 authorized_keys=[self._client_pub], default_host_key=self.ssh_dir / "exe_dev_host_key"
             )
@@ -827,12 +825,17 @@ class SimFleet:
                     mode=mode,
                 )
                 self.ssh_server.add_host(sim_host, run.ssh_port, host_key=host_key)
+                if mode != "refuse":  # a refusing VM keeps its reservation: bound, never listening
+                    self._ports.release(run.ssh_port)
             for name, home in self.hosts.items():
                 mode = self._dgx_mode() if name == "dgx-spark" else "ok"
                 self.ssh_server.add_host(home.sim_host(user=VM_USER, mode=mode), self._host_ports[name])
+                if mode != "refuse":
+                    self._ports.release(self._host_ports[name])
             self.admin = SimAdmin(self, self._admin_token)
             self.admin_http = BackgroundServer(self.admin.app, port=self._admin_port, name="sim-admin")
             self.admin_http.start()
+            self._ports.release(self._admin_port)
         except Exception:
             self.stop()
             raise
@@ -860,6 +863,7 @@ class SimFleet:
             self.cp_http = None
         if self.controlplane is not None:
             self.controlplane.stop()
+        self._ports.close()
         self._serving = False
 
     def secrets(self) -> list[str]:

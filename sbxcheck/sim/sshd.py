@@ -18,7 +18,6 @@ import contextlib
 import functools
 import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Coroutine, Iterable, Sequence
@@ -29,6 +28,7 @@ from typing import Any, Literal, TypeVar
 import asyncssh
 
 from sbxcheck.errors import SimError
+from sbxcheck.sim.ports import PortReservations
 
 __all__ = ["SimHost", "SimSshServer", "generate_keypair"]
 
@@ -240,6 +240,7 @@ class SimSshServer:
         self._pgids: set[int] = set()  # loop thread only (read after the thread ended)
         self._lock = threading.Lock()
         self._auth_counts: dict[str, int] = {}  # guarded by _lock
+        self._refusing = PortReservations()  # refusing hosts' own ports: bound, never listening
 
     # -- public, thread-safe ------------------------------------------------------------
 
@@ -297,6 +298,7 @@ class SimSshServer:
         thread.join(max(deadline - time.monotonic(), 0.5))
         for pgid in list(self._pgids):  # last resort, in case shutdown did not finish
             _signal_group(pgid, signal.SIGKILL)
+        self._refusing.close()
         if thread.is_alive():
             raise SimError(f"sim sshd thread did not end within {timeout_s}s")
         if error is not None:
@@ -338,7 +340,7 @@ class SimSshServer:
         entry = _Entry(host=host, port=port)
         try:
             if host.mode == "refuse":
-                entry.port = port or _free_port()
+                entry.port = port or self._refusing.reserve()
             elif host.mode == "silent":
                 loop = asyncio.get_running_loop()
                 entry.silent = await loop.create_server(
@@ -390,6 +392,7 @@ class SimSshServer:
 
     async def _close_entry(self, entry: _Entry) -> None:
         """Close listeners and connections of one host and end all of its processes."""
+        self._refusing.release(entry.port)
         if entry.acceptor is not None:
             entry.acceptor.close()
         if entry.silent is not None:
@@ -590,13 +593,6 @@ def _signal_by_name(name: str) -> signal.Signals | None:
         return signal.Signals["SIG" + name.upper()]
     except KeyError:
         return None
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _parse_public_keys(lines: Iterable[str]) -> Iterable[bytes]:

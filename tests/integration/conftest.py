@@ -15,17 +15,19 @@ from typing import Any
 
 import pytest
 
+from sbxcheck.sim.ports import PortReservations
 from sbxcheck.transports.ssh import SshSettings
 
 SSHD = Path("/usr/sbin/sshd")
 SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
 
 
+_HELD_PORTS = PortReservations()  # this worker's ports: held until the process ends
+
+
 def free_port() -> int:
-    """A loopback TCP port that was free a moment ago (nothing listens on it)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback TCP port held for this test process: nothing listens on it, nobody else takes it."""
+    return _HELD_PORTS.reserve()
 
 
 def keygen(path: Path, key_type: str, bits: int | None = None) -> str:
@@ -187,7 +189,8 @@ Host sbx-revoked
             stderr=subprocess.STDOUT,
         )
     try:
-        _wait_for_port(port, proc, log)
+        _wait_for_port(port, proc, log)  # sshd binds with SO_REUSEADDR, next to the reservation
+        _HELD_PORTS.release(port)
         yield Sshd(
             port=port,
             workdir=work,

@@ -6,6 +6,7 @@ items stay green. A healthy fleet passes every item.
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -138,3 +139,18 @@ def test_sim_fault_option_targets_the_first_run(pytester: pytest.Pytester) -> No
     result.stdout.fnmatch_lines(
         ["*FAILED*test_gate_A_git_integrity[[]alpha-*unexpected working-tree changes*"]
     )
+
+
+def test_inventory_ports_are_served_and_an_unreachable_vm_keeps_its_port(tmp_path: Path) -> None:
+    """Ports written to the inventory before serving stay reserved: nothing else can take them."""
+    unreachable = plan_run_ids(DEFAULT_SEED, 3)[0]
+    with SimFleet(tmp_path / "fleet", [f"vm.unreachable@{unreachable}"]) as fleet:
+        for run in fleet.runs:
+            if run.run_id == unreachable:
+                with pytest.raises(ConnectionRefusedError):
+                    socket.create_connection(("127.0.0.1", run.ssh_port), timeout=2).close()
+                squatter = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                with squatter, pytest.raises(OSError):
+                    squatter.bind(("127.0.0.1", run.ssh_port))
+            else:
+                socket.create_connection(("127.0.0.1", run.ssh_port), timeout=2).close()
