@@ -305,7 +305,7 @@ def test_refused_port_fast_and_cached(sshd: Sshd, tmp_path: Path) -> None:
         t1 = time.monotonic()
         with pytest.raises(HostUnreachable) as second:
             pool.host("refused")
-        assert time.monotonic() - t1 < 0.05
+        assert time.monotonic() - t1 < 0.5  # no new connect attempt (a refused/silent one costs more)
         assert second.value.message == first.value.message
         assert second.value.evidence["cached"] is True
         assert second.value.evidence["port"] == port
@@ -347,12 +347,12 @@ def test_silent_server_is_unreachable_within_connect_timeout(
         with pytest.raises(HostUnreachable) as info:
             pool.host("silent")
         elapsed = time.monotonic() - t0
-        assert 0.9 < elapsed < 2.5
+        assert 0.9 < elapsed < 5  # the 1 s connect timeout held, with room for a loaded CI machine
         assert "no SSH banner" in info.value.message and f"127.0.0.1:{silent_server}" in info.value.message
         t1 = time.monotonic()
         with pytest.raises(HostUnreachable):
             pool.host("silent")
-        assert time.monotonic() - t1 < 0.05
+        assert time.monotonic() - t1 < 0.5  # no new connect attempt (a refused/silent one costs more)
 
 
 def test_dns_failure_is_unreachable_and_bounded(sshd: Sshd, tmp_path: Path) -> None:
