@@ -214,17 +214,19 @@ class MissionDispatcher:
                 channel = self.channel_for(via)
                 status = channel.get(mission_id).get("status")
                 if status in TERMINAL:
-                    outcome[mission_id] = f"already {status}"
-                    continue
-                outcome[mission_id] = "cancelled" if channel.cancel(mission_id) else "already gone"
+                    how = f"already {status}"
+                else:
+                    how = "cancelled" if channel.cancel(mission_id) else "already gone"
             except NotFound:
-                outcome[mission_id] = "already gone"
+                how = "already gone"
             except SbxError as exc:  # one failing cancel does not stop the others
-                outcome[mission_id] = f"cancel failed: {exc.message}"
-        for mission_id, how in outcome.items():
+                how = f"cancel failed: {exc.message}"
+            outcome[mission_id] = how
             entry = self._entries.get(mission_id)
             if self.ledger is not None and entry is not None and not how.startswith("cancel failed"):
-                self.ledger.mark_released(entry, how)  # a failed cancel stays open: the next session sees it
+                # released as each one ends, so an abandoned close leaves the ledger exact; a failed
+                # cancel stays open: the next session sees it
+                self.ledger.mark_released(entry, how)
         return outcome
 
     # ------------------------------------------------------------------ routes

@@ -40,7 +40,7 @@ class Mounted:
     ok: bool = False
     reason: str | None = None
     mount: dict[str, Any] = field(default_factory=dict)
-    action: str = "pending"  # kept | torn-down | teardown-failed | pending
+    action: str = "pending"  # kept | torn-down | teardown-failed | abandoned | pending
     why: str = ""
     harvest: dict[str, Any] = field(default_factory=dict)
     teardown: dict[str, Any] = field(default_factory=dict)
@@ -90,6 +90,20 @@ class MountManager:
         """Apply the teardown policy to every mount, newest first; each decision lands in the ledger."""
         outcomes = {m.run_id: list(gate_outcomes.get(m.run_id, [])) for m in self.mounts if m.run_id}
         decisions = decide_teardown(policy, outcomes)
+        try:
+            self._apply(decisions)
+        except KeyboardInterrupt:  # interrupted twice: what was not finished stays, and says so
+            for mounted in self.mounts:
+                if mounted.action == "pending":
+                    mounted.action = "abandoned"
+                    mounted.why = (
+                        "teardown abandoned by a second interrupt; the ledger keeps it open "
+                        f"(release it: just sbx lifecycle teardown {mounted.run_id or '<run-id>'}, or --sbx-sweep)"
+                    )
+            raise
+        return list(self.mounts)
+
+    def _apply(self, decisions: Mapping[str, Decision]) -> None:
         for mounted in reversed(self.mounts):
             if mounted.run_id is None:
                 mounted.action, mounted.why = (
@@ -104,7 +118,6 @@ class MountManager:
                 self.ledger.mark_kept(mounted.entry_id, decision.why)
                 continue
             self._teardown(mounted, decision.why)
-        return list(self.mounts)
 
     def release(self, entry: LedgerEntry) -> tuple[bool, dict[str, Any]]:
         """Tear down a mount an earlier session left open (``--sbx-sweep``): harvest, then teardown."""

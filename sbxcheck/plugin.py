@@ -32,6 +32,7 @@ USER_PROPERTY = "sbxcheck_result"
 SESSION_KEY = pytest.StashKey[SbxSession]()
 RESULT_KEY = pytest.StashKey[CheckResult]()
 COLLECTOR_KEY = pytest.StashKey["ResultCollector"]()
+PYTEST_SESSION_KEY = pytest.StashKey[pytest.Session]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -162,6 +163,22 @@ def pytest_unconfigure(config: pytest.Config) -> None:
                 session.finish_mounts(config.getoption("sbx_teardown"), {})
         finally:
             session.close()
+            if session.interrupted_during:
+                _exit_as_interrupted(config)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[PYTEST_SESSION_KEY] = session
+
+
+def _exit_as_interrupted(config: pytest.Config) -> None:
+    """An interrupt that let a teardown finish still ends the run as interrupted (exit status 2)."""
+    pytest_session = config.stash.get(PYTEST_SESSION_KEY, None)
+    if pytest_session is not None and pytest_session.exitstatus not in (
+        pytest.ExitCode.INTERRUPTED,
+        pytest.ExitCode.INTERNAL_ERROR,
+    ):
+        pytest_session.exitstatus = pytest.ExitCode.INTERRUPTED
 
 
 def _inventory_mounts(session: SbxSession) -> bool:
@@ -539,6 +556,8 @@ class ResultCollector:
             tr.write_line(
                 f"mount {mount['name']} → {mount.get('run_id') or '?'}: {mount['action']}{where} ({mount['why']})"
             )
+        for note in self.session.interrupted_during:
+            tr.write_line(f"interrupted during {note}")
         tr.write_line("report: " + ", ".join(str(p) for p in self.written.values()))
 
 

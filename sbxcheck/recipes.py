@@ -240,6 +240,9 @@ def run_recipe(
         return RecipeResult(name, shown, None, "", "", time.monotonic() - started, False, reason)
     try:
         out, err = proc.communicate(timeout=timeout)
+    except KeyboardInterrupt:  # the operator abandoned this step: it does not run on, unseen
+        _kill_group(proc)
+        raise
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         try:

@@ -20,6 +20,7 @@ from sbxcheck.checks.gate import GateTarget
 from sbxcheck.clients.roster import roster_from_checkout
 from sbxcheck.clients.runrecords import RunEntry, gate_problem, select_runs
 from sbxcheck.errors import InventoryError, SbxError
+from sbxcheck.interrupts import finish_before_interrupt
 from sbxcheck.inventory import Inventory, find_inventory, load_inventory
 from sbxcheck.ledger import Ledger, LedgerEntry, default_owner
 from sbxcheck.mounts import Mounted, MountManager
@@ -87,6 +88,7 @@ class SbxSession:
         self.mounts_finished = False
         self.mount_error: str | None = None
         self.sweep = False  # --sbx-sweep
+        self.interrupted_during: list[str] = []  # steps an interrupt arrived in and that still finished
         self._ledger: Ledger | None = None
         self._mount_manager: MountManager | None = None
         self.wanted_routes: set[str] | None = None  # None: every route of the inventory
@@ -250,7 +252,8 @@ class SbxSession:
     def release_entry(self, entry: LedgerEntry) -> tuple[bool, dict[str, Any]]:
         """Release a leaked entry through the same path that created it (--sbx-sweep)."""
         if entry.kind == "mount":
-            return self.mount_manager().release(entry)
+            with finish_before_interrupt(f"the sweep of {entry.ident}", reraise=True):
+                return self.mount_manager().release(entry)
         try:
             gone = not self.sandboxed_client().cancel_mission(entry.ident)
         except SbxError as exc:
@@ -278,18 +281,31 @@ class SbxSession:
         self.ensure_live()
         manager = self.mount_manager()
         for name in self.mount_names:
-            mounted = manager.mount(name)
+            with finish_before_interrupt(f"the mount of {name}", reraise=True):
+                mounted = manager.mount(name)
             self.mounts.append(mounted)
             if mounted.run_id and mounted.run_id not in self.run_ids:
                 self.run_ids.append(mounted.run_id)
         self._gate_runs = None
 
     def finish_mounts(self, policy: str, gate_outcomes: dict[str, list[str]]) -> list[Mounted]:
-        """Apply the teardown policy once (sessionfinish, or unconfigure after an interrupt)."""
-        if self.mounts_finished or self._mount_manager is None:
+        """Apply the teardown policy once (sessionfinish, or unconfigure after an interrupt).
+
+        Returns every mount the manager started, an interrupted one included.
+        """
+        manager = self._mount_manager
+        if self.mounts_finished or manager is None:
             return self.mounts
         self.mounts_finished = True
-        return self._mount_manager.finish(policy, gate_outcomes)  # type: ignore[arg-type]
+        with finish_before_interrupt("teardown", reraise=False) as guard:
+            try:
+                finished = manager.finish(policy, gate_outcomes)  # type: ignore[arg-type]
+            except KeyboardInterrupt:
+                self.interrupted_during.append("teardown: abandoned at the second interrupt (see the ledger)")
+                return list(manager.mounts)
+        if guard.noted is not None:
+            self.interrupted_during.append("teardown: it finished after the interrupt")
+        return finished
 
     # --------------------------------------------------------------- control plane
 
@@ -427,7 +443,7 @@ class SbxSession:
         """Cancel what this session started, close connections, stop the embedded fleet (each step runs)."""
         try:
             if self._dispatcher is not None:
-                self.cancel_report = self._dispatcher.close()
+                self._cancel_missions(self._dispatcher)
         finally:
             self._dispatcher = None
             for closer in (self._mcp, self._client):
@@ -437,6 +453,17 @@ class SbxSession:
             self._mcp = None
             self._client = None
             self._close_transport_and_sim()
+
+    def _cancel_missions(self, dispatcher: MissionDispatcher) -> None:
+        step = "cancelling this session's missions"
+        with finish_before_interrupt(step, reraise=False) as guard:
+            try:
+                self.cancel_report = dispatcher.close()
+            except KeyboardInterrupt:
+                self.interrupted_during.append(f"{step}: abandoned at the second interrupt (see the ledger)")
+                return
+        if guard.noted is not None:
+            self.interrupted_during.append(f"{step}: it finished after the interrupt")
 
     def _close_transport_and_sim(self) -> None:
         if self._pool is not None:

@@ -679,7 +679,7 @@ class SimFleet:
         return self.root / "knobs"
 
     def set_knob(self, name: str, value: str = "") -> None:
-        """Set a recipe knob (``revoke-fail``, ``mount-fail``, ``mount-slow``); read at the moment of use."""
+        """Set a recipe knob (see ``sssf_recipes.KNOBS``); read at the moment of use."""
         set_knob(self.knobs_dir, name, value)
 
     def clear_knob(self, name: str) -> None:

@@ -7,6 +7,7 @@ policy keeps (and a final sweep releases that too): no VM, no ``sbx-`` key, no o
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -20,7 +21,7 @@ from gate_harness import GATE_SUITE, REPO
 
 from sbxcheck.ledger import Ledger
 from sbxcheck.sim.fleet import SimFleet
-from sbxcheck.sim.sssf_recipes import set_knob
+from sbxcheck.sim.sssf_recipes import clear_knob, set_knob
 
 pytestmark = pytest.mark.skipif(
     shutil.which("just") is None, reason="the just binary (PyPI rust-just) is missing"
@@ -161,14 +162,30 @@ def test_a_failing_teardown_does_not_stop_the_others(fleet: SimFleet, tmp_path: 
     assert_nothing_left(fleet, tmp_path, before_vms, before_keys)
 
 
-def test_sigint_after_mount_tears_down_what_the_policy_allows(fleet: SimFleet, tmp_path: Path) -> None:
-    before_vms, before_keys = fleet.live_vms(), fleet.live_keys()
+# written beside the gate suite: the first gate item says it started, then waits for the signal
+HOLD_GATE_CONFTEST = """
+import os, pathlib, time
+import pytest
+
+@pytest.fixture(autouse=True)
+def _hold_the_gate():
+    pathlib.Path(os.environ["SBX_TEST_GATE_STARTED"]).touch()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+    yield
+"""
+
+
+def start_mounted_gate(fleet: SimFleet, tmp_path: Path, *, hold_gate: bool) -> subprocess.Popen[bytes]:
+    """A child ``pytest -m gate --sbx-mount demo --sbx-teardown always``; optionally held in its first item."""
     suites = tmp_path / "suites"
     suites.mkdir()
     shutil.copy(GATE_SUITE, suites / GATE_SUITE.name)
-    runs = fleet.checkout / ".sandbox" / "runs"
-    known = {p.name for p in runs.glob("*.json")}
-    proc = subprocess.Popen(
+    if hold_gate:
+        (suites / "conftest.py").write_text(HOLD_GATE_CONFTEST)
+    env = {**os.environ, "SBX_TEST_GATE_STARTED": str(tmp_path / "gate-started")}
+    return subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -193,21 +210,69 @@ def test_sigint_after_mount_tears_down_what_the_policy_allows(fleet: SimFleet, t
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         cwd=tmp_path,
+        env=env,
     )
+
+
+def interrupt_when(proc: subprocess.Popen[bytes], marker: Path, signals: int = 1) -> str:
+    """Wait for ``marker`` (bounded), send SIGINT ``signals`` times, return the child's output."""
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not ({p.name for p in runs.glob("*.json")} - known):
-            time.sleep(0.1)
-        time.sleep(4.0)  # the mount has finished and the gate is under way
-        proc.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and not marker.exists() and proc.poll() is None:
+            time.sleep(0.05)
+        assert marker.exists(), "the child never reached the point to interrupt"
+        for _ in range(signals):
+            proc.send_signal(signal.SIGINT)
+            time.sleep(0.5)
         out, _ = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode != 0
-    assert sorted(fleet.live_vms()) == sorted(before_vms), out.decode(errors="replace")[-3000:]
+    return out.decode(errors="replace")
+
+
+def test_sigint_mid_gate_tears_down_what_the_policy_allows(fleet: SimFleet, tmp_path: Path) -> None:
+    before_vms, before_keys = fleet.live_vms(), fleet.live_keys()
+    proc = start_mounted_gate(fleet, tmp_path, hold_gate=True)
+    out = interrupt_when(proc, tmp_path / "gate-started")
+    assert proc.returncode == 2, out[-3000:]  # interrupted
+    assert len(fleet.created_by_recipes()) == 1
+    assert sorted(fleet.live_vms()) == sorted(before_vms), out[-3000:]
     assert sorted(fleet.live_keys()) == sorted(before_keys)
     assert open_entries(tmp_path) == []
+
+
+def test_sigint_during_teardown_lets_it_finish(fleet: SimFleet, tmp_path: Path) -> None:
+    before_vms, before_keys = fleet.live_vms(), fleet.live_keys()
+    set_knob(fleet.knobs_dir, "teardown-slow", "3")
+    proc = start_mounted_gate(fleet, tmp_path, hold_gate=False)
+    out = interrupt_when(proc, fleet.knobs_dir / "teardown-started")
+    assert "SIGINT received during teardown; letting it finish" in out, out[-3000:]
+    assert "interrupted during teardown: it finished" in out
+    assert proc.returncode == 2  # the run still ends as interrupted
+    assert sorted(fleet.live_vms()) == sorted(before_vms), out[-3000:]
+    assert sorted(fleet.live_keys()) == sorted(before_keys)
+    assert open_entries(tmp_path) == []
+
+
+def test_second_sigint_abandons_teardown_and_the_ledger_says_what_is_left(
+    fleet: SimFleet, tmp_path: Path
+) -> None:
+    before_vms, before_keys = fleet.live_vms(), fleet.live_keys()
+    set_knob(fleet.knobs_dir, "teardown-slow", "3")
+    proc = start_mounted_gate(fleet, tmp_path, hold_gate=False)
+    out = interrupt_when(proc, fleet.knobs_dir / "teardown-started", signals=2)
+    assert proc.returncode == 2, out[-3000:]
+    assert "Traceback" not in out and "sbxcheck: teardown was abandoned." in out
+    [run_id] = fleet.created_by_recipes()
+    time.sleep(4.0)  # longer than the recipe's sleep: had it run on, unseen, the VM would be gone now
+    assert run_id in fleet.live_vms()
+    assert [(e.kind, e.ident) for e in open_entries(tmp_path)] == [("mount", run_id)]
+    [mount] = json.loads((tmp_path / "report" / "results.json").read_text())["mounts"]
+    assert mount["action"] == "abandoned" and run_id in mount["why"]
+    assert "interrupted during teardown: abandoned at the second interrupt" in out
+    clear_knob(fleet.knobs_dir, "teardown-slow")
+    assert_nothing_left(fleet, tmp_path, before_vms, before_keys)
 
 
 def test_mount_once_under_xdist(fleet: SimFleet, tmp_path: Path) -> None:
