@@ -12,9 +12,10 @@ import shlex
 import shutil
 import tempfile
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sbxcheck.checks.gate import GateTarget
 from sbxcheck.clients.roster import roster_from_checkout
@@ -25,6 +26,8 @@ from sbxcheck.inventory import Inventory, find_inventory, load_inventory
 from sbxcheck.ledger import Ledger, LedgerEntry, default_owner
 from sbxcheck.mounts import Mounted, MountManager
 from sbxcheck.transports.ssh import SshPool, SshSettings
+
+_T = TypeVar("_T")
 
 if TYPE_CHECKING:  # production runs never import the simulator
     from sbxcheck.clients.channels import MissionChannel
@@ -88,7 +91,7 @@ class SbxSession:
         self.mounts_finished = False
         self.mount_error: str | None = None
         self.sweep = False  # --sbx-sweep
-        self.interrupted_during: list[str] = []  # steps an interrupt arrived in and that still finished
+        self.interrupted_during: list[str] = []  # teardown steps an interrupt arrived in, and how they ended
         self._ledger: Ledger | None = None
         self._mount_manager: MountManager | None = None
         self.wanted_routes: set[str] | None = None  # None: every route of the inventory
@@ -297,15 +300,23 @@ class SbxSession:
         if self.mounts_finished or manager is None:
             return self.mounts
         self.mounts_finished = True
-        with finish_before_interrupt("teardown", reraise=False) as guard:
+        finished = self._finish_step(
+            "teardown",
+            lambda: manager.finish(policy, gate_outcomes),  # type: ignore[arg-type]
+        )
+        return finished if finished is not None else list(manager.mounts)
+
+    def _finish_step(self, step: str, action: Callable[[], _T]) -> _T | None:
+        """Run a teardown step so a first interrupt lets it finish; None when a second one abandoned it."""
+        with finish_before_interrupt(step, reraise=False) as guard:
             try:
-                finished = manager.finish(policy, gate_outcomes)  # type: ignore[arg-type]
+                result = action()
             except KeyboardInterrupt:
-                self.interrupted_during.append("teardown: abandoned at the second interrupt (see the ledger)")
-                return list(manager.mounts)
+                self.interrupted_during.append(f"{step}: abandoned at the second interrupt (see the ledger)")
+                return None
         if guard.noted is not None:
-            self.interrupted_during.append("teardown: it finished after the interrupt")
-        return finished
+            self.interrupted_during.append(f"{step}: it finished after the interrupt")
+        return result
 
     # --------------------------------------------------------------- control plane
 
@@ -443,7 +454,8 @@ class SbxSession:
         """Cancel what this session started, close connections, stop the embedded fleet (each step runs)."""
         try:
             if self._dispatcher is not None:
-                self._cancel_missions(self._dispatcher)
+                report = self._finish_step("cancelling this session's missions", self._dispatcher.close)
+                self.cancel_report = report if report is not None else {}
         finally:
             self._dispatcher = None
             for closer in (self._mcp, self._client):
@@ -453,17 +465,6 @@ class SbxSession:
             self._mcp = None
             self._client = None
             self._close_transport_and_sim()
-
-    def _cancel_missions(self, dispatcher: MissionDispatcher) -> None:
-        step = "cancelling this session's missions"
-        with finish_before_interrupt(step, reraise=False) as guard:
-            try:
-                self.cancel_report = dispatcher.close()
-            except KeyboardInterrupt:
-                self.interrupted_during.append(f"{step}: abandoned at the second interrupt (see the ledger)")
-                return
-        if guard.noted is not None:
-            self.interrupted_during.append(f"{step}: it finished after the interrupt")
 
     def _close_transport_and_sim(self) -> None:
         if self._pool is not None:
