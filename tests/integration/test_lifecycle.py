@@ -29,6 +29,28 @@ pytestmark = pytest.mark.skipif(
 LEDGER_SUITE = REPO / "gates" / "test_gate_ledger.py"
 
 
+def gate_argv(suites: Path, inventory: Path, tmp: Path, *args: str) -> list[str]:
+    """``pytest -m gate`` on ``suites`` with the report in ``tmp/report`` and the ledger in ``tmp/state``."""
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-m",
+        "gate",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        str(suites),
+        "--sbx-inventory",
+        str(inventory),
+        "--sbx-report",
+        str(tmp / "report"),
+        "--sbx-state",
+        str(tmp / "state"),
+        *args,
+    ]
+
+
 def gate(
     fleet: SimFleet, tmp: Path, *args: str, inventory: Path | None = None, timeout: float = 600
 ) -> dict[str, Any]:
@@ -40,24 +62,7 @@ def gate(
     report = tmp / "report"
     shutil.rmtree(report, ignore_errors=True)
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-m",
-            "gate",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            str(suites),
-            "--sbx-inventory",
-            str(inventory or fleet.inventory_path),
-            "--sbx-report",
-            str(report),
-            "--sbx-state",
-            str(tmp / "state"),
-            *args,
-        ],
+        gate_argv(suites, inventory or fleet.inventory_path, tmp, *args),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -186,27 +191,7 @@ def start_mounted_gate(fleet: SimFleet, tmp_path: Path, *, hold_gate: bool) -> s
         (suites / "conftest.py").write_text(HOLD_GATE_CONFTEST)
     env = {**os.environ, "SBX_TEST_GATE_STARTED": str(tmp_path / "gate-started")}
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-m",
-            "gate",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            str(suites),
-            "--sbx-inventory",
-            str(fleet.inventory_path),
-            "--sbx-state",
-            str(tmp_path / "state"),
-            "--sbx-report",
-            str(tmp_path / "report"),
-            "--sbx-mount",
-            "demo",
-            "--sbx-teardown",
-            "always",
-        ],
+        gate_argv(suites, fleet.inventory_path, tmp_path, "--sbx-mount", "demo", "--sbx-teardown", "always"),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         cwd=tmp_path,
