@@ -176,7 +176,8 @@ class SimFleet:
         self.controlplane: ControlPlaneDouble | None = None
         self.cp_http: BackgroundServer | None = None
         self._cp_port = 0
-        # ports named in the inventory stay bound here until their server listens (see sim/ports.py)
+        # ports named in the inventory stay bound here until stop(): each server listens beside its
+        # reservation, and a refusing VM's port is just the reservation (see sim/ports.py)
         self._ports = PortReservations()
         self._cp_password = secrets.token_urlsafe(18)
         self.hosts: dict[str, HostHome] = {}
@@ -801,11 +802,9 @@ class SimFleet:
             gated = KnobGate(self.openrouter.app, self.knobs_dir, self._key_name)
             self.http = BackgroundServer(gated, port=self._openrouter_port)
             self.http.start()
-            self._ports.release(self._openrouter_port)
             assert self.controlplane is not None
             self.cp_http = BackgroundServer(self.controlplane.app, port=self._cp_port)
             self.cp_http.start()
-            self._ports.release(self._cp_port)
             self.ssh_server = SimSshServer(
                 authorized_keys=[self._client_pub], default_host_key=self.ssh_dir / "exe_dev_host_key"
             )
@@ -825,17 +824,12 @@ class SimFleet:
                     mode=mode,
                 )
                 self.ssh_server.add_host(sim_host, run.ssh_port, host_key=host_key)
-                if mode != "refuse":  # a refusing VM keeps its reservation: bound, never listening
-                    self._ports.release(run.ssh_port)
             for name, home in self.hosts.items():
                 mode = self._dgx_mode() if name == "dgx-spark" else "ok"
                 self.ssh_server.add_host(home.sim_host(user=VM_USER, mode=mode), self._host_ports[name])
-                if mode != "refuse":
-                    self._ports.release(self._host_ports[name])
             self.admin = SimAdmin(self, self._admin_token)
             self.admin_http = BackgroundServer(self.admin.app, port=self._admin_port, name="sim-admin")
             self.admin_http.start()
-            self._ports.release(self._admin_port)
         except Exception:
             self.stop()
             raise

@@ -6,8 +6,9 @@ outgoing connection's ephemeral port. A :class:`PortReservations` keeps a bound,
 listening, ``SO_REUSEADDR`` socket on each port it hands out: the kernel gives that port to
 nobody else, connecting to it is refused, and the server that finally listens on it (also
 with ``SO_REUSEADDR``, as uvicorn's socket and asyncio's servers are) may bind while the
-reservation is still held. Release a port once its server listens; a port never released
-stays a refusing endpoint until :meth:`close`.
+reservation is still held, so a reservation can simply be kept for as long as the server
+runs. A port held and never served is a refusing endpoint until :meth:`release` or
+:meth:`close`.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class PortReservations:
         return port
 
     def release(self, port: int) -> None:
-        """Let ``port`` go (its server is listening now); no-op for a port not held."""
+        """Let ``port`` go; no-op for a port not held."""
         with self._lock:
             sock = self._held.pop(port, None)
         if sock is not None:
