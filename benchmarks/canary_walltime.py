@@ -10,41 +10,18 @@ figure per session is the dispatcher's own clock: first dispatch until the last 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from sbxcheck.sim.fleet import SimFleet
+from _child import run_suite
 
-REPO = Path(__file__).resolve().parents[1]
+from sbxcheck.sim.fleet import SimFleet
 
 
 def run(fleet: SimFleet, tmp: Path, keyword: str) -> tuple[float, list[str]]:
     report = tmp / "report"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-m",
-            "canary",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-k",
-            keyword,
-            "--sbx-inventory",
-            str(fleet.inventory_path),
-            "--sbx-report",
-            str(report),
-            str(REPO / "canaries"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    proc = run_suite("canary", "canaries", fleet.inventory_path, report, "-k", keyword)
     checks = json.loads((report / "results.json").read_text())["checks"]
     settled = [c["evidence"]["settled_s"] for c in checks if c["check"] == "reaches_execution"]
     bad = [c["nodeid"] for c in checks if c["outcome"] != "passed"]

@@ -9,15 +9,14 @@ listed passed.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from _child import run_suite
+
 from sbxcheck.sim.faults import FAULTS
 from sbxcheck.sim.fleet import DEFAULT_SEED, SimFleet, plan_run_ids
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def main() -> int:
@@ -29,27 +28,7 @@ def main() -> int:
             specs = [f"{fault}@{run}" for run, fault in group.items()]
             with SimFleet(Path(tmp) / "fleet", specs) as fleet:
                 report_dir = Path(tmp) / "report"
-                subprocess.run(
-                    [
-                        sys.executable,
-                        "-m",
-                        "pytest",
-                        "-m",
-                        "gate",
-                        "-q",
-                        "-p",
-                        "no:cacheprovider",
-                        "--sbx-inventory",
-                        str(fleet.inventory_path),
-                        "--sbx-report",
-                        str(report_dir),
-                        str(REPO / "gates"),
-                    ],
-                    capture_output=True,
-                    text=True,
-                    timeout=600,
-                    check=False,
-                )
+                run_suite("gate", "gates", fleet.inventory_path, report_dir)
             checks = json.loads((report_dir / "results.json").read_text())["checks"]
         for run, fault in group.items():
             turned = [c for c in checks if c["target"].startswith(run) and c["outcome"] != "passed"]

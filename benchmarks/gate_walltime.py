@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from sbxcheck.sim.fleet import SimFleet
+from _child import run_suite
 
-REPO = Path(__file__).resolve().parents[1]
+from sbxcheck.sim.fleet import SimFleet
 
 
 def main() -> int:
@@ -30,25 +29,9 @@ def main() -> int:
         times, per_session = [], []
         for _ in range(args.repeat):
             before = {r: fleet.connections(r) for r in fleet.run_ids}
-            cmd = [
-                sys.executable,
-                "-m",
-                "pytest",
-                "-m",
-                "gate",
-                "-q",
-                "-p",
-                "no:cacheprovider",
-                "--sbx-inventory",
-                str(fleet.inventory_path),
-                "--sbx-report",
-                str(Path(tmp) / "report"),
-                str(REPO / "gates"),
-            ]
-            if args.workers:
-                cmd += ["-n", str(args.workers), "--dist", "loadgroup"]
+            extra = ["-n", str(args.workers), "--dist", "loadgroup"] if args.workers else []
             started = time.perf_counter()
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+            proc = run_suite("gate", "gates", fleet.inventory_path, Path(tmp) / "report", *extra)
             times.append(time.perf_counter() - started)
             per_session.append({r: fleet.connections(r) - before[r] for r in fleet.run_ids})
             if proc.returncode != 0:
