@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 
 from pydantic import ValidationError
 
+from sbxcheck.redact import default_redactor
 from sbxcheck.results import Classification
 
 
@@ -106,7 +107,7 @@ class HostKeyUnknown(TransportError):
 def describe_validation_error(exc: ValidationError, source: str) -> str:
     """One readable line per problem: file, dotted field, what was expected."""
     parts = []
-    for err in exc.errors()[:5]:
+    for err in exc.errors(include_url=False)[:5]:
         field = ".".join(str(p) for p in err["loc"]) or "(top level)"
         if err["type"] == "extra_forbidden":
             parts.append(f"{source}: unknown field '{field}'")
@@ -119,4 +120,4 @@ def describe_validation_error(exc: ValidationError, source: str) -> str:
     more = len(exc.errors()) - 5
     if more > 0:
         parts.append(f"... and {more} more")
-    return "; ".join(parts)
+    return default_redactor().redact_text("; ".join(parts))

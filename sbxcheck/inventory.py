@@ -9,13 +9,24 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from sbxcheck.errors import InventoryError, describe_validation_error
 from sbxcheck.recipes import RecipeTemplates
+from sbxcheck.redact import default_redactor
+from sbxcheck.secrets import looks_like_env_name
 
 INVENTORY_FILENAME = "sbxcheck.toml"
 INVENTORY_ENV = "SBXCHECK_INVENTORY"
@@ -23,8 +34,27 @@ DEFAULT_ROSTER_CONFIG = "adws/adw_sssf_config/sssf.config.yaml"
 DEFAULT_COST_PROBE_MODEL = "deepseek/deepseek-v4-flash-0731"
 
 
+_NOT_A_NAME = (
+    "does not look like a variable name (letters, digits and _; the value is not shown: it may be a secret)"
+)
+
+
+def _check_env_name(field: str, value: object) -> None:
+    if isinstance(value, str) and not looks_like_env_name(value):
+        raise ValueError(f"the value of {field} {_NOT_A_NAME}")
+
+
 class _Strict(BaseModel):
+    """Unknown fields are errors; every ``*_env`` field must hold an env-var *name*, never a value."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _env_var_names(cls, value: object, info: ValidationInfo) -> object:
+        if info.field_name and info.field_name.endswith("_env"):
+            _check_env_name(info.field_name, value)
+        return value
 
 
 class SshSection(_Strict):
@@ -136,6 +166,13 @@ class McpSection(_Strict):
         description="hand the REST session's JWT to the server as SANDBOXED_API_TOKEN (env, never argv)",
     )
 
+    @field_validator("env_from")
+    @classmethod
+    def _local_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for server_name, local in value.items():
+            _check_env_name(f"env_from.{server_name}", local)
+        return value
+
 
 class GithubProbeSpec(_Strict):
     """A workspace that declares a GitHub repo: probe its stored gh/git credentials (booleans only)."""
@@ -182,6 +219,22 @@ class SandboxedSection(_Strict):
         if not value.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
         return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> SandboxedSection:
+        """Route and canary names key idempotency keys and report items: two alike would coalesce."""
+        problems = []
+        for what, labels in (
+            ("route", [r.label for r in self.routes]),
+            ("canary", [c.label for c in self.canaries]),
+            ("github probe", [f"{g.workspace}:{g.repo}:{g.via}" for g in self.github_probes]),
+        ):
+            dupes = sorted(label for label, n in Counter(labels).items() if n > 1)
+            if dupes:
+                problems.append(f"duplicate {what} name(s) {', '.join(repr(d) for d in dupes)}")
+        if problems:
+            raise ValueError("; ".join(problems) + " (each must be unique: give routes distinct `name`s)")
+        return self
 
 
 class StateSection(_Strict):
@@ -260,7 +313,9 @@ def load_inventory(path: Path) -> Inventory:
     except UnicodeDecodeError:
         raise InventoryError(f"{source}: not UTF-8 text; expected a TOML inventory") from None
     except tomllib.TOMLDecodeError as exc:
-        raise InventoryError(f"{source}: not valid TOML ({exc})") from None
+        raise InventoryError(
+            f"{source}: not valid TOML ({default_redactor().redact_text(str(exc))})"
+        ) from None
     data = _resolve_paths(data, path.resolve().parent)
     try:
         inv = Inventory.model_validate(data)

@@ -24,6 +24,7 @@ from sbxcheck.clients.sandboxed import MissionRejected, MissionSpec, NotFound
 from sbxcheck.errors import CommandTimeout, SbxError
 from sbxcheck.inventory import RouteSpec, SandboxedSection, WorkspaceCanarySpec
 from sbxcheck.ledger import Ledger
+from sbxcheck.redact import clip
 from sbxcheck.results import Classification
 
 TERMINAL = frozenset({"completed", "failed", "blocked", "not_feasible", "interrupted"})
@@ -50,7 +51,7 @@ def crash_signature(events: list[dict[str, Any]]) -> str | None:
     if not errors:
         return None
     text = re.sub(r"[0-9a-f]{8}-[0-9a-f-]{27,}|\b\d+\b", "#", errors[-1].strip().splitlines()[0])
-    return text[:120]
+    return clip(text, 120, "")
 
 
 @dataclass
@@ -286,12 +287,12 @@ class MissionDispatcher:
                 created = channel.create(spec)
             except MissionRejected as exc:
                 effort_error = "model_effort" in exc.reason
-                run.effort_attempts.append({"effort": effort, "accepted": False, "reason": exc.reason[:300]})
+                run.effort_attempts.append({"effort": effort, "accepted": False, "reason": clip(exc.reason, 300)})
                 if effort_error and effort != effort_fallbacks(route.model_effort)[-1]:
                     continue
                 run.rejection = exc
                 if self.ledger is not None and entry is not None:
-                    self.ledger.mark_released(entry, f"never created: {exc.reason[:120]}")
+                    self.ledger.mark_released(entry, f"never created: {clip(exc.reason, 120)}")
                 return
             run.effort_attempts.append({"effort": effort, "accepted": True})
             run.created = created

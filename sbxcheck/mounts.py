@@ -26,6 +26,7 @@ from sbxcheck.recipes import (
     parse_teardown_output,
     run_recipe,
 )
+from sbxcheck.redact import clip
 
 
 @dataclass
@@ -169,5 +170,5 @@ def _why(result: RecipeResult, parsed_reason: str | None) -> str:
         return result.error
     if result.exit_code not in (0, None):
         last = next((ln for ln in reversed(result.text.splitlines()) if ln.strip()), "")
-        return f"{result.name} recipe exited {result.exit_code}: {last[:200]}"
+        return f"{result.name} recipe exited {result.exit_code}: {clip(last, 200)}"
     return parsed_reason or f"{result.name} recipe output not understood"

@@ -29,7 +29,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, PositiveFloat, model_validator
 
 from sbxcheck.clients.runrecords import RUN_ID_RE
-from sbxcheck.redact import default_redactor
+from sbxcheck.redact import clip, default_redactor
 
 __all__ = [
     "Decision",
@@ -355,7 +355,7 @@ def parse_harvest_output(stdout: str, *, run_id: str | None = None) -> HarvestRe
             return HarvestResult(True, "norepo", run_id, 0, reason=line.strip())
         if re.search(r"\bNOCOMMITS\b|committed nothing", line):
             return HarvestResult(True, "nocommits", run_id, 0, reason=line.strip())
-    snippet = lines[-1][:200] if lines else "(no output)"
+    snippet = clip(lines[-1], 200) if lines else "(no output)"
     return HarvestResult(False, "unknown", run_id, reason=f"no recognised harvest line; last line: {snippet}")
 
 
@@ -403,9 +403,9 @@ def parse_teardown_output(stdout: str, *, run_id: str | None = None) -> Teardown
         gate = "passed"
     reason: str | None = None
     if problems:
-        reason = problems[0][:300]
+        reason = clip(problems[0], 300)
     elif done is None:
-        snippet = lines[-1][:200] if lines else "(no output)"
+        snippet = clip(lines[-1], 200) if lines else "(no output)"
         reason = f"no 'teardown complete for <id>' line; last line: {snippet}"
     elif run_id is not None and done != run_id:
         reason = f"teardown completed for {done!r}, expected {run_id!r}"

@@ -1,31 +1,26 @@
 """The single redactor every artifact passes through.
 
 It removes two kinds of secret: values registered at run time (for example the values of the
-env vars an inventory names) and anything shaped like a known credential (OpenRouter keys,
-bearer tokens, exe.dev tokens, JWTs, private-key blocks). Redaction is idempotent.
+env vars an inventory names) and anything of a credential class in :mod:`sbxcheck.secrets`
+(GitHub, OpenRouter/OpenAI/Anthropic, AWS, Google, Slack, JWTs, private keys, URL userinfo,
+high-entropy values under secret names, …). Redaction is idempotent, and always comes before
+any cut (:meth:`Redactor.trim`): a trimmed secret would no longer match its class.
 """
 
 from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
+
+from sbxcheck.secrets import SECRET_CLASSES, SecretClass
 
 MASK = "[REDACTED]"
 
-# Shapes of credentials that must never reach an artifact, whatever their origin.
-SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
-    re.compile(r"sk-or-v1-[0-9A-Za-z]{16,}"),
-    re.compile(r"sk-or-[A-Za-z0-9_-]{20,}"),
-    re.compile(r"sk-(?:ant|proj)-[A-Za-z0-9_-]{16,}"),
-    re.compile(r"exe1\.[A-Za-z0-9._-]{8,}"),
-    re.compile(r"gh[pousr]_[A-Za-z0-9]{20,}"),
-    re.compile(r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
-    re.compile(r"(?i)(authorization:\s*bearer\s+)[^\s\"']+"),
-    re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{12,}"),
-    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.DOTALL),
-)
+# Shapes of credentials that must never reach an artifact, whatever their origin: the one table
+# (sbxcheck.secrets) that discovery also names exposures by.
+SECRET_PATTERNS: tuple[re.Pattern[str], ...] = tuple(c.pattern for c in SECRET_CLASSES)
 
 _MIN_REGISTERED_LEN = 6
 
@@ -54,10 +49,14 @@ class Redactor:
         for value in secrets:
             if value in text:
                 text = text.replace(value, MASK)
-        for pattern in SECRET_PATTERNS:
-            replacement = (lambda m: m.group(1) + MASK) if pattern.groups else MASK
-            text = pattern.sub(replacement, text)
+        for cls in SECRET_CLASSES:
+            text = cls.pattern.sub(_masker(cls), text)
         return text
+
+    def trim(self, text: str, limit: int, marker: str = "…") -> str:
+        """Redact ``text``, then cut it to ``limit`` characters: a cut never leaves part of a secret."""
+        text = self.redact_text(text)
+        return text if len(text) <= limit else text[: max(0, limit - len(marker))] + marker
 
     def redact(self, obj: Any) -> Any:
         """Redact strings anywhere inside JSON-like data (dicts, lists, tuples, scalars)."""
@@ -74,9 +73,25 @@ class Redactor:
         return self.redact_text(text) != text
 
 
+def _masker(cls: SecretClass) -> Callable[[re.Match[str]], str]:
+    def mask(m: re.Match[str]) -> str:
+        if not cls.accepts(m):
+            return m.group(0)
+        start, end = m.start(cls.group) - m.start(), m.end(cls.group) - m.start()
+        whole = m.group(0)
+        return whole[:start] + MASK + whole[end:]
+
+    return mask
+
+
 _default = Redactor()
 
 
 def default_redactor() -> Redactor:
     """The process-wide redactor used by the plugin and every report writer."""
     return _default
+
+
+def clip(text: str, limit: int, marker: str = "…") -> str:
+    """``text`` redacted by the default redactor, then cut to ``limit`` characters (the one safe cut)."""
+    return _default.trim(text, limit, marker)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from sbxcheck.errors import SbxError
+from sbxcheck.redact import default_redactor
 from sbxcheck.results import CheckResult, Classification
 from sbxcheck.transports.ssh import CommandResult
 
@@ -24,7 +25,11 @@ class RemoteShell(Protocol):
 
 
 def trim(text: str, limit: int = TRIM_CHARS) -> str:
-    """Keep evidence short: the head of ``text`` and a note of how much was cut."""
+    """Keep evidence short: the head of ``text``, redacted **before** the cut, and a note of how much was cut.
+
+    Redacting first matters: a secret cut in half no longer matches its class, so the half would leak.
+    """
+    text = default_redactor().redact_text(text)
     if len(text) <= limit:
         return text
     return text[:limit] + f"\n... [{len(text) - limit} more characters trimmed]"

@@ -21,6 +21,7 @@ from typing import Any, Final
 
 from sbxcheck.checks.base import RemoteShell, run_check, trim
 from sbxcheck.errors import SbxError
+from sbxcheck.redact import clip
 from sbxcheck.results import CheckResult, Classification, Outcome
 from sbxcheck.transports.ssh import CommandResult
 
@@ -293,7 +294,7 @@ def _judge_ping(host: str, ip: str, secs: int, ran: str, res: CommandResult) -> 
 def _last_line(text: str) -> str:
     """The last non-empty line (where tailscale prints its error), capped."""
     stripped = text.strip()
-    return stripped.splitlines()[-1].strip()[:200] if stripped else ""
+    return clip(stripped.splitlines()[-1].strip(), 200) if stripped else ""
 
 
 # ---------------------------------------------------------------- SSH to the DGX

@@ -33,6 +33,7 @@ from sbxcheck.clients.mcp import McpToolResult
 from sbxcheck.clients.sandboxed import Workspace, _validation_summary, excerpt
 from sbxcheck.errors import BadResponseError, SbxError
 from sbxcheck.results import CheckResult, Classification
+from sbxcheck.secrets import GENERIC
 
 REST_ENDPOINT: Final = "REST GET /api/workspaces"
 MCP_ENDPOINT: Final = "MCP list_workspaces"
@@ -56,6 +57,7 @@ class DiscoveredWorkspace:
     env_var_names: tuple[str, ...]
     env_values_present: bool
     credential_like_names: tuple[str, ...]
+    credential_classes: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_workspace(cls, ws: Workspace) -> DiscoveredWorkspace:
@@ -68,6 +70,7 @@ class DiscoveredWorkspace:
             env_var_names=tuple(ws.env_var_names),
             env_values_present=ws.env_values_present,
             credential_like_names=tuple(ws.credential_like_env_names),
+            credential_classes=tuple(sorted(ws.credential_classes.items())),
         )
 
     def summary(self) -> dict[str, Any]:
@@ -108,6 +111,9 @@ class Discovery:
             "workspaces_with_env_values": sorted(w.name for w in self.with_values),
             "credential_like_names": cred,
             "credential_like_count": sum(len(v) for v in cred.values()),
+            "credential_classes": {
+                w.name: dict(w.credential_classes) for w in self.workspaces if w.credential_classes
+            },
             "reduced_at_source": True,
         }
 
@@ -209,9 +215,18 @@ def _judge(check: str, target: str, found: Discovery, *, strict: bool) -> CheckR
         return CheckResult.failed(
             check, target, f"{found.endpoint} listed no workspaces: nothing was discovered", ev
         )
-    cred = ev["credential_like_count"]
+    by_class: dict[str, list[str]] = {}
+    for ws_name, per_ws in ev["credential_classes"].items():
+        for var, cls in per_ws.items():
+            by_class.setdefault(cls, []).append(f"{ws_name}.{var}")
+    generic = sorted(by_class.pop(GENERIC, []))
+    cred = sum(len(v) for v in by_class.values())  # recognised credential formats
     valued = len(found.with_values)
-    cred_note = f"credential-like: {cred} name{'s' if cred != 1 else ''}"
+    cred_note = f"credential-like: {cred} name{'s' if cred != 1 else ''}" + (
+        f" ({', '.join(sorted(by_class))})" if by_class else ""
+    )
+    ev["credential_like_formats"] = {cls: sorted(names) for cls, names in sorted(by_class.items())}
+    ev["secret_named_values"] = generic
     if strict and valued:
         ev["exposure_class"] = "unscrubbed env values" + (" (credential-like)" if cred else "")
         return CheckResult.failed(
@@ -241,8 +256,10 @@ def _judge(check: str, target: str, found: Discovery, *, strict: bool) -> CheckR
         ev["exposure_class"] = "expected-by-design, reduced at source"
         note = (
             f"; env values returned for {valued} workspace(s) (expected by design: REST is never "
-            "scrubbed), none credential-like"
+            "scrubbed), none of a recognised credential format"
         )
+        if generic:
+            note += f"; {len(generic)} under secret-sounding names ({', '.join(generic[:6])}) dropped unread"
     else:
         ev["exposure_class"] = "none"
         note = "; no env values returned"

@@ -120,15 +120,15 @@ class McpChannel:
         if result.is_error:
             if "not found" in result.text.lower() or "404" in result.text:
                 return False
-            raise TransportError(f"MCP cancel_mission failed: {self.client.redact(result.text[:200])}")
+            raise TransportError(f"MCP cancel_mission failed: {self.client.redact(result.text)[:200]}")
         return True
 
     def _json(self, tool: str, result: McpToolResult) -> Any:
         if result.is_error:
             _raise_auth(result, self.client)
             if "not found" in result.text.lower():
-                raise NotFound(f"MCP {tool}", 404, self.client.redact(result.text[:200]))
-            raise TransportError(f"MCP {tool} failed: {self.client.redact(result.text[:200])}")
+                raise NotFound(f"MCP {tool}", 404, self.client.redact(result.text)[:200])
+            raise TransportError(f"MCP {tool} failed: {self.client.redact(result.text)[:200]}")
         return result.json(self.client.redact)
 
 

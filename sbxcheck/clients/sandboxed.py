@@ -49,7 +49,8 @@ from sbxcheck.errors import (
     SbxError,
     TransportError,
 )
-from sbxcheck.redact import SECRET_PATTERNS, default_redactor
+from sbxcheck.redact import default_redactor
+from sbxcheck.secrets import classify
 from sbxcheck.transports.http import RETRYABLE_HTTPX, map_httpx_error
 
 NIL_UUID: Final = "00000000-0000-0000-0000-000000000000"
@@ -64,7 +65,6 @@ _MAX_RETRY_AFTER_S: Final = 2.0
 _EXCERPT_CHARS: Final = 160
 _REASON_CHARS: Final = 600
 _EXEC_GRACE_S: Final = 15.0
-_CREDENTIAL_PREFIXES: Final = ("ghp_", "github_pat_", "sk-", "tskey-")
 _CREDENTIAL_MARKERS: Final = ("BEGIN OPENSSH PRIVATE KEY", "BEGIN PGP PRIVATE KEY", "<encrypted")
 _MODEL_NOT_FOUND_RE: Final = re.compile(r"Model '([^']*)' not found in (\S+) catalog", re.IGNORECASE)
 _SUPPORTED_RE: Final = re.compile(r"Supported values:\s*(.+)", re.IGNORECASE | re.DOTALL)
@@ -239,11 +239,16 @@ class StoredEvent(_Wire):
         return {} if value is None else value
 
 
-def is_credential_like(value: str) -> bool:
-    """True when ``value`` has the shape of a credential (redactor patterns, MCP scrub prefixes)."""
-    if value.startswith(_CREDENTIAL_PREFIXES) or any(m in value for m in _CREDENTIAL_MARKERS):
-        return True
-    return any(p.search(value) for p in SECRET_PATTERNS)
+def credential_class(value: str, name: str | None = None) -> str | None:
+    """The credential class of ``value`` held by variable ``name`` (the redactor's table), or None."""
+    if any(m in value for m in _CREDENTIAL_MARKERS):
+        return "private-key" if "PRIVATE KEY" in value else "encrypted-value"
+    return classify(value, name)
+
+
+def is_credential_like(value: str, name: str | None = None) -> bool:
+    """True when ``value`` has the shape of a credential (see :mod:`sbxcheck.secrets`)."""
+    return credential_class(value, name) is not None
 
 
 class Workspace(BaseModel):
@@ -276,6 +281,9 @@ class Workspace(BaseModel):
     env_var_names: list[str] = Field(default_factory=list)
     env_values_present: bool = False
     credential_like_env_names: list[str] = Field(default_factory=list)
+    credential_classes: dict[str, str] = Field(
+        default_factory=dict, description="env-var name -> credential class of its dropped value"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -287,7 +295,7 @@ class Workspace(BaseModel):
         reduced.pop("config", None)
         envs = [v for k, v in data.items() if isinstance(k, str) and k.lower() == "env_vars"]
         names: list[str] = []
-        credential_like: list[str] = []
+        classes: dict[str, str] = {}
         present = False
         for env in envs:
             if isinstance(env, dict):
@@ -295,13 +303,15 @@ class Workspace(BaseModel):
                     names.append(str(name))
                     if isinstance(value, str) and value and value.lower() != "[redacted]":
                         present = True
-                        if is_credential_like(value):
-                            credential_like.append(str(name))
+                        found = credential_class(value, str(name))
+                        if found is not None:
+                            classes[str(name)] = found
             elif env not in (None, "[redacted]"):
                 present = True
         reduced["env_var_names"] = sorted(set(names))
         reduced["env_values_present"] = present
-        reduced["credential_like_env_names"] = sorted(set(credential_like))
+        reduced["credential_like_env_names"] = sorted(classes)
+        reduced["credential_classes"] = dict(sorted(classes.items()))
         return reduced
 
 

@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from sbxcheck.redact import default_redactor
 from sbxcheck.results import CheckRecord, Classification, Incident, Outcome
 
 __all__ = [
@@ -155,8 +156,7 @@ def _cause_of(record: CheckRecord) -> str:
 
 
 def _one_line(text: str, limit: int = 120) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    return default_redactor().trim(" ".join(text.split()), limit)
 
 
 def _target_list(targets: Sequence[str], shown: int = 5) -> str:

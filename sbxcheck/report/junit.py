@@ -28,7 +28,7 @@ from typing import Any
 
 import junit_xml
 
-from sbxcheck.redact import Redactor
+from sbxcheck.redact import Redactor, default_redactor
 
 __all__ = ["MAX_VALUE_CHARS", "case_name", "flatten_value", "render_junit_xml", "trim_json"]
 
@@ -37,7 +37,8 @@ _TRIM_MARK = "…[trimmed]"
 
 
 def _trim(text: str, limit: int = MAX_VALUE_CHARS) -> str:
-    return text if len(text) <= limit else text[: limit - len(_TRIM_MARK)] + _TRIM_MARK
+    """Redact, then cut (a cut secret would no longer be recognised)."""
+    return default_redactor().trim(text, limit, _TRIM_MARK)
 
 
 def flatten_value(value: Any, limit: int = MAX_VALUE_CHARS) -> str:

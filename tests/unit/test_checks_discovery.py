@@ -128,8 +128,11 @@ def test_rest_credential_like_values_are_a_security_exposure() -> None:
     r = check_discovery_rest(rest_client(workspaces(creds=True)))
     assert r.outcome is Outcome.FAILED
     assert r.classification is Classification.SECURITY_EXPOSURE
-    assert r.message.startswith("REST GET /api/workspaces returns env var values (credential-like: 2 names)")
-    assert r.evidence["credential_like_names"] == {"verity": ["ANTHROPIC_API_KEY", "GH_TOKEN"]}
+    assert r.message.startswith(
+        "REST GET /api/workspaces returns env var values (credential-like: 2 names (anthropic-key, github-token))"
+    )
+    assert r.evidence["credential_like_names"] == {"verity": ["ANTHROPIC_API_KEY", "DEPLOY_PASSWORD", "GH_TOKEN"]}
+    assert r.evidence["credential_classes"]["verity"]["DEPLOY_PASSWORD"] == "generic-secret"
     assert r.recommendation is not None and "rotation" in r.recommendation
     assert_clean(dump(r))
 

@@ -426,7 +426,8 @@ def test_workspaces_are_reduced_at_the_source(make: Callable[..., tuple[Sandboxe
     client, _ = make(lambda r: httpx.Response(200, json=rows))
     verity, host = client.list_workspaces()
     assert verity.env_var_names == ["API_TOKEN", "EMPTY", "GH_TOKEN"]
-    assert verity.env_values_present and verity.credential_like_env_names == ["GH_TOKEN"]
+    assert verity.env_values_present and verity.credential_like_env_names == ["API_TOKEN", "GH_TOKEN"]
+    assert verity.credential_classes == {"API_TOKEN": "generic-secret", "GH_TOKEN": "github-token"}
     assert not host.env_values_present and host.env_var_names == ["X"]
     dumped = repr(verity) + verity.model_dump_json() + str(verity.model_extra)
     assert secret not in dumped and token not in dumped
