@@ -34,9 +34,11 @@ class SbxError(Exception):
     classification: ClassVar[Classification] = Classification.INTERNAL_ERROR
 
     def __init__(self, message: str, *, evidence: dict[str, Any] | None = None) -> None:
+        redactor = default_redactor()  # no exception text or evidence ever holds a secret
+        message = redactor.redact_text(message)
         super().__init__(message)
         self.message = message
-        self.evidence: dict[str, Any] = dict(evidence or {})
+        self.evidence: dict[str, Any] = redactor.redact(dict(evidence or {}))
 
     def __str__(self) -> str:
         return self.message

@@ -26,9 +26,11 @@ from pydantic import (
 from sbxcheck.errors import InventoryError, describe_validation_error
 from sbxcheck.recipes import RecipeTemplates
 from sbxcheck.redact import default_redactor
+from sbxcheck.safeio import UnsafeInput, read_regular_file
 from sbxcheck.secrets import looks_like_env_name
 
 INVENTORY_FILENAME = "sbxcheck.toml"
+MAX_INVENTORY_BYTES = 1024 * 1024
 INVENTORY_ENV = "SBXCHECK_INVENTORY"
 DEFAULT_ROSTER_CONFIG = "adws/adw_sssf_config/sssf.config.yaml"
 DEFAULT_COST_PROBE_MODEL = "deepseek/deepseek-v4-flash-0731"
@@ -305,7 +307,9 @@ def load_inventory(path: Path) -> Inventory:
     """Read and validate an inventory file."""
     source = str(path)
     try:
-        raw = path.read_bytes()
+        raw = read_regular_file(path, MAX_INVENTORY_BYTES)
+    except UnsafeInput as exc:
+        raise InventoryError(f"{exc}; expected a TOML inventory") from None
     except OSError as exc:
         raise InventoryError(f"{source}: cannot read inventory ({exc.strerror or exc})") from None
     try:
@@ -316,6 +320,8 @@ def load_inventory(path: Path) -> Inventory:
         raise InventoryError(
             f"{source}: not valid TOML ({default_redactor().redact_text(str(exc))})"
         ) from None
+    except RecursionError:
+        raise InventoryError(f"{source}: TOML nested too deeply; expected a TOML inventory") from None
     data = _resolve_paths(data, path.resolve().parent)
     try:
         inv = Inventory.model_validate(data)

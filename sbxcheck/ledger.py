@@ -44,6 +44,7 @@ from typing import Any, Literal
 
 from sbxcheck.errors import LedgerError
 from sbxcheck.redact import default_redactor
+from sbxcheck.safeio import loads_bounded
 
 __all__ = [
     "LEDGER_FILE",
@@ -180,7 +181,7 @@ class Ledger:
         self._append({"op": "kept", "id": entry_id, "why": why}, must_exist=True)
 
     def _append(self, record: dict[str, Any], *, must_exist: bool = False) -> None:
-        line = {"v": FORMAT_VERSION, "ts": _utc_now(), **record}
+        line = {"v": FORMAT_VERSION, "ts": _utc_now(), **default_redactor().redact(record)}  # how/why too
         data = (json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
         try:
             self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -209,7 +210,7 @@ class Ledger:
             if entry_id not in raw:
                 continue
             with contextlib.suppress(ValueError):
-                obj = json.loads(raw)
+                obj = loads_bounded(raw)
                 if isinstance(obj, dict) and obj.get("op") == "intent" and obj.get("id") == entry_id:
                     return True
         return False
@@ -297,7 +298,7 @@ def _fold(text: str, source: str) -> tuple[list[LedgerEntry], list[str]]:
             continue
         where = f"{source}:{number}"
         try:
-            obj = json.loads(raw)
+            obj = loads_bounded(raw)
         except ValueError:
             torn = number - 1 == last  # no final newline: a write cut short by a crash
             what = "torn last line" if torn else "unparseable line"

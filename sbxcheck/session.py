@@ -25,6 +25,7 @@ from sbxcheck.interrupts import finish_before_interrupt
 from sbxcheck.inventory import Inventory, find_inventory, load_inventory
 from sbxcheck.ledger import Ledger, LedgerEntry, default_owner
 from sbxcheck.mounts import Mounted, MountManager
+from sbxcheck.safeio import read_text_file
 from sbxcheck.transports.ssh import SshPool, SshSettings
 
 _T = TypeVar("_T")
@@ -333,10 +334,11 @@ class SbxSession:
             password = _secret_from_env(section.password_env, "sandboxed.password_env")
             if password is None and section.password_file is not None:
                 try:
-                    password = section.password_file.read_text(encoding="utf-8").strip()
-                except OSError as exc:
+                    password = read_text_file(section.password_file, 64 * 1024).strip()
+                except (OSError, ValueError) as exc:
                     raise InventoryError(
-                        f"sandboxed.password_file: cannot read {section.password_file} ({exc.strerror})"
+                        f"sandboxed.password_file: cannot read {section.password_file} "
+                        f"({getattr(exc, 'strerror', None) or exc})"
                     ) from None
             if token is None and password is None:
                 raise InventoryError(
@@ -494,9 +496,11 @@ def _secret_from_env(name: str | None, field: str) -> str | None:
 def _read_secret_file(path: Path, dotenv_name: str, field: str) -> str | None:
     """A secret from a file: the whole (stripped) content, or the value of a ``NAME=value`` dotenv line."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InventoryError(f"{field}: cannot read {path} ({exc.strerror})") from None
+        text = read_text_file(path, 1024 * 1024)  # regular files only: a FIFO would block
+    except (OSError, ValueError) as exc:
+        raise InventoryError(
+            f"{field}: cannot read {path} ({getattr(exc, 'strerror', None) or exc})"
+        ) from None
     value: str | None = None
     for line in text.splitlines():
         stripped = line.strip().removeprefix("export ").strip()

@@ -11,14 +11,13 @@ Failures map onto :mod:`sbxcheck.errors`, once, in :meth:`OpenRouterAdmin._get`:
 connect refused / timeout   :class:`~sbxcheck.errors.HostUnreachable`
 read timeout                :class:`~sbxcheck.errors.CommandTimeout`
 401 / 403                   :class:`~sbxcheck.errors.AuthFailed`
-429 / 5xx                   :class:`~sbxcheck.errors.TransportError` (after bounded retries)
+429 / 5xx                   :class:`~sbxcheck.errors.TransportError` (after the shared RetryPolicy)
 other 4xx, non-JSON, shape  :class:`~sbxcheck.errors.BadResponseError` (redacted excerpt)
 ==========================  ==============================================
 """
 
 from __future__ import annotations
 
-import time
 from types import TracebackType
 from typing import Any, Final
 
@@ -28,12 +27,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from sbxcheck.clients.sandboxed import _validation_summary, excerpt
 from sbxcheck.errors import AuthFailed, BadResponseError, TransportError
 from sbxcheck.redact import default_redactor
-from sbxcheck.transports.http import RETRYABLE_HTTPX, map_httpx_error
+from sbxcheck.safeio import UnsafeInput, loads_bounded
+from sbxcheck.transports.http import RetryPolicy, send
 
 DEFAULT_BASE_URL: Final = "https://openrouter.ai/api/v1"
 PAGE_SIZE: Final = 100
-_RETRY_STATUSES: Final = frozenset({429, 502, 503, 504})
-_BACKOFF_S: Final = (0.2, 0.5, 1.0)
 
 
 class OpenRouterKey(BaseModel):
@@ -68,8 +66,8 @@ class OpenRouterKey(BaseModel):
 def _error_reason(resp: httpx.Response) -> str:
     """``error.message`` of an OpenRouter error body, else a redacted excerpt."""
     try:
-        doc = resp.json()
-    except ValueError:
+        doc = loads_bounded(resp.content)
+    except ValueError:  # UnsafeInput included
         return excerpt(resp.text) or resp.reason_phrase
     err = doc.get("error") if isinstance(doc, dict) else None
     if isinstance(err, dict) and isinstance(err.get("message"), str):
@@ -94,6 +92,7 @@ class OpenRouterAdmin:
             raise AuthFailed("OpenRouter: no provisioning key given")
         if retries < 0 or max_pages < 1:
             raise ValueError("retries must be >= 0 and max_pages >= 1")
+        self.retry_policy = RetryPolicy(retries=retries)
         default_redactor().register(provisioning_key)
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
@@ -125,39 +124,32 @@ class OpenRouterAdmin:
         """One GET, retried on 429/5xx and dropped connections; the parsed JSON body."""
         endpoint = f"GET {path}"
         label = f"OpenRouter {endpoint}"
-        for attempt in range(self.retries + 1):
-            last = attempt == self.retries
-            try:
-                resp = self._http.get(path, params=params)
-            except RETRYABLE_HTTPX as exc:
-                if not last:
-                    time.sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)])
-                    continue
-                raise map_httpx_error(
-                    exc, label, self.base_url, self.timeout_s, attempts=attempt + 1
-                ) from exc
-            except httpx.HTTPError as exc:
-                raise map_httpx_error(exc, label, self.base_url, self.timeout_s) from exc
-            status = resp.status_code
-            if status in _RETRY_STATUSES and not last:
-                time.sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)])
-                continue
-            ev = {"endpoint": endpoint, "status": status}
-            if status in (401, 403):
-                raise AuthFailed(f"OpenRouter {endpoint} -> {status}: {_error_reason(resp)}", evidence=ev)
-            if status == 429 or status >= 500:
-                raise TransportError(f"OpenRouter {endpoint} -> {status}: {_error_reason(resp)}", evidence=ev)
-            if status >= 400:
-                raise BadResponseError(
-                    f"OpenRouter {endpoint} -> {status}: {_error_reason(resp)}", evidence=ev
-                )
-            try:
-                return resp.json()
-            except ValueError:
-                raise BadResponseError(
-                    f"OpenRouter {endpoint}: body is not JSON: {excerpt(resp.text)!r}", evidence=ev
-                ) from None
-        raise AssertionError("unreachable")  # pragma: no cover
+        resp = send(
+            self._http,
+            "GET",
+            path,
+            label=label,
+            base_url=self.base_url,
+            timeout_s=self.timeout_s,
+            policy=self.retry_policy,
+            params=params,
+        )
+        status = resp.status_code
+        ev = {"endpoint": endpoint, "status": status}
+        if status in (401, 403):
+            raise AuthFailed(f"OpenRouter {endpoint} -> {status}: {_error_reason(resp)}", evidence=ev)
+        if status == 429 or status >= 500:
+            raise TransportError(f"OpenRouter {endpoint} -> {status}: {_error_reason(resp)}", evidence=ev)
+        if status >= 400:
+            raise BadResponseError(f"OpenRouter {endpoint} -> {status}: {_error_reason(resp)}", evidence=ev)
+        try:
+            return loads_bounded(resp.content)
+        except UnsafeInput as exc:
+            raise BadResponseError(f"OpenRouter {endpoint}: {exc}", evidence=ev) from None
+        except ValueError:
+            raise BadResponseError(
+                f"OpenRouter {endpoint}: body is not JSON: {excerpt(resp.text)!r}", evidence=ev
+            ) from None
 
     def list_keys(self, *, include_disabled: bool = True) -> list[OpenRouterKey]:
         """Every key on the account: ``GET /keys`` paged by ``offset`` until a short page.

@@ -16,6 +16,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from sbxcheck.errors import describe_validation_error
+from sbxcheck.safeio import UnsafeInput, loads_bounded, read_text_file
+
+MAX_RECORD_BYTES = 1024 * 1024  # a record is ~1 KB; anything near this is not one
 
 RUN_ID_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 TIMESTAMP_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
@@ -91,13 +94,17 @@ def read_run_record(path: Path) -> RunRecord:
     """Parse one record; raise ValueError with a readable one-line message."""
     source = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{source}: cannot read run record ({exc})") from None
+        text = read_text_file(path, MAX_RECORD_BYTES)  # regular files only: a FIFO must not hang us
+    except UnsafeInput as exc:
+        raise ValueError(f"{exc}; expected a run record") from None
+    except OSError as exc:
+        raise ValueError(f"{source}: cannot read run record ({exc.strerror or exc})") from None
     try:
-        data: Any = json.loads(text)
+        data: Any = loads_bounded(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{source}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except UnsafeInput as exc:
+        raise ValueError(f"{source}: {exc}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{source}: expected a JSON object with the 12 run-record fields")
     try:

@@ -1,7 +1,9 @@
 """Typed REST client for a sandboxed.sh control plane (spec ``sandboxed-sh.md`` §2–§6).
 
 One :class:`SandboxedClient` wraps an ``httpx.Client``. Every call has a timeout; only idempotent
-GETs are retried (``retries`` extra attempts, small backoff) on a reset connection or 429/502/503.
+GETs are retried by the shared :class:`~sbxcheck.transports.http.RetryPolicy` (``retries`` extra
+attempts, bounded backoff, ``Retry-After`` honoured); every attempt has a whole-request deadline
+and a 16 MiB body cap (:func:`~sbxcheck.transports.http.send`).
 HTTP failures are mapped to the sbxcheck error tree in one place (:meth:`SandboxedClient._send`):
 
 ==========================  ============================================================
@@ -50,8 +52,9 @@ from sbxcheck.errors import (
     TransportError,
 )
 from sbxcheck.redact import default_redactor
+from sbxcheck.safeio import UnsafeInput, loads_bounded
 from sbxcheck.secrets import classify
-from sbxcheck.transports.http import RETRYABLE_HTTPX, map_httpx_error
+from sbxcheck.transports.http import RetryPolicy, send
 
 NIL_UUID: Final = "00000000-0000-0000-0000-000000000000"
 TERMINAL_STATUSES: Final = frozenset({"completed", "failed", "blocked", "not_feasible", "interrupted"})
@@ -59,9 +62,6 @@ IN_FLIGHT_STATUSES: Final = frozenset({"active", "pending", "awaiting_user", "bl
 EFFORT_LADDER: Final = ("max", "xhigh", "high", "medium", "low")
 MAX_SEQUENCE: Final = 9223372036854775807
 
-_RETRY_STATUSES: Final = frozenset({429, 502, 503})
-_BACKOFF_S: Final = (0.2, 0.5, 1.0)
-_MAX_RETRY_AFTER_S: Final = 2.0
 _EXCERPT_CHARS: Final = 160
 _REASON_CHARS: Final = 600
 _EXEC_GRACE_S: Final = 15.0
@@ -529,7 +529,7 @@ def parse_error_text(text: str) -> tuple[str, str | None, dict[str, Any]]:
     code: str | None = None
     reason = raw
     with contextlib.suppress(ValueError):
-        parsed = json.loads(raw)
+        parsed = loads_bounded(raw)
         if isinstance(parsed, dict):
             doc = parsed
             err = parsed.get("error")
@@ -590,16 +590,6 @@ def _validation_summary(exc: ValidationError) -> str:
     return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
 
 
-def _retry_after(resp: httpx.Response) -> float | None:
-    value = resp.headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return min(max(float(value), 0.0), _MAX_RETRY_AFTER_S)
-    except ValueError:
-        return None
-
-
 def _int_header(resp: httpx.Response, name: str) -> int | None:
     value = resp.headers.get(name)
     try:
@@ -630,8 +620,7 @@ class SandboxedClient:
         transport: httpx.BaseTransport | None = None,
         retries: int = 2,
     ) -> None:
-        if retries < 0:
-            raise ValueError("retries must be >= 0")
+        self.retry_policy = RetryPolicy(retries=retries)
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self.retries = retries
@@ -685,7 +674,7 @@ class SandboxedClient:
         resp = self._send("POST", "/api/auth/login", json_body=body, auth=False)
         endpoint = "POST /api/auth/login"
         try:
-            parsed = _LoginBody.model_validate(resp.json())
+            parsed = _LoginBody.model_validate(loads_bounded(resp.content))
         except (ValueError, ValidationError):
             # No excerpt: a login body holds the token.
             raise BadResponseError(f"{endpoint}: response is not {{token, exp}} JSON") from None
@@ -713,34 +702,22 @@ class SandboxedClient:
     ) -> httpx.Response:
         """Send one request and return a 2xx response; every failure is mapped here, once."""
         endpoint = f"{method} {path}"
-        attempts = 1 + (self.retries if method == "GET" else 0)
         timeout = self.timeout_s if timeout_s is None else timeout_s
-        headers = self._headers(auth)
-        for attempt in range(attempts):
-            last = attempt + 1 >= attempts
-            try:
-                resp = self._http.request(
-                    method,
-                    path,
-                    params=dict(params) if params else None,
-                    json=json_body,
-                    headers=headers,
-                    timeout=timeout,
-                )
-            except RETRYABLE_HTTPX as exc:
-                if not last:
-                    time.sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)])
-                    continue
-                raise map_httpx_error(exc, endpoint, self.base_url, timeout, attempts=attempt + 1) from exc
-            except httpx.HTTPError as exc:
-                raise map_httpx_error(exc, endpoint, self.base_url, timeout) from exc
-            if resp.status_code in _RETRY_STATUSES and not last:
-                delay = _retry_after(resp)
-                time.sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)] if delay is None else delay)
-                continue
-            self._raise_for_status(endpoint, resp, rejection)
-            return resp
-        raise AssertionError("unreachable")  # pragma: no cover - the loop always returns or raises
+        resp = send(
+            self._http,
+            method,
+            path,
+            label=endpoint,
+            base_url=self.base_url,
+            timeout_s=timeout,
+            policy=self.retry_policy,
+            retry=method == "GET",  # only idempotent calls are retried
+            params=dict(params) if params else None,
+            json=json_body,
+            headers=self._headers(auth),
+        )
+        self._raise_for_status(endpoint, resp, rejection)
+        return resp
 
     @staticmethod
     def _raise_for_status(endpoint: str, resp: httpx.Response, rejection: type[ApiRejected]) -> None:
@@ -793,7 +770,9 @@ class SandboxedClient:
 
     def _json(self, endpoint: str, resp: httpx.Response, secret_bearing: bool) -> Any:
         try:
-            return resp.json()
+            return loads_bounded(resp.content)
+        except UnsafeInput as exc:
+            raise BadResponseError(f"{endpoint}: {exc}", evidence={"endpoint": endpoint}) from None
         except ValueError:
             ctype = resp.headers.get("content-type", "?")
             raise BadResponseError(

@@ -16,6 +16,7 @@ from sbxcheck.errors import BadResponseError
 from sbxcheck.redact import Redactor
 from sbxcheck.report.incidents import build_incidents
 from sbxcheck.results import SCHEMA_VERSION, CheckRecord, InventoryInfo, Outcome, RunReport
+from sbxcheck.safeio import UnsafeInput, loads_bounded, read_text_file
 
 __all__ = [
     "CHECK_KEY_ORDER",
@@ -130,11 +131,13 @@ def load_report(path: Path) -> RunReport:
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        text = read_text_file(path)  # regular files only, size capped
+    except (OSError, ValueError) as exc:
         raise BadResponseError(f"{path}: cannot read results file: {exc}") from None
     try:
-        data = json.loads(text)
+        data = loads_bounded(text)
+    except UnsafeInput as exc:
+        raise BadResponseError(f"{path}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise BadResponseError(
             f"{path}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"

@@ -1,10 +1,24 @@
-"""httpx failures mapped once onto sbxcheck's error tree (shared by every HTTP client)."""
+"""HTTP shared by every client: one bounded request, one retry policy, failures mapped once.
+
+:func:`send` gives each attempt a whole-request deadline (a server dribbling a byte per second
+cannot hold a check past it) and a body cap (16 MiB: a larger body is refused, not parsed), and
+retries by one :class:`RetryPolicy` (a count, bounded backoff, ``Retry-After`` honoured and capped).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
+import email.utils
+import math
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Final
+
 import httpx
 
-from sbxcheck.errors import CommandTimeout, HostUnreachable, SbxError, TransportError
+from sbxcheck.errors import BadResponseError, CommandTimeout, HostUnreachable, SbxError, TransportError
 
 RETRYABLE_HTTPX = (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
 
@@ -27,3 +41,160 @@ def map_httpx_error(
         tried = f" after {attempts} attempt(s)" if attempts is not None else ""
         return TransportError(f"{label}: connection lost ({type(exc).__name__}){tried}")
     return TransportError(f"{label}: {type(exc).__name__}")
+
+
+# ---------------------------------------------------------------- one bounded request, one retry policy
+
+MAX_BODY_BYTES: Final = 16 * 1024 * 1024
+_now: Final = time.monotonic  # bound once: request deadlines run on the real clock, whatever polls do
+_DROP_HEADERS: Final = frozenset({"content-encoding", "content-length", "transfer-encoding"})
+
+
+class _DeadlineExceeded(Exception):
+    pass
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """When and how long to wait before another attempt: the one policy of every HTTP client.
+
+    ``retries`` extra attempts (a count, never a loop), on a dropped connection or one of
+    ``statuses``; the wait is the server's ``Retry-After`` (seconds or an HTTP date) when given,
+    else the backoff step, and never more than ``max_wait_s``.
+    """
+
+    retries: int = 2
+    backoff_s: tuple[float, ...] = (0.2, 0.5, 1.0)
+    max_wait_s: float = 2.0
+    statuses: frozenset[int] = frozenset({429, 502, 503, 504})
+
+    def __post_init__(self) -> None:
+        if self.retries < 0:
+            raise ValueError("retries must be >= 0")
+
+    def wait_s(self, attempt: int, resp: httpx.Response | None = None) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (0-based)."""
+        hinted = retry_after_s(resp) if resp is not None else None
+        step = self.backoff_s[min(attempt, len(self.backoff_s) - 1)] if self.backoff_s else 0.0
+        return min(step if hinted is None else hinted, self.max_wait_s)
+
+
+def retry_after_s(resp: httpx.Response) -> float | None:
+    """The ``Retry-After`` header in seconds (delta-seconds or HTTP date), or None."""
+    value = resp.headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=dt.UTC)
+        seconds = (when - dt.datetime.now(dt.UTC)).total_seconds()
+    return max(seconds, 0.0) if math.isfinite(seconds) else None
+
+
+def _attempt(
+    client: httpx.Client, method: str, url: str, deadline: float, max_bytes: int, kwargs: dict[str, Any]
+) -> httpx.Response:
+    """One request, read whole within ``deadline`` (monotonic) and ``max_bytes``, or an exception.
+
+    It runs on a daemon thread so that not even a server dribbling its headers can hold the
+    caller past the deadline; the thread itself stops at its next chunk or read timeout.
+    """
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            with client.stream(method, url, **kwargs) as resp:
+                box["stream"] = resp
+                declared = resp.headers.get("content-length", "")
+                if declared.isdigit() and int(declared) > max_bytes:
+                    raise _BodyTooLarge
+                body = bytearray()
+                for chunk in resp.iter_bytes():
+                    body += chunk
+                    if len(body) > max_bytes:
+                        raise _BodyTooLarge
+                    if _now() > deadline:
+                        raise _DeadlineExceeded
+                headers = [(k, v) for k, v in resp.headers.multi_items() if k.lower() not in _DROP_HEADERS]
+                box["response"] = httpx.Response(
+                    resp.status_code, headers=headers, content=bytes(body), request=resp.request
+                )
+        except BaseException as exc:  # handed to the caller, who raises it
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=work, name="sbxcheck-http", daemon=True).start()
+    if not done.wait(max(0.0, deadline - _now())):
+        stream = box.get("stream")
+        if isinstance(stream, httpx.Response):
+            with contextlib.suppress(Exception):
+                stream.close()
+        raise _DeadlineExceeded
+    if "error" in box:
+        raise box["error"]
+    response: httpx.Response = box["response"]
+    return response
+
+
+def send(
+    client: httpx.Client,
+    method: str,
+    url: str,
+    *,
+    label: str,
+    base_url: str,
+    timeout_s: float,
+    policy: RetryPolicy,
+    retry: bool = True,
+    deadline_s: float | None = None,
+    max_bytes: int = MAX_BODY_BYTES,
+    **kwargs: Any,
+) -> httpx.Response:
+    """Send one request with a whole-request deadline and a body cap, retried by ``policy``.
+
+    Returns the last response, whatever its status (the caller maps statuses to errors);
+    transport failures are mapped here. ``deadline_s`` (default ``timeout_s``) bounds each
+    attempt as a whole, so a server that dribbles a byte at a time cannot outlast it; a body
+    above ``max_bytes`` is refused, never parsed.
+    """
+    attempts = 1 + (policy.retries if retry else 0)
+    per_attempt = timeout_s if deadline_s is None else deadline_s
+    kwargs.setdefault("timeout", timeout_s)
+    for attempt in range(attempts):
+        last = attempt + 1 >= attempts
+        try:
+            resp = _attempt(client, method, url, _now() + per_attempt, max_bytes, kwargs)
+        except _DeadlineExceeded:
+            raise CommandTimeout(
+                f"{label}: no complete answer within {per_attempt:g}s (whole-request deadline)",
+                evidence={"endpoint": label, "deadline_s": per_attempt},
+            ) from None
+        except _BodyTooLarge:
+            raise BadResponseError(
+                f"{label}: response body above {max_bytes // (1024 * 1024)} MiB; refused, not parsed",
+                evidence={"endpoint": label, "max_bytes": max_bytes},
+            ) from None
+        except RETRYABLE_HTTPX as exc:
+            if not last:
+                time.sleep(policy.wait_s(attempt))
+                continue
+            raise map_httpx_error(exc, label, base_url, timeout_s, attempts=attempt + 1) from None
+        except httpx.HTTPError as exc:
+            raise map_httpx_error(exc, label, base_url, timeout_s) from None
+        if resp.status_code in policy.statuses and not last:
+            time.sleep(policy.wait_s(attempt, resp))
+            continue
+        return resp
+    raise AssertionError("unreachable")  # pragma: no cover - the loop always returns or raises

@@ -1,0 +1,112 @@
+"""Reading untrusted files and JSON without hanging, exhausting memory or overflowing the stack.
+
+Run records, ledger lines, inventories and HTTP bodies come from places sbxcheck does not
+control. Every such read goes through here:
+
+* :func:`read_regular_file` opens without blocking and refuses anything but a regular file (a
+  FIFO named ``*.json`` would otherwise block forever) and anything above a size cap;
+* :func:`loads_bounded` refuses text above a size cap and JSON nested deeper than a bound
+  (``json`` raises RecursionError on deep nesting, which is not a ValueError and would escape
+  every ``except ValueError`` around it).
+
+Both raise :class:`UnsafeInput`, a ValueError with one readable sentence and no content.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any, Final
+
+MAX_FILE_BYTES: Final = 16 * 1024 * 1024
+MAX_JSON_BYTES: Final = 16 * 1024 * 1024
+MAX_JSON_DEPTH: Final = 64
+
+
+class UnsafeInput(ValueError):
+    """Input refused before parsing: not a regular file, too large or nested too deep."""
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1024 * 1024):g} MiB"
+
+
+def read_regular_file(path: Path, cap: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of ``path`` if it is a regular file of at most ``cap`` bytes.
+
+    Opened with ``O_NONBLOCK`` and checked with ``fstat`` on the open descriptor, so a FIFO,
+    socket or device is refused at once instead of blocking. OSError propagates (unreadable).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = (
+                "a FIFO"
+                if stat.S_ISFIFO(st.st_mode)
+                else "a directory"
+                if stat.S_ISDIR(st.st_mode)
+                else "not a regular file"
+            )
+            raise UnsafeInput(f"{path}: {kind}; only regular files are read")
+        if st.st_size > cap:
+            raise UnsafeInput(f"{path}: {st.st_size} bytes, above the {_mib(cap)} cap; not read")
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            chunk = os.read(fd, min(1 << 20, cap + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > cap:  # grew while being read
+                raise UnsafeInput(f"{path}: more than the {_mib(cap)} cap; not read")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_text_file(path: Path, cap: int = MAX_FILE_BYTES) -> str:
+    """:func:`read_regular_file` decoded as UTF-8 (UnsafeInput when it is not UTF-8)."""
+    data = read_regular_file(path, cap)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UnsafeInput(f"{path}: not UTF-8 text (byte {exc.start})") from None
+
+
+def json_depth_ok(value: Any, max_depth: int = MAX_JSON_DEPTH) -> bool:
+    """Whether parsed JSON ``value`` nests at most ``max_depth`` containers (checked without recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > max_depth:
+            return False
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return True
+
+
+def loads_bounded(
+    text: str | bytes, *, max_bytes: int = MAX_JSON_BYTES, max_depth: int = MAX_JSON_DEPTH
+) -> Any:
+    """``json.loads`` that refuses oversized or deeply nested input with :class:`UnsafeInput`.
+
+    Malformed JSON still raises ``json.JSONDecodeError`` (also a ValueError).
+    """
+    if len(text) > max_bytes:
+        raise UnsafeInput(f"JSON of {len(text)} bytes, above the {_mib(max_bytes)} cap; not parsed")
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise UnsafeInput(f"JSON nested deeper than {max_depth} levels; not parsed") from None
+    if not json_depth_ok(value, max_depth):
+        raise UnsafeInput(f"JSON nested deeper than {max_depth} levels; not parsed")
+    return value
