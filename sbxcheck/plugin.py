@@ -16,7 +16,7 @@ import pytest
 
 from sbxcheck.checks.base import trim
 from sbxcheck.errors import InventoryError, SbxError
-from sbxcheck.redact import default_redactor
+from sbxcheck.redact import default_redactor, install_log_redaction, redact_report
 from sbxcheck.results import CheckRecord, CheckResult, Classification, InventoryInfo, Outcome
 from sbxcheck.session import GateRun, SbxSession
 
@@ -169,6 +169,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[PYTEST_SESSION_KEY] = session
+    install_log_redaction(session.config.pluginmanager)  # caplog, captured logs, --log-cli-level, --log-file
 
 
 def _exit_as_interrupted(config: pytest.Config) -> None:
@@ -450,8 +451,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         exc = call.excinfo.value if call.excinfo is not None else None
         if isinstance(exc, SbxError):  # one readable line, not a traceback wall
             report.longrepr = f"[{exc.classification.value}] {exc.message}"
-        report.longrepr = redactor.redact_text(str(report.longrepr))
-    report.sections = [(title, redactor.redact_text(text)) for title, text in report.sections]
+    redact_report(report)  # longrepr (-l locals, --tb=long) and captured sections
     meaningful = report.when == "call" or report.failed or report.skipped
     if meaningful:
         result = _result_from_report(item, report, call)

@@ -9,6 +9,7 @@ any cut (:meth:`Redactor.trim`): a trimmed secret would no longer match its clas
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections.abc import Callable, Iterable
@@ -95,3 +96,70 @@ def default_redactor() -> Redactor:
 def clip(text: str, limit: int, marker: str = "…") -> str:
     """``text`` redacted by the default redactor, then cut to ``limit`` characters (the one safe cut)."""
     return _default.trim(text, limit, marker)
+
+
+# ---------------------------------------------------------------- logs and pytest reports
+
+
+class RedactingFilter(logging.Filter):
+    """A logging filter that masks secrets in the message, arguments, traceback and stack text.
+
+    It rewrites the record itself (``msg`` becomes the redacted, formatted message; ``args`` are
+    dropped), so every handler after it, and ``caplog.records``, see only redacted text.
+    """
+
+    def __init__(self, redactor: Redactor | None = None) -> None:
+        super().__init__()
+        self.redactor = redactor or _default
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a bad format string: keep what there is, redacted
+            message = f"{record.msg} {record.args}"
+        record.msg, record.args = self.redactor.redact_text(message), None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = self.redactor.redact_text(record.exc_text)
+        if record.stack_info:
+            record.stack_info = self.redactor.redact_text(record.stack_info)
+        return True
+
+
+_PYTEST_LOG_HANDLERS = ("caplog_handler", "report_handler", "log_cli_handler", "log_file_handler")
+
+
+def install_log_redaction(pluginmanager: Any = None, redactor: Redactor | None = None) -> None:
+    """Put a :class:`RedactingFilter` on the root logger's handlers and on pytest's logging handlers.
+
+    ``pluginmanager`` is pytest's (``config.pluginmanager``): its ``logging-plugin`` owns the
+    handlers behind ``caplog``, the "Captured log" report sections, ``--log-cli-level`` and
+    ``--log-file``. Installing twice is harmless.
+    """
+    handlers: list[Any] = list(logging.getLogger().handlers)
+    plugin = pluginmanager.get_plugin("logging-plugin") if pluginmanager is not None else None
+    handlers += [getattr(plugin, name, None) for name in _PYTEST_LOG_HANDLERS]
+    for handler in handlers:
+        if isinstance(handler, logging.Handler) and not any(
+            isinstance(f, RedactingFilter) for f in handler.filters
+        ):
+            handler.addFilter(RedactingFilter(redactor))
+
+
+def redact_report(report: Any, redactor: Redactor | None = None) -> None:
+    """Redact a pytest TestReport in place: its longrepr (``-l`` locals, ``--tb=long``) and sections.
+
+    A rich longrepr is kept as it is when its rendered text holds no secret, and replaced by its
+    redacted text when it does, so reporters, junit and xdist only ever see the redacted form.
+    """
+    r = redactor or _default
+    longrepr = getattr(report, "longrepr", None)
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:  # a skip: (path, line, reason)
+        report.longrepr = (longrepr[0], longrepr[1], r.redact_text(str(longrepr[2])))
+    elif longrepr is not None:
+        text = str(longrepr)
+        redacted = r.redact_text(text)
+        if redacted != text or not hasattr(longrepr, "toterminal"):
+            report.longrepr = redacted
+    report.sections = [(title, r.redact_text(text)) for title, text in getattr(report, "sections", [])]

@@ -100,7 +100,7 @@ _NOT_SECRET_NAME_RE: Final = re.compile(
 )
 
 _B64: Final = r"A-Za-z0-9/+"
-_NB: Final = r"(?<![A-Za-z0-9_-])"  # not inside a longer word
+_NB: Final = r"(?<![A-Za-z0-9])"  # not the tail of a longer word ("task-…" is not "sk-…")
 _NA: Final = r"(?![A-Za-z0-9_-])"
 
 SECRET_CLASSES: Final[tuple[SecretClass, ...]] = (
@@ -118,12 +118,12 @@ SECRET_CLASSES: Final[tuple[SecretClass, ...]] = (
     SecretClass("openrouter-key", re.compile(_NB + r"sk-or-(?:v1-)?[A-Za-z0-9_-]{16,}")),
     SecretClass("anthropic-key", re.compile(_NB + r"sk-ant-[A-Za-z0-9_-]{16,}")),
     SecretClass("openai-key", re.compile(_NB + r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}")),
-    SecretClass(
-        "github-token", re.compile(_NB + r"(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})")
-    ),
+    SecretClass("github-token", re.compile(r"(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})")),
     SecretClass(
         "aws-access-key-id",
-        re.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|AROA)[A-Z0-9]{16}\b"),
+        re.compile(
+            r"(?<![A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|AROA)[A-Z0-9]{16}(?![A-Z0-9])"
+        ),
     ),
     SecretClass(
         "aws-session-token",
@@ -139,10 +139,10 @@ SECRET_CLASSES: Final[tuple[SecretClass, ...]] = (
     SecretClass(
         "aws-secret-key", re.compile(rf"(?<![{_B64}=])[{_B64}]{{40}}(?![{_B64}=])"), accept=_random_b64
     ),
-    SecretClass("google-oauth-client-secret", re.compile(_NB + r"GOCSPX-[A-Za-z0-9_-]{20,}")),
-    SecretClass("google-api-key", re.compile(_NB + r"AIza[0-9A-Za-z_-]{32,}")),
-    SecretClass("slack-token", re.compile(_NB + r"xox[abposr]-[A-Za-z0-9-]{10,}")),
-    SecretClass("tailscale-key", re.compile(_NB + r"tskey-[A-Za-z0-9-]{10,}")),
+    SecretClass("google-oauth-client-secret", re.compile(r"GOCSPX-[A-Za-z0-9_-]{20,}")),
+    SecretClass("google-api-key", re.compile(r"AIza[0-9A-Za-z_-]{32,}")),
+    SecretClass("slack-token", re.compile(r"xox[abposr]-[A-Za-z0-9-]{10,}")),
+    SecretClass("tailscale-key", re.compile(r"tskey-[A-Za-z0-9-]{10,}")),
     SecretClass("exe-dev-token", re.compile(r"exe1\.[A-Za-z0-9._-]{8,}")),
     SecretClass("jwt", re.compile(r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),
     SecretClass(
@@ -178,8 +178,12 @@ def classify(value: str, name: str | None = None) -> str | None:
     A value that matches no class but sits under a secret-sounding name and looks generated
     (long enough, not a placeholder or a variable name) is ``generic-secret``.
     """
-    for start, end, cls in find_secrets(value):
-        if cls != GENERIC and end - start >= min(len(value), 8):
+    spans = [
+        (end - start, -i, cls) for i, (start, end, cls) in enumerate(find_secrets(value)) if cls != GENERIC
+    ]
+    if spans:
+        length, _, cls = max(spans)  # the class that explains most of the value (a JWT, not its 40-char part)
+        if length >= min(len(value), 8):
             return cls
     if name is not None and is_secret_name(name) and _generic_value(value):
         return GENERIC

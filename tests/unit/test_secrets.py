@@ -1,0 +1,222 @@
+"""The one secret table: every class is masked by the redactor and named by discovery; never a value.
+
+Values are generated at random for each run, in the shape of their class.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import string
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from sbxcheck.checks.base import trim
+from sbxcheck.clients.sandboxed import Workspace
+from sbxcheck.errors import InventoryError, SbxError
+from sbxcheck.inventory import load_inventory
+from sbxcheck.ledger import Ledger
+from sbxcheck.redact import MASK, RedactingFilter, Redactor, clip, redact_report
+from sbxcheck.report.junit import flatten_value
+from sbxcheck.secrets import classify, looks_like_env_name
+
+ALNUM = string.ascii_letters + string.digits
+UPPER = string.ascii_uppercase + string.digits
+B64 = ALNUM + "/+"
+
+
+def _r(alphabet: str, n: int) -> str:
+    return "".join(secrets.choice(alphabet) for _ in range(n))
+
+
+def _aws_secret() -> str:
+    while True:  # a real AWS secret has upper, lower and digits; a random draw nearly always does
+        value = _r(B64, 40)
+        if (
+            any(c.isupper() for c in value)
+            and any(c.islower() for c in value)
+            and any(c.isdigit() for c in value)
+        ):
+            return value
+
+
+def seeded_secrets() -> dict[str, str]:
+    """One fresh value per class, as it would appear in text (some with the name that gives the context)."""
+    pem_body = "\n".join(_r(B64, 64) for _ in range(4))
+    return {
+        "github-token": "ghp_" + _r(ALNUM, 36),
+        "github-oauth": "gho_" + _r(ALNUM, 36),
+        "github-server": "ghs_" + _r(ALNUM, 36),
+        "github-user": "ghu_" + _r(ALNUM, 36),
+        "github-pat": "github_pat_" + _r(ALNUM, 22) + "_" + _r(ALNUM, 59),
+        "openrouter-key": "sk-or-v1-" + secrets.token_hex(32),
+        "openai-key": "sk-proj-" + _r(ALNUM + "_-", 48),
+        "anthropic-key": "sk-ant-api03-" + _r(ALNUM + "_-", 90),
+        "aws-access-key-id": "AKIA" + _r(UPPER, 16),
+        "aws-sts-key-id": "ASIA" + _r(UPPER, 16),
+        "aws-secret-key": _aws_secret(),
+        "aws-session-token": "IQoJb3JpZ2luX2VjE" + _r(B64, 300),
+        "google-oauth-client-secret": "GOCSPX-" + _r(ALNUM + "_-", 28),
+        "google-api-key": "AIza" + _r(ALNUM + "_-", 35),
+        "slack-token": "xoxb-" + _r(string.digits, 12) + "-" + _r(ALNUM, 24),
+        "jwt": "eyJhbGciOiJIUzI1NiJ9." + _r(ALNUM + "_-", 40) + "." + _r(ALNUM + "_-", 43),
+        "private-key": f"-----BEGIN OPENSSH PRIVATE KEY-----\n{pem_body}\n-----END OPENSSH PRIVATE KEY-----",
+        "url-password": _r(ALNUM, 18),
+        "generic-token": _r(ALNUM, 32),
+    }
+
+
+def in_context(name: str, value: str) -> str:
+    """How each value shows up in real output (an env line, a URL, a file name, a header)."""
+    if name in ("github-token", "aws-access-key-id", "slack-token"):
+        return f"?? notes/{value}.txt\n?? backup-{value}"  # git porcelain: glued to a path
+    if name == "url-password":
+        return f"fatal: could not read from https://deploy:{value}@git.example.com/org/repo.git"
+    if name == "generic-token":
+        return f"export SERVICE_AUTH_TOKEN={value}"
+    if name == "aws-session-token":
+        return f"AWS_SESSION_TOKEN={value}"
+    return f"output line with {value} in it"
+
+
+@pytest.mark.parametrize("name", sorted(seeded_secrets()))
+def test_every_class_is_masked_in_context(name: str) -> None:
+    value = seeded_secrets()[name]
+    text = in_context(name, value)
+    redacted = Redactor().redact_text(text)
+    assert value not in redacted and MASK in redacted
+    assert Redactor().redact_text(redacted) == redacted  # idempotent
+
+
+@pytest.mark.parametrize(
+    ("var", "key", "expected"),
+    [
+        ("AWS_SECRET_ACCESS_KEY", "aws-secret-key", "aws-secret-key"),
+        ("AWS_ACCESS_KEY_ID", "aws-access-key-id", "aws-access-key-id"),
+        ("AWS_SESSION_TOKEN", "aws-session-token", "aws-session-token"),
+        ("GOOGLE_CLIENT_SECRET", "google-oauth-client-secret", "google-oauth-client-secret"),
+        ("MAPS_KEY", "google-api-key", "google-api-key"),
+        ("SLACK_BOT", "slack-token", "slack-token"),
+        ("GH_TOKEN", "github-pat", "github-token"),
+        ("OPENAI_API_KEY", "openai-key", "openai-key"),
+        ("SIGNING", "jwt", "jwt"),
+        ("DEPLOY_KEY", "private-key", "private-key"),
+        ("SERVICE_PASSWORD", "generic-token", "generic-secret"),
+    ],
+)
+def test_discovery_names_the_class_never_the_value(var: str, key: str, expected: str) -> None:
+    value = seeded_secrets()[key]
+    assert classify(value, var) == expected
+    ws = Workspace.model_validate({"id": "w", "name": "verity", "env_vars": {var: value, "PLAIN": "hello"}})
+    assert ws.credential_classes == {var: expected}
+    dumped = ws.model_dump_json() + repr(ws)
+    assert value not in dumped and var in dumped
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "HEAD 0123456789abcdef0123456789abcdef01234567 matches",  # a git SHA
+        "key_hash=" + "ab" * 32,
+        "idempotency_key: sbxcheck-3f2a-route-1",
+        'password_env = "SBX_PASSWORD"',
+        "ssh_key=/home/u/.ssh/id_ed25519",
+        "tokens_used=12345",
+        "src/components/Header/Button/index1.tsx",
+        "ssh://git@github.com/org/repo.git",
+        "a task-scheduler-with-a-long-hyphenated-name",
+    ],
+)
+def test_ordinary_evidence_is_left_alone(text: str) -> None:
+    assert Redactor().redact_text(text) == text
+
+
+@pytest.mark.parametrize("name", ["openrouter-key", "aws-access-key-id", "github-token", "private-key"])
+def test_a_key_cut_in_the_middle_leaves_no_recognisable_prefix(name: str) -> None:
+    value = seeded_secrets()[name]
+    text = "x" * 89 + " " + value + " tail"
+    cut = 90 + len(value) // 2  # every trimmer cuts through the middle of the key
+    for trimmed in (trim(text, cut), clip(text, cut), flatten_value(text, cut)):
+        assert value[:8] not in trimmed, trimmed
+
+
+def test_exception_texts_and_evidence_are_redacted() -> None:
+    key = seeded_secrets()["aws-access-key-id"]
+    exc = SbxError(f"upload failed for {key}", evidence={"stderr": f"AccessDenied {key}"})
+    assert key not in str(exc) and key not in repr(exc.evidence)
+
+
+def test_log_records_are_redacted_for_every_handler(caplog: pytest.LogCaptureFixture) -> None:
+    url = f"https://user:{seeded_secrets()['url-password']}@cp.example.com/api"
+    jwt = seeded_secrets()["jwt"]
+    caplog.handler.addFilter(RedactingFilter())
+    log = logging.getLogger("sbxcheck.test")
+    with caplog.at_level(logging.DEBUG):
+        log.debug("HTTP Request: GET %s", url)
+        try:
+            raise RuntimeError(f"token {jwt}")
+        except RuntimeError:
+            log.exception("failed")
+    assert "cp.example.com" in caplog.text
+    assert url.split("@")[0].split(":")[-1] not in caplog.text and jwt not in caplog.text
+
+
+def test_redact_report_masks_longrepr_and_sections() -> None:
+    key = seeded_secrets()["anthropic-key"]
+    report = SimpleNamespace(longrepr=f"E   locals: key = '{key}'", sections=[("Captured log call", key)])
+    redact_report(report)
+    assert key not in str(report.longrepr) and key not in report.sections[0][1]
+    skipped = SimpleNamespace(longrepr=("f.py", 1, f"Skipped: {key}"), sections=[])
+    redact_report(skipped)
+    assert key not in skipped.longrepr[2]
+
+
+def test_ledger_how_and_why_are_written_redacted(tmp_path: Path) -> None:
+    key = seeded_secrets()["aws-access-key-id"]
+    ledger = Ledger(tmp_path)
+    released = ledger.record_intent("mount", "demo", run_id=None)
+    ledger.mark_released(released, f"teardown said: bad credentials {key}")
+    kept = ledger.record_intent("mission", "m1", run_id=None)
+    ledger.mark_kept(kept, f"policy; stderr {key}")
+    assert key not in ledger.path.read_text()
+
+
+@pytest.mark.parametrize("field", ["password_env", "token_env"])
+@pytest.mark.parametrize("secret", ["github-token", "aws-access-key-id", "generic-token", "openrouter-key"])
+def test_a_secret_pasted_as_an_env_name_is_never_echoed(tmp_path: Path, field: str, secret: str) -> None:
+    value = seeded_secrets()[secret]
+    path = tmp_path / "sbxcheck.toml"
+    path.write_text(f'[sandboxed]\nurl = "http://cp"\n{field} = "{value}"\n')
+    with pytest.raises(InventoryError) as info:
+        load_inventory(path)
+    assert f"the value of {field} does not look like a variable name" in str(info.value)
+    assert value not in str(info.value) and value[:6] not in str(info.value)
+
+
+def test_env_names_still_load(tmp_path: Path) -> None:
+    path = tmp_path / "sbxcheck.toml"
+    path.write_text(
+        '[sandboxed]\nurl = "http://cp"\npassword_env = "SANDBOXED_PASSWORD"\n'
+        '[sssf]\ncheckout = "."\nprovisioning_key_env = "OPENROUTER_PROVISIONING_KEY"\n'
+    )
+    inv = load_inventory(path)
+    assert inv.sandboxed is not None and inv.sandboxed.password_env == "SANDBOXED_PASSWORD"
+    assert looks_like_env_name("my_token_var") and not looks_like_env_name(seeded_secrets()["generic-token"])
+
+
+def test_duplicate_route_and_canary_names_are_rejected_at_load(tmp_path: Path) -> None:
+    path = tmp_path / "sbxcheck.toml"
+    path.write_text(
+        '[sandboxed]\nurl = "http://cp"\n'
+        '[[sandboxed.routes]]\nname = "fast"\nbackend = "claudecode"\n'
+        '[[sandboxed.routes]]\nname = "fast"\nbackend = "opencode"\nvia = "mcp"\n'
+        '[[sandboxed.canaries]]\nbackend = "opencode"\nworkspace = "verity"\ncheckout = "/w"\n'
+        '[[sandboxed.canaries]]\nbackend = "opencode"\nworkspace = "verity"\ncheckout = "/x"\n'
+    )
+    with pytest.raises(
+        InventoryError,
+        match=r"duplicate route name\(s\) 'fast'.*duplicate canary name\(s\) 'opencode-verity'",
+    ):
+        load_inventory(path)
