@@ -49,7 +49,7 @@ def _check_env_name(field: str, value: object) -> None:
 class _Strict(BaseModel):
     """Unknown fields are errors; every ``*_env`` field must hold an env-var *name*, never a value."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     @field_validator("*", mode="before")
     @classmethod
