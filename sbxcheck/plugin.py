@@ -16,7 +16,7 @@ import pytest
 
 from sbxcheck.checks.base import trim
 from sbxcheck.errors import InventoryError, SbxError
-from sbxcheck.redact import default_redactor, install_log_redaction, redact_report
+from sbxcheck.redact import default_redactor, install_log_redaction, redact_exception, redact_report
 from sbxcheck.results import CheckRecord, CheckResult, Classification, InventoryInfo, Outcome
 from sbxcheck.session import GateRun, SbxSession
 
@@ -442,6 +442,8 @@ def _result_from_report(
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    if suite_of(item) is not None:
+        redact_exception(call.excinfo)  # before pytest, junit or Allure format it
     report: pytest.TestReport = yield
     suite = suite_of(item)
     if suite is None:

@@ -9,6 +9,7 @@ any cut (:meth:`Redactor.trim`): a trimmed secret would no longer match its clas
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import threading
@@ -159,7 +160,30 @@ def redact_report(report: Any, redactor: Redactor | None = None) -> None:
         report.longrepr = (longrepr[0], longrepr[1], r.redact_text(str(longrepr[2])))
     elif longrepr is not None:
         text = str(longrepr)
-        redacted = r.redact_text(text)
+        # ``-l`` locals are cut by pytest's saferepr before anyone can redact them: drop the cut ones
+        redacted = _CUT_LOCAL.sub(lambda m: f"{m['name']}{m['pad']} = {_CUT_NOTE}", r.redact_text(text))
         if redacted != text or not hasattr(longrepr, "toterminal"):
             report.longrepr = redacted
     report.sections = [(title, r.redact_text(text)) for title, text in getattr(report, "sections", [])]
+
+
+def redact_exception(excinfo: Any, redactor: Redactor | None = None) -> None:
+    """Redact the text of a raised exception (and its chain) in place, before any reporter reads it.
+
+    pytest, junit and Allure all format the exception from ``call.excinfo``; rewriting its string
+    arguments once, first, means none of them can show a secret the message carried.
+    """
+    r = redactor or _default
+    exc = getattr(excinfo, "value", None)
+    seen: set[int] = set()
+    while isinstance(exc, BaseException) and id(exc) not in seen:
+        seen.add(id(exc))
+        with contextlib.suppress(AttributeError, TypeError):  # a type that refuses new args keeps them
+            exc.args = tuple(r.redact_text(a) if isinstance(a, str) else a for a in exc.args)
+        exc = exc.__cause__ or exc.__context__
+
+
+_CUT_LOCAL = re.compile(
+    r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<pad>\s*) = (?P<value>.*\.\.\..*)$", re.MULTILINE
+)
+_CUT_NOTE = "[value cut by pytest's repr: not shown, a cut secret would no longer be recognised]"

@@ -103,6 +103,8 @@ _B64: Final = r"A-Za-z0-9/+"
 _NB: Final = r"(?<![A-Za-z0-9])"  # not the tail of a longer word ("task-…" is not "sk-…")
 _NA: Final = r"(?![A-Za-z0-9_-])"
 
+# Order matters when redacting: whole, prefixed shapes first (a JWT, a key block), so that the
+# shapeless 40-character AWS secret cannot cut one of them in half before it is recognised.
 SECRET_CLASSES: Final[tuple[SecretClass, ...]] = (
     SecretClass(
         "private-key",
@@ -115,6 +117,7 @@ SECRET_CLASSES: Final[tuple[SecretClass, ...]] = (
         "url-credentials", re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://([^\s/@:\"'<>]*:[^\s/@\"'<>]+)@"), group=1
     ),
     SecretClass("url-credentials", re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://([^\s/@:\"'<>]{16,})@"), group=1),
+    SecretClass("jwt", re.compile(r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),
     SecretClass("openrouter-key", re.compile(_NB + r"sk-or-(?:v1-)?[A-Za-z0-9_-]{16,}")),
     SecretClass("anthropic-key", re.compile(_NB + r"sk-ant-[A-Za-z0-9_-]{16,}")),
     SecretClass("openai-key", re.compile(_NB + r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}")),
@@ -130,21 +133,20 @@ SECRET_CLASSES: Final[tuple[SecretClass, ...]] = (
         re.compile(rf"(?i)(aws_?session_?token[\"']?\s*[:=]\s*[\"']?)([{_B64}=]{{40,}})"),
         group=2,
     ),
-    SecretClass("aws-session-token", re.compile(rf"(?<![{_B64}])(?:FwoG|FQoG|IQoJ)[{_B64}]{{80,}}={{0,2}}")),
+    SecretClass("aws-session-token", re.compile(rf"(?<![{_B64}])(?:FwoG|FQoG|IQoJ)[{_B64}]{{20,}}={{0,2}}")),
     SecretClass(
         "aws-secret-key",
         re.compile(rf"(?i)(aws_?secret(?:_?access)?_?key[\"']?\s*[:=]\s*[\"']?)([{_B64}]{{40}})(?![{_B64}])"),
         group=2,
-    ),
-    SecretClass(
-        "aws-secret-key", re.compile(rf"(?<![{_B64}=])[{_B64}]{{40}}(?![{_B64}=])"), accept=_random_b64
     ),
     SecretClass("google-oauth-client-secret", re.compile(r"GOCSPX-[A-Za-z0-9_-]{20,}")),
     SecretClass("google-api-key", re.compile(r"AIza[0-9A-Za-z_-]{32,}")),
     SecretClass("slack-token", re.compile(r"xox[abposr]-[A-Za-z0-9-]{10,}")),
     SecretClass("tailscale-key", re.compile(r"tskey-[A-Za-z0-9-]{10,}")),
     SecretClass("exe-dev-token", re.compile(r"exe1\.[A-Za-z0-9._-]{8,}")),
-    SecretClass("jwt", re.compile(r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),
+    SecretClass(
+        "aws-secret-key", re.compile(rf"(?<![{_B64}=])[{_B64}]{{40}}(?![{_B64}=])"), accept=_random_b64
+    ),
     SecretClass(
         "bearer-token", re.compile(r"(?i)(authorization:\s*(?:bearer|basic|token)\s+)([^\s\"']+)"), group=2
     ),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,13 @@ def test_leak_probe_logs_and_trimmed_evidence(sbx_verdict):
     sbx_verdict(CheckResult.failed("leak_probe_trim", "probe", trim(blob, 120), {"cut": evidence, "raw": blob}))
 
 
+def test_leak_probe_ledger(sbx_session, sbx_verdict):
+    ledger = sbx_session.ledger()
+    entry = ledger.record_intent("mission", "leak-probe", run_id=None, detail={"seen": TEXTS["aws-secret-key"]})
+    ledger.mark_released(entry, "teardown said: " + TEXTS["aws-access-key-id"] + " " + TEXTS["generic-token"])
+    sbx_verdict(CheckResult.passed("leak_probe_ledger", "ledger", f"wrote {ledger.path.name}", {}))
+
+
 def test_leak_probe_locals_and_long_traceback():
     aws_secret = SEEDS["aws-secret-key"]
     every = dict(SEEDS)
@@ -107,6 +115,11 @@ def test_no_seeded_secret_reaches_any_artifact(
     pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seeds = seeded_secrets()
+    # pytester points HOME at its own directory: keep the one pi install cache instead of a fresh npm install
+    real_home = Path(pwd.getpwuid(os.getuid()).pw_dir)
+    monkeypatch.setenv(
+        "SBXCHECK_CACHE", os.environ.get("SBXCHECK_CACHE") or str(real_home / ".cache" / "sbxcheck")
+    )
     monkeypatch.setenv("SBXLEAK_SEEDS", json.dumps(seeds))
     monkeypatch.setenv("SBXLEAK_TEXTS", json.dumps({n: in_context(n, v) for n, v in seeds.items()}))
     pytester.makepyfile(test_leak_probe=PROBE)
@@ -158,11 +171,14 @@ def test_no_seeded_secret_reaches_any_artifact(
         for path in sorted(root.rglob("*")):
             if path.is_file() and "fleet" not in path.relative_to(root).parts[:1] and path.suffix != ".py":
                 texts[str(path)] = path.read_text(encoding="utf-8", errors="replace")
+    # the state dir follows the child's rootdir (the common ancestor of its paths): look everywhere under basetemp
+    for ledger in {*tmp_path.rglob("ledger.jsonl"), *pytester.path.parent.rglob(".sbxcheck/state/ledger.jsonl")}:
+        texts[str(ledger)] = ledger.read_text(encoding="utf-8", errors="replace")
     scanned = set(texts)
     assert any(p.endswith("results.json") for p in scanned) and any(
         p.endswith("report.html") for p in scanned
     )
     assert any("allure" in p for p in scanned) and any(p.endswith("pytest.log") for p in scanned)
-    assert any("ledger" in p or "state" in p for p in scanned), sorted(scanned)
+    assert any(p.endswith("ledger.jsonl") for p in scanned), sorted(scanned)
     leaks = _scan(texts, seeds, fleet_secrets)
-    assert not leaks, leaks
+    assert not leaks, "\n".join(f"{where}: {names}" for where, names in leaks.items())
