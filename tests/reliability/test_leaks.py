@@ -172,7 +172,10 @@ def test_no_seeded_secret_reaches_any_artifact(
             if path.is_file() and "fleet" not in path.relative_to(root).parts[:1] and path.suffix != ".py":
                 texts[str(path)] = path.read_text(encoding="utf-8", errors="replace")
     # the state dir follows the child's rootdir (the common ancestor of its paths): look everywhere under basetemp
-    for ledger in {*tmp_path.rglob("ledger.jsonl"), *pytester.path.parent.rglob(".sbxcheck/state/ledger.jsonl")}:
+    for ledger in {
+        *tmp_path.rglob("ledger.jsonl"),
+        *pytester.path.parent.rglob(".sbxcheck/state/ledger.jsonl"),
+    }:
         texts[str(ledger)] = ledger.read_text(encoding="utf-8", errors="replace")
     scanned = set(texts)
     assert any(p.endswith("results.json") for p in scanned) and any(
