@@ -62,7 +62,8 @@ class FakeShell:
 
 
 def git_out(head: str, porcelain: list[str]) -> str:
-    return "\n".join([f"SBX_HEAD {head}", "SBX_STATUS_BEGIN", *porcelain, "SBX_STATUS_END 0"]) + "\n"
+    lines = [f"SBX_HEAD {head}", "SBX_STATUS_BEGIN", *porcelain, "SBX_STATUS_END 0", "SBX_END"]
+    return "\n".join(lines) + "\n"
 
 
 # ------------------------------------------------------------------ A
@@ -90,13 +91,13 @@ def test_a_fails_on_zero_byte_truncation_shown_as_modified() -> None:
 
 
 def test_a_names_missing_app_and_damaged_git() -> None:
-    assert "FILL never ran" in check_git_integrity(FakeShell("SBX_NOAPP\n"), TARGET).message
-    damaged = check_git_integrity(FakeShell("SBX_NOHEAD\nfatal: not a git repository\n"), TARGET)
+    assert "FILL never ran" in check_git_integrity(FakeShell("SBX_NOAPP\nSBX_END\n"), TARGET).message
+    damaged = check_git_integrity(FakeShell("SBX_NOHEAD\nfatal: not a git repository\nSBX_END\n"), TARGET)
     assert damaged.outcome is Outcome.FAILED and ".git is damaged" in damaged.message
 
 
 def test_a_garbage_answer_is_an_error_not_a_pass() -> None:
-    result = check_git_integrity(FakeShell("Welcome to Ubuntu 24.04\n"), TARGET)
+    result = check_git_integrity(FakeShell("Welcome to Ubuntu 24.04\nSBX_END\n"), TARGET)
     assert result.outcome is Outcome.ERROR
     assert result.classification is not None and result.classification.value == "bad_response"
 
@@ -104,8 +105,12 @@ def test_a_garbage_answer_is_an_error_not_a_pass() -> None:
 # ------------------------------------------------------------------ B
 
 
+def pi_out(printed: str) -> str:
+    return f"SBX_PI /usr/local/bin/pi\n{printed}\nSBX_PI_EXIT 0\nSBX_END\n"
+
+
 def test_b_checks_command_v_pi_first() -> None:
-    result = check_pi_models(FakeShell("", "SBX_NOPI\n", 127), TARGET)
+    result = check_pi_models(FakeShell("SBX_NOPI\nSBX_END\n"), TARGET)
     assert result.outcome is Outcome.FAILED and result.message == "pi is not on PATH"
 
 
@@ -117,27 +122,27 @@ def test_b_checks_command_v_pi_first() -> None:
     ],
 )
 def test_b_fails_on_no_models_available_with_exit_0(stdout: str) -> None:
-    result = check_pi_models(FakeShell(stdout, "SBX_PI /usr/local/bin/pi\n", 0), TARGET)
+    result = check_pi_models(FakeShell(pi_out(stdout), "", 0), TARGET)
     assert result.outcome is Outcome.FAILED
     assert "No models available" in result.message
 
 
 def test_b_stderr_noise_alone_does_not_pass() -> None:
-    noise = "SBX_PI /usr/local/bin/pi\nreflection fetch failed: unrecognized reflection shape\n"
-    result = check_pi_models(FakeShell("", noise, 0), TARGET)
+    noise = "reflection fetch failed: unrecognized reflection shape\n"
+    result = check_pi_models(FakeShell(pi_out(""), noise, 0), TARGET)
     assert result.outcome is Outcome.FAILED
     assert result.evidence["other_lines"] == 1
 
 
 def test_b_fails_when_a_roster_model_is_absent_from_the_list() -> None:
-    result = check_pi_models(FakeShell("\n".join([HEADER, ROWS[0]]), "SBX_PI /x/pi\n"), TARGET)
+    result = check_pi_models(FakeShell(pi_out("\n".join([HEADER, ROWS[0]]))), TARGET)
     assert result.outcome is Outcome.FAILED
     assert "google/gemini-3.6-flash" in result.message
 
 
 def test_b_passes_and_warns_on_default_limits() -> None:
     rows = [*ROWS[:1], "openrouter  google/gemini-3.6-flash  128K  16.4K  no  no"]
-    result = check_pi_models(FakeShell("\n".join([HEADER, *rows]), "SBX_PI /x/pi\n"), TARGET)
+    result = check_pi_models(FakeShell(pi_out("\n".join([HEADER, *rows]))), TARGET)
     assert result.outcome is Outcome.PASSED
     assert result.evidence["warning_default_limits"] == ["google/gemini-3.6-flash"]
 
@@ -154,7 +159,7 @@ def test_parse_list_models_reads_columns() -> None:
 
 
 def test_b_reads_the_table_from_stderr_as_pi_prints_it_without_a_tty() -> None:
-    result = check_pi_models(FakeShell("", "\n".join(["SBX_PI /x/pi", HEADER, *ROWS])), TARGET)
+    result = check_pi_models(FakeShell(pi_out(""), "\n".join([HEADER, *ROWS])), TARGET)
     assert result.outcome is Outcome.PASSED, result.message
 
 
@@ -163,7 +168,7 @@ def test_b_reads_the_table_from_stderr_as_pi_prints_it_without_a_tty() -> None:
 
 def http_out(status: int, body: object, rc: int = 0) -> str:
     text = body if isinstance(body, str) else json.dumps(body)
-    return f"SBX_CURL_RC {rc}\n{text}\nSBX_HTTP {status}\n"
+    return f"SBX_CURL_RC {rc}\n{text}\nSBX_HTTP {status}\nSBX_END\n"
 
 
 def answer(content: str | None, reasoning: str | None = None) -> dict[str, object]:
@@ -223,7 +228,7 @@ def test_c_unparseable_body_and_timeout() -> None:
 
 
 def test_c_missing_key_in_env() -> None:
-    result = check_model_answers(FakeShell("SBX_NOKEY\n"), TARGET, "x/y")
+    result = check_model_answers(FakeShell("SBX_NOKEY\nSBX_END\n"), TARGET, "x/y")
     assert result.outcome is Outcome.FAILED and "OPENROUTER_API_KEY" in result.message
 
 
@@ -237,10 +242,12 @@ def test_c_roster_matches_and_differs() -> None:
         "defaults:\n  model: openrouter/deepseek/deepseek-v4-flash-0731\nagents:\n  - name: p\n"
         "    model: 'openrouter/google/gemini-3.6-flash'\n"
     )
-    ok = check_roster_matches(FakeShell("SBX_CONFIG_BEGIN\n" + cfg), TARGET)
+    ok = check_roster_matches(FakeShell("SBX_CONFIG_BEGIN\n" + cfg + "SBX_CONFIG_END 0\nSBX_END\n"), TARGET)
     assert ok.outcome is Outcome.PASSED, ok.message
     extra = cfg + "  - name: q\n    model: openrouter/z-ai/glm-5.2\n"
-    bad = check_roster_matches(FakeShell("SBX_CONFIG_BEGIN\n" + extra), TARGET)
+    bad = check_roster_matches(
+        FakeShell("SBX_CONFIG_BEGIN\n" + extra + "SBX_CONFIG_END 0\nSBX_END\n"), TARGET
+    )
     assert bad.outcome is Outcome.FAILED and "z-ai/glm-5.2" in bad.message
 
 
@@ -250,7 +257,7 @@ def test_c_roster_matches_and_differs() -> None:
 def cost_out(rates: object, events: list[dict[str, object]], rc: int = 0) -> str:
     lines = ["SBX_RATES_BEGIN", json.dumps(rates), "SBX_RATES_END", "SBX_PI_BEGIN"]
     lines += [json.dumps(e) for e in events]
-    lines += [f"SBX_PI_END {rc}", "SBX_STDERR_BEGIN"]
+    lines += [f"SBX_PI_END {rc}", "SBX_STDERR_BEGIN", "SBX_STDERR_END", "SBX_END"]
     return "\n".join(lines) + "\n"
 
 
