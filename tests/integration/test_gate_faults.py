@@ -28,8 +28,16 @@ EXPECTED: dict[str, dict[tuple[str, str | None], tuple[str, str]]] = {
         ("A_git_integrity", None): FAILED,
         ("C_roster_matches", None): FAILED,
         ("C_model_answers", ALL_C): FAILED,
+        ("D_cost_reported", None): FAILED,
         ("E_credit_remaining", None): FAILED,
     },
+    "vm.no-runtime-key": {
+        ("C_model_answers", ALL_C): FAILED,
+        ("D_cost_reported", None): FAILED,
+        ("E_credit_remaining", None): FAILED,
+    },
+    "vm.foreign-tmp": {},
+    "vm.ports-list": {},
     "vm.no-pi": {("B_pi_models", None): FAILED, ("D_cost_reported", None): FAILED},
     "vm.no-models": {("B_pi_models", None): FAILED, ("D_cost_reported", None): FAILED},
     "vm.partial-cost": {("B_pi_models", None): FAILED, ("D_cost_reported", None): FAILED},
@@ -53,6 +61,7 @@ GROUPS = [
     ("vm.truncated-file", "vm.partial-cost", "openrouter.key-exhausted"),
     ("vm.no-app", "vm.zero-cost", "openrouter.key-uncapped"),
     ("vm.unreachable", "vm.host-key-changed"),
+    ("vm.no-runtime-key", "vm.foreign-tmp", "vm.ports-list"),
 ]
 
 
@@ -87,6 +96,8 @@ def test_fault_group_turns_exactly_its_items(
     mismatches = []
     for (check, run_id, model), entry in sorted(items.items()):
         want = _expectation(faulted.get(run_id), check, model)
+        if run_id in fleet.closed_run_ids:  # a closed run is accounted for as a skip
+            want = ("skipped", None)
         got = (entry["outcome"], entry["classification"])
         if got != want:
             mismatches.append(f"{entry['nodeid']}: want {want}, got {got}: {entry['message']}")
@@ -101,7 +112,10 @@ def test_healthy_fleet_passes_every_item_with_evidence(pytester: pytest.Pytester
         connections = {run: fleet.connections(run) for run in fleet.run_ids}
     items = outcome.items()
     assert sorted(items) == sorted(expected_items(fleet))
-    assert {e["outcome"] for e in items.values()} == {"passed"}, outcome.stdout[-3000:]
+    outcomes = {key: e["outcome"] for key, e in items.items()}
+    assert {o for (_, run, _), o in outcomes.items() if run not in fleet.closed_run_ids} == {"passed"}
+    [closed] = fleet.closed_run_ids
+    assert outcomes == {**outcomes, ("run_record", closed, None): "skipped"}, outcome.stdout[-3000:]
     assert outcome.ret == 0
     assert outcome.report["incidents"] == []
     # one SSH connection per VM for the whole session, shared by its 8 items
