@@ -270,8 +270,8 @@ def build_incidents(records: Sequence[CheckRecord]) -> list[Incident]:
             continue
         for record in group.records:  # rule c: left to per-target grouping
             if record.classification in TARGET_CLASSIFICATIONS:
-                key = (record.target, record.classification)
-                by_target.setdefault(key, _Group("target", record.target)).records.append(record)
+                per_target = (record.target, record.classification)
+                by_target.setdefault(per_target, _Group("target", record.target)).records.append(record)
     groups.extend(g for g in by_target.values() if len(g.records) >= 2)  # one failing item is not an incident
 
     incidents: list[Incident] = []
