@@ -1,10 +1,18 @@
 """The SSSF setup gate A–E as pure checks: (remote shell, run record, settings) -> CheckResult.
 
-Each check ships a small bash script to ``bash -s`` inside the VM and judges what it printed.
-The runtime key never crosses the wire: scripts read it from ``~/app/.env`` on the VM, pass it
-to curl on stdin (never argv), and print only HTTP status and body. Traps handled here are the
-ones in specs/sssf-sandbox.md §3 (prefix sha match, content-level clean tree, ``command -v pi``
-first, "No models available" with exit 0, reasoning-only answers, pi's own cost).
+Each check is two parts, so an executor can start every VM's scripts at once and judge later:
+``<check>_script(target)`` builds a :class:`GateScript` (bash for ``bash -s``, its arguments and
+deadline) and ``judge_<check>(target, ScriptRun)`` turns what came back into a CheckResult with no
+I/O. ``check_<check>(shell, target)`` runs one and judges it.
+
+The runtime key never crosses the wire: scripts read it from ``~/app/.env`` on the VM, as the
+SDLC run gets it, pass it to curl on stdin or to pi in its environment (never argv), and print
+only HTTP status and body. Scripts never write to a fixed path in a shared directory (a file
+they need lives in their own ``mktemp -d``, removed by a trap) and end with ``SBX_END``: a script
+that stops before it failed itself, which is an ``error`` with its stderr, never a verdict. Traps
+handled here are the ones in specs/sssf-sandbox.md §3 (prefix sha match, content-level clean
+tree, ``command -v pi`` first, "No models available" with exit 0, reasoning-only answers, pi's
+own cost).
 """
 
 from __future__ import annotations
