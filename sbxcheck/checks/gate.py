@@ -507,12 +507,20 @@ _PRECONDITION_MESSAGES = {
 }
 
 
-def _precondition(check: str, tgt: str, markers: list[str], ev: dict[str, Any]) -> CheckResult | None:
+def _precondition(
+    check: str, tgt: str, markers: list[str], ev: dict[str, Any], run_id: str
+) -> CheckResult | None:
     """The failed result for the first precondition marker a script printed (C, D and E say the same)."""
     if not markers:
         return None
     ev["precondition"] = markers[0]
-    return CheckResult.failed(check, tgt, _PRECONDITION_MESSAGES[markers[0]], ev)
+    advice = None
+    if markers[0] in ("SBX_NOAPP", "SBX_NOKEY"):
+        advice = (
+            f"the run cannot get its runtime key on the VM: `just sbx lifecycle fill {run_id}` clones ~/app and "
+            f"writes ~/app/.env from .sandbox/runs/{run_id}.key; then re-run the gate. Nothing was changed"
+        )
+    return CheckResult.failed(check, tgt, _PRECONDITION_MESSAGES[markers[0]], ev, recommendation=advice)
 
 
 def _error_text(doc: Any) -> str:
@@ -555,7 +563,7 @@ def judge_model_answers(target: GateTarget, model: str, run: ScriptRun) -> Check
     if (failure := _script_failure(check, tgt, run, ev)) is not None:
         return failure
     rc, status, text, markers = split_http(run.stdout)
-    if (pre := _precondition(check, tgt, markers, ev)) is not None:
+    if (pre := _precondition(check, tgt, markers, ev, target.run_id)) is not None:
         return pre
     if rc is None:
         ev["stdout"], ev["stderr"] = trim(run.stdout, 500), trim(run.stderr, 500)
@@ -751,7 +759,9 @@ def judge_cost_reported(target: GateTarget, run: ScriptRun) -> CheckResult:
         return failure
     lines = run.stdout.splitlines()
     if (
-        pre := _precondition(check, tgt, [ln for ln in lines if ln in _PRECONDITION_MESSAGES], ev)
+        pre := _precondition(
+            check, tgt, [ln for ln in lines if ln in _PRECONDITION_MESSAGES], ev, target.run_id
+        )
     ) is not None:
         return pre
     rates = _section(lines, "SBX_RATES_BEGIN", "SBX_RATES_END")
@@ -924,7 +934,7 @@ def judge_credit_remaining(target: GateTarget, run: ScriptRun) -> CheckResult:
     if (failure := _script_failure(check, tgt, run, ev)) is not None:
         return failure
     rc, status, text, markers = split_http(run.stdout)
-    if (pre := _precondition(check, tgt, markers, ev)) is not None:
+    if (pre := _precondition(check, tgt, markers, ev, target.run_id)) is not None:
         return pre
     if rc is None:
         ev["stdout"], ev["stderr"] = trim(run.stdout, 500), trim(run.stderr, 500)

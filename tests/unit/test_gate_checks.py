@@ -385,6 +385,9 @@ def test_d_says_what_c_and_e_say_when_the_run_cannot_get_its_key(marker: str, ne
     e = check_credit_remaining(FakeShell(out), TARGET)
     assert {d.outcome, c.outcome, e.outcome} == {Outcome.FAILED}
     assert d.message == c.message == e.message and needle in d.message
+    assert d.recommendation == e.recommendation and f"just sbx lifecycle fill {TARGET.run_id}" in (
+        d.recommendation or ""
+    )
 
 
 @pytest.mark.parametrize(
