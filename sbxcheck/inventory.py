@@ -8,6 +8,7 @@ naming the file, the field and what was expected.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections import Counter
 from pathlib import Path
@@ -29,6 +30,7 @@ from sbxcheck.redact import default_redactor
 from sbxcheck.safeio import UnsafeInput, read_regular_file
 from sbxcheck.secrets import looks_like_env_name
 
+_HOST_LABEL_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 INVENTORY_FILENAME = "sbxcheck.toml"
 MAX_INVENTORY_BYTES = 1024 * 1024
 INVENTORY_ENV = "SBXCHECK_INVENTORY"
@@ -80,7 +82,7 @@ class SssfSection(_Strict):
     roster_config: str = DEFAULT_ROSTER_CONFIG
     vm_host_suffix: str = ".exe.xyz"
     openrouter_base_url: str = "https://openrouter.ai/api/v1"
-    credit_floor_usd: float = Field(default=1.0, ge=0)
+    credit_floor_usd: float = Field(default=1.0, ge=0, allow_inf_nan=False)
     cost_probe_model: str = DEFAULT_COST_PROBE_MODEL
     ping_timeout_s: float = Field(default=60.0, gt=0, le=600)
     pi_timeout_s: float = Field(default=180.0, gt=0, le=1800)
@@ -108,6 +110,14 @@ class SssfSection(_Strict):
         if not value.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
         return value.rstrip("/")
+
+    @field_validator("vm_host_suffix")
+    @classmethod
+    def _host_suffix(cls, value: str) -> str:
+        labels = value.split(".")
+        if value and (labels[0] != "" or not all(_HOST_LABEL_RE.match(label) for label in labels[1:])):
+            raise ValueError("must be empty or '.' followed by dot-separated host labels, e.g. '.exe.xyz'")
+        return value
 
     @property
     def runs_path(self) -> Path:
@@ -327,7 +337,40 @@ def load_inventory(path: Path) -> Inventory:
         inv = Inventory.model_validate(data)
     except ValidationError as exc:
         raise InventoryError(describe_validation_error(exc, source)) from None
+    problems = path_problems(inv)
+    if problems:
+        raise InventoryError(f"{source}: " + "; ".join(problems))
     return inv.model_copy(update={"source": source})
+
+
+def path_problems(inv: Inventory) -> list[str]:
+    """Each path the inventory names that is not there, as "field 'x': no file at PATH" (one per field).
+
+    Checked when the inventory loads, so a wrong path is one config_defect, not one error per item.
+    """
+    problems: list[str] = []
+
+    def need(field: str, path: Path | None, kind: str) -> None:
+        if path is None:
+            return
+        ok = path.is_dir() if kind == "directory" else path.is_file()
+        if not ok:
+            what = "something else" if path.exists() else "nothing"
+            problems.append(f"field '{field}': expected a {kind} at {path}, found {what}")
+
+    need("ssh.config", inv.ssh.config, "file")
+    for i, known in enumerate(inv.ssh.known_hosts):
+        need(f"ssh.known_hosts[{i}]", known, "file")
+    need("ssh.identity", inv.ssh.identity, "file")
+    if inv.sssf is not None:
+        need("sssf.checkout", inv.sssf.checkout, "directory")
+        need("sssf.runs_dir", inv.sssf.runs_dir, "directory")
+        if inv.sssf.checkout.is_dir():
+            need("sssf.roster_config", inv.sssf.checkout / inv.sssf.roster_config, "file")
+        need("sssf.provisioning_key_file", inv.sssf.provisioning_key_file, "file")
+    if inv.sandboxed is not None:
+        need("sandboxed.password_file", inv.sandboxed.password_file, "file")
+    return problems
 
 
 def find_inventory(explicit: str | None, rootdir: Path) -> Path | None:

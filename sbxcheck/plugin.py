@@ -250,8 +250,11 @@ def _gate_runs(config: pytest.Config) -> tuple[list[GateRun], str | None]:
         inv = session.inventory()
         if inv.sssf is None:
             return [], f"the inventory {session.describe_source()} has no [sssf] section"
-        wanted = "the named runs" if session.run_ids else "open runs"
-        return [], f"no {wanted} under {inv.sssf.runs_path}"
+        if session.run_ids:
+            return [], f"no run records for the named runs under {inv.sssf.runs_path}"
+        if not inv.sssf.runs_path.is_dir():
+            return [], f"no run records: {inv.sssf.runs_path} does not exist (no run was created from this checkout)"
+        return [], f"no run records under {inv.sssf.runs_path}"
     return runs, None
 
 

@@ -205,6 +205,7 @@ class SbxSession:
                 cost_probe_model=sssf.cost_probe_model,
                 ping_timeout_s=sssf.ping_timeout_s,
                 pi_timeout_s=sssf.pi_timeout_s,
+                command_timeout_s=inv.ssh.command_timeout_s,
             )
             runs.append(GateRun(entry, target, roster.problem))
         self._gate_runs = runs

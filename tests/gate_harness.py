@@ -35,7 +35,7 @@ class GateOutcome:
         out = {}
         for check in self.report["checks"]:
             param = check["nodeid"].split("[", 1)[1].rstrip("]")
-            run_id = next(r for r in self.fleet.run_ids if param.startswith(r))
+            run_id = next(r for r in [*self.fleet.run_ids, *self.fleet.closed_run_ids] if param.startswith(r))
             model = param[len(run_id) + 1 :] or None
             out[(check["check"], run_id, model)] = check
         return out
@@ -86,8 +86,11 @@ def run_suite(
 
 
 def expected_items(fleet: SimFleet) -> list[tuple[str, str, str | None]]:
-    """Every item a healthy gate has for ``fleet``: run_record, A, B, C roster, C per model, D, E per run."""
-    keys: list[tuple[str, str, str | None]] = []
+    """Every item a healthy gate has for ``fleet``: run_record, A, B, C roster, C per model, D, E per run.
+
+    A closed run has its run_record item only (a skip).
+    """
+    keys: list[tuple[str, str, str | None]] = [("run_record", r, None) for r in fleet.closed_run_ids]
     for run_id in fleet.run_ids:
         keys.append(("run_record", run_id, None))
         keys.extend((check, run_id, None) for check in RUN_CHECKS)

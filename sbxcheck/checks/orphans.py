@@ -34,6 +34,7 @@ REAP_ADVICE: Final = (
     "just sbx manage reap — a dry run first (it only lists); revoking with --yes stays your decision. "
     "sbxcheck deleted nothing"
 )
+UNREADABLE: Final = "unreadable-record"
 _INSPECT: Final = (
     "inspect the key by its hash in the OpenRouter dashboard and decide by hand; sbxcheck deleted nothing"
 )
@@ -48,6 +49,8 @@ def audit_orphans(
 
     ``list_keys`` is e.g. ``OpenRouterAdmin.list_keys`` and ``list_vms`` e.g.
     ``lambda: list_vms(pool.host("exe.dev"))``; their failures become ``error`` results, never orphans.
+    A run record that cannot be read is named in the result and left out; it never turns the
+    audit into an ``error``.
     """
     checked_at = utc_now_iso()
     if not runs_dir.is_dir():
@@ -85,14 +88,18 @@ def audit_orphans(
     results: list[CheckResult] = []
     kept: list[str] = []
     unjudged: list[str] = []
+    not_judged: list[str] = []  # sbx-* keys whose run record cannot be read
     for key in sbx:
         verdict = _judge_key(key, entries, vm_names, checked_at)
         if verdict is None:
             kept.append(key.name[len(SBX_PREFIX) :])
+        elif verdict == UNREADABLE:
+            not_judged.append(key.name[len(SBX_PREFIX) :])
         elif isinstance(verdict, str):  # "unknown": needs the VM list
             unjudged.append(key.name[len(SBX_PREFIX) :])
         else:
             results.append(verdict)
+    unreadable = {e.run_id: e.problem or "unreadable" for e in entries.values() if e.record is None}
     scope: dict[str, Any] = {
         "keys_listed": len(keys),
         "sbx_keys": len(sbx),
@@ -101,6 +108,15 @@ def audit_orphans(
         "exe_dev_vms": None if vm_names is None else len(vm_names),
         "checked_at": checked_at,
     }
+    unreadable_note = ""
+    if unreadable:
+        scope["unreadable_records"] = unreadable
+        scope["keys_not_judged_unreadable_record"] = not_judged
+        unreadable_note = (
+            f"; {len(unreadable)} run record(s) could not be read and were left out "
+            f"({'; '.join(unreadable.values())})"
+            + (f" — key(s) of {', '.join(not_judged)} not judged" if not_judged else "")
+        )
     if unjudged and vm_error is not None:
         results.append(
             CheckResult.errored(
@@ -114,6 +130,13 @@ def audit_orphans(
             )
         )
     if results:
+        if unreadable_note:
+            results = [
+                r.model_copy(
+                    update={"message": r.message + unreadable_note, "evidence": {**r.evidence, **scope}}
+                )
+                for r in results
+            ]
         return results
     note = "" if vm_error is None else " (exe.dev unavailable, but every sbx-* key had a closed record)"
     return [
@@ -121,7 +144,7 @@ def audit_orphans(
             CHECK,
             "openrouter",
             f"no orphaned sbx-* keys: {len(sbx)} sbx-* key(s) of {len(keys)} listed, joined with "
-            f"{len(entries)} run record(s) and {scope['exe_dev_vms']} exe.dev VM(s){note}",
+            f"{len(entries)} run record(s) and {scope['exe_dev_vms']} exe.dev VM(s){note}{unreadable_note}",
             {**scope, "kept_runs": kept},
         )
     ]
@@ -151,13 +174,7 @@ def _judge_key(
         )
     entry = entries.get(run_id)
     if entry is not None and entry.record is None:
-        return CheckResult.errored(
-            CHECK,
-            run_id,
-            f"key {key.name} (hash {key.short_hash}): its run record cannot be read ({entry.problem}); not judged",
-            Classification.CONFIG_DEFECT,
-            {**ev, "record": str(entry.path)},
-        )
+        return UNREADABLE
     record = entry.record if entry is not None else None
     vm = (record.vm_name if record is not None else None) or run_id
     ev.update(vm=vm, record="none" if record is None else "open" if record.is_open else "closed")

@@ -7,13 +7,22 @@ failure):
 a. Records with the same non-empty ``cause`` form one incident when there are two or more of
    them, or when a single one carries an infrastructure-type classification (see
    :data:`INFRA_CLASSIFICATIONS`).
-b. Records without a cause whose classification is a connection-level one (see
-   :data:`TARGET_CLASSIFICATIONS`) form one incident per ``(target, classification)``: an
-   unreachable VM turns all of its items into one incident, even when it has only one item.
-c. Nothing else is grouped; a lone ordinary check failure is not an incident.
+b. Records without a cause that fail with one message (the same text once each record's target
+   is masked, and the same classification) form one incident when there are two or more of
+   them: one expired token is one incident however many routes it broke.
+c. Records without a cause whose classification is a connection-level one (see
+   :data:`TARGET_CLASSIFICATIONS`) form one incident per ``(target, classification)`` when there
+   are two or more: an unreachable VM turns all of its items into one incident.
+d. Nothing else is grouped; a lone ordinary check failure is not an incident.
 
-Incident ids are ``INC-`` plus the first 8 hex digits of a SHA-1 over the classification and the
-cause (rule a) or the target (rule b), so the same failure gets the same id on every run.
+A group of rule b on a single target with a connection-level classification is the same
+incident as rule c would make, with the same id. Incident ids are ``INC-`` plus the first 8 hex
+digits of a SHA-1 over the classification and the cause (rule a), the masked message (rule b) or
+the target (rule c), so the same failure gets the same id on every run.
+
+The recommendation is the one the group's own records give most often (a check's own next step
+is never replaced by a generic one); only when none gives a usable one does the default for the
+classification apply. A recommendation that proposes a destructive action is never used.
 """
 
 from __future__ import annotations
@@ -120,13 +129,20 @@ _DESTRUCTIVE = re.compile(
     re.IGNORECASE,
 )
 _NEGATION = re.compile(r"\b(not|never|no|don't|do\s+not|without|nothing)\b[^.;]{0,40}$", re.IGNORECASE)
+_LEFT_TO_HUMAN = re.compile(
+    r"^[^.;]{0,60}\b(is|stays|remains)\s+(your|the\s+operator's|a\s+human's)\s+(decision|choice)",
+    re.IGNORECASE,
+)
 
 
 def is_destructive(text: str) -> bool:
-    """True when ``text`` proposes a destructive action (an unnegated teardown/rm/delete/...)."""
+    """True when ``text`` proposes a destructive action (an unnegated teardown/rm/delete/...).
+
+    Naming one as someone else's decision ("tearing down stays your decision") proposes nothing.
+    """
     for match in _DESTRUCTIVE.finditer(text):
         before = text[: match.start()]
-        if not _NEGATION.search(before):
+        if not _NEGATION.search(before) and not _LEFT_TO_HUMAN.search(text[match.end() :]):
             return True
     return False
 
@@ -167,7 +183,7 @@ def _target_list(targets: Sequence[str], shown: int = 5) -> str:
 
 @dataclass
 class _Group:
-    kind: str  # "cause" or "target"
+    kind: str  # "cause", "message" or "target"
     key: str
     records: list[CheckRecord] = field(default_factory=list)
 
@@ -189,11 +205,22 @@ class _Group:
 def _recommendation(
     records: Iterable[CheckRecord], classification: Classification, targets: list[str]
 ) -> str:
-    for record in records:
-        text = (record.recommendation or "").strip()
-        if text and not is_destructive(text):
-            return text
+    """The records' own next step given most often (first in nodeid order on a tie), else the default."""
+    own = [text for r in records if (text := (r.recommendation or "").strip()) and not is_destructive(text)]
+    if own:
+        counts = Counter(own)
+        best = max(counts.values())
+        return next(text for text in own if counts[text] == best)
     return default_recommendation(classification, targets)
+
+
+def _masked_message(record: CheckRecord, targets: Sequence[str]) -> str:
+    """The record's message with every known target masked (longest first), whitespace folded."""
+    text = " ".join(record.message.split())
+    for target in targets:
+        if target:
+            text = text.replace(target, "<target>")
+    return text
 
 
 def _summary(group: _Group, classification: Classification, targets: list[str]) -> str:
@@ -204,6 +231,8 @@ def _summary(group: _Group, classification: Classification, targets: list[str]) 
     line = f"{classification.value} on {_target_list(targets)}: {checks} ({detail})"
     if group.kind == "cause":
         line += f"; cause: {_one_line(group.key)}"
+    elif group.kind == "message":
+        line += f"; each: {_one_line(group.key.split(chr(0), 1)[1])}"
     return line
 
 
@@ -217,20 +246,32 @@ def build_incidents(records: Sequence[CheckRecord]) -> list[Incident]:
         (r for r in records if r.outcome in (Outcome.FAILED, Outcome.ERROR)),
         key=lambda r: (r.nodeid, r.target, r.check),
     )
+    all_targets = sorted({r.target for r in ordered}, key=lambda t: (-len(t), t))
     by_cause: dict[str, _Group] = {}
-    by_target: dict[tuple[str, Classification], _Group] = {}
+    by_message: dict[tuple[Classification, str], _Group] = {}
     for record in ordered:
         cause = _cause_of(record)
         if cause:
             by_cause.setdefault(cause, _Group("cause", cause)).records.append(record)
-        elif record.classification in TARGET_CLASSIFICATIONS:
-            key = (record.target, record.classification)
-            by_target.setdefault(key, _Group("target", record.target)).records.append(record)
+            continue
+        key = (_classification_of(record), _masked_message(record, all_targets))
+        by_message.setdefault(key, _Group("message", f"{key[0].value}\x00{key[1]}")).records.append(record)
 
     groups: list[_Group] = []
     for group in by_cause.values():
         if len(group.records) >= 2 or group.classification() in INFRA_CLASSIFICATIONS:
             groups.append(group)
+    by_target: dict[tuple[str, Classification], _Group] = {}
+    for group in by_message.values():
+        one_target = len({r.target for r in group.records}) == 1
+        connection_level = _classification_of(group.records[0]) in TARGET_CLASSIFICATIONS
+        if len(group.records) >= 2 and not (one_target and connection_level):
+            groups.append(group)
+            continue
+        for record in group.records:  # rule c: left to per-target grouping
+            if record.classification in TARGET_CLASSIFICATIONS:
+                per_target = (record.target, record.classification)
+                by_target.setdefault(per_target, _Group("target", record.target)).records.append(record)
     groups.extend(g for g in by_target.values() if len(g.records) >= 2)  # one failing item is not an incident
 
     incidents: list[Incident] = []

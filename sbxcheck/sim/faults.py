@@ -28,6 +28,19 @@ FAULTS: dict[str, Fault] = {
             "vm.truncated-file", "three tracked files in ~/app are zero bytes (an unsynced golden-VM copy)"
         ),
         Fault("vm.no-app", "~/app does not exist (FILL never ran)"),
+        Fault(
+            "vm.no-runtime-key",
+            "~/app/.env has no OPENROUTER_API_KEY line (FILL did not write it); models.json still holds the key",
+        ),
+        Fault(
+            "vm.foreign-tmp",
+            "the VM has its own /tmp where every fixed path earlier gate scripts used is taken (a read-only "
+            "directory, since sim VMs run as the local user, often root)",
+        ),
+        Fault(
+            "vm.ports-list",
+            "the run record's ports is a JSON list, as `run_record.py set ports=[...]` writes",
+        ),
         Fault("vm.no-pi", "pi is not on the VM's PATH"),
         Fault("vm.no-models", "~/.pi/agent/models.json is missing: pi has no models"),
         Fault("vm.partial-cost", "models.json cost blocks lack cacheRead/cacheWrite: pi drops the roster"),

@@ -59,9 +59,9 @@ from sbxcheck.sim.hosts import (
 )
 from sbxcheck.sim.httpserver import BackgroundServer
 from sbxcheck.sim.openrouter import OpenRouterDouble
-from sbxcheck.sim.pi import PiInstall, ensure_pi, pi_status, write_pi_shim
+from sbxcheck.sim.pi import PiInstall, default_cache_dir, ensure_pi, pi_status, write_pi_shim
 from sbxcheck.sim.ports import PortReservations
-from sbxcheck.sim.sshd import SimHost, SimSshServer, generate_keypair
+from sbxcheck.sim.sshd import SimHost, SimSshServer, generate_keypair, private_tmp_supported
 from sbxcheck.sim.sssf_recipes import (
     clear_knob,
     install_exedev_verbs,
@@ -98,6 +98,8 @@ MODEL_TABLE: dict[str, tuple[int, int, list[str], tuple[float, float, float, flo
     "openai/gpt-5.6-luna": (400000, 128000, ["text", "image"], (0.1, 0.6, 0.01, 0.125)),
     "z-ai/glm-5.2": (202752, 65536, ["text"], (0.76, 2.42, 0.14, 0.0)),
 }
+# Fixed paths in /tmp that gate scripts of earlier sbxcheck versions wrote (vm.foreign-tmp takes them).
+FORMER_FIXED_TMP_PATHS = (".sbxcheck-d-stderr",)
 DEFAULT_SEED = 1  # run ids (and so test ids) are stable from one session to the next
 RUN_TASKS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot")
 VM_USER = "exedev"
@@ -203,6 +205,12 @@ class SimFleet:
     @property
     def run_ids(self) -> list[str]:
         return [r.run_id for r in self.runs]
+
+    @property
+    def closed_run_ids(self) -> list[str]:
+        """Runs whose record is closed (their run is over; the gate shows them as skips)."""
+        closed = getattr(self, "_closed_run_id", None)
+        return [closed] if closed else []
 
     @property
     def checkout(self) -> Path:
@@ -505,6 +513,16 @@ class SimFleet:
                     (app / "adws" / "adw_modules" / f"module_{i:02d}.py").write_bytes(b"")
             elif spec.name == "vm.no-app":
                 shutil.rmtree(app)
+            elif spec.name == "vm.no-runtime-key":
+                env_file = app / ".env"
+                env_file.write_text("# written by hand; FILL never wrote the runtime key\nLOG_LEVEL=info\n")
+            elif spec.name == "vm.foreign-tmp":
+                self._make_foreign_tmp(run)
+            elif spec.name == "vm.ports-list":
+                record_path = self.checkout / ".sandbox" / "runs" / f"{run.run_id}.json"
+                record = json.loads(record_path.read_text(encoding="utf-8"))
+                record["ports"] = [4501, 4600]
+                record_path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
             elif spec.name == "vm.no-models":
                 models.unlink()
             elif spec.name in ("vm.partial-cost", "vm.zero-cost"):
@@ -523,6 +541,28 @@ class SimFleet:
                 self.openrouter.set_usage(run.key_hash, 50.0)
             elif spec.name == "openrouter.key-uncapped":
                 self.openrouter.set_limit(run.key_hash, None)
+
+    def _make_foreign_tmp(self, run: SimRun) -> None:
+        """Give the VM its own /tmp in which every fixed path older gate scripts used is taken.
+
+        A root-owned 0644 file would do against a non-root VM user, but sim VMs run as the local
+        user (often root, who may write any file), so each path is a read-only directory instead:
+        a redirect into it fails for every user.
+        """
+        why = private_tmp_supported()
+        if why is not None:
+            raise SimError(f"fault vm.foreign-tmp needs a private /tmp per VM (a mount namespace): {why}")
+        tmp = self._private_tmp(run)
+        tmp.mkdir(parents=True, exist_ok=True)
+        tmp.chmod(0o1777)
+        for name in FORMER_FIXED_TMP_PATHS:
+            taken = tmp / name
+            taken.mkdir(exist_ok=True)
+            (taken / "owned-by-someone-else").write_text("not yours\n", encoding="utf-8")
+            taken.chmod(0o555)
+
+    def _private_tmp(self, run: SimRun) -> Path:
+        return self.root / "vms" / f"{run.run_id}.tmp"
 
     def _has_fault(self, name: str, run: SimRun) -> bool:
         return any(
@@ -822,6 +862,8 @@ class SimFleet:
                     user=VM_USER,
                     path_dirs=(run.home / "bin",),
                     mode=mode,
+                    private_tmp=self._private_tmp(run) if self._has_fault("vm.foreign-tmp", run) else None,
+                    private_tmp_keep=(self.root, default_cache_dir()),
                 )
                 self.ssh_server.add_host(sim_host, run.ssh_port, host_key=host_key)
             for name, home in self.hosts.items():

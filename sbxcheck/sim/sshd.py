@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import functools
 import os
+import shlex
 import signal
 import threading
 import time
@@ -54,6 +55,8 @@ class SimHost:
     path_dirs: tuple[Path, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     mode: Literal["ok", "refuse", "silent"] = "ok"
+    private_tmp: Path | None = None  # commands see this directory as /tmp (a mount namespace) ...
+    private_tmp_keep: tuple[Path, ...] = ()  # ... with these directories under /tmp still in place
 
 
 def generate_keypair(path: Path, comment: str) -> str:
@@ -439,13 +442,15 @@ class SimSshServer:
     async def _run_command(self, entry: _Entry, process: asyncssh.SSHServerProcess[bytes]) -> None:
         command = process.command
         argv = ["bash", "-c", command] if command is not None else ["bash"]
+        if entry.host.private_tmp is not None:
+            argv = private_tmp_argv(entry.host.private_tmp, command, entry.host.private_tmp_keep)
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
-                executable=_BASH,
+                executable=_BASH if argv[0] == "bash" else None,
                 stdin=in_r,
                 stdout=out_w,
                 stderr=err_w,
@@ -572,6 +577,57 @@ async def _drain_outputs(
             return True
         await asyncio.wait([t for _, t in live] + [closed], timeout=0.1, return_when=asyncio.FIRST_COMPLETED)
     return False
+
+
+_SYSTEM_TMP = Path("/tmp")
+
+
+def private_tmp_argv(tmp_dir: Path, command: str | None, keep: Sequence[Path] = ()) -> list[str]:
+    """argv running ``command`` (None: a shell on stdin) in its own mount namespace with ``tmp_dir`` as /tmp.
+
+    Directories in ``keep`` that live under /tmp (the VM homes, the pi cache) stay visible at their
+    own paths. Root uses a plain mount namespace; anyone else a user namespace as well.
+    """
+    binds = []
+    for path in keep:
+        resolved = path.resolve()
+        if resolved.is_relative_to(_SYSTEM_TMP):
+            inside = tmp_dir / resolved.relative_to(_SYSTEM_TMP)
+            inside.mkdir(parents=True, exist_ok=True)
+            binds.append(
+                f"mount --bind -- {shlex.quote(str(resolved))} {shlex.quote(str(inside))} || exit 125"
+            )
+    wrapper = "\n".join(
+        [
+            *binds,
+            f"mount --rbind -- {shlex.quote(str(tmp_dir))} /tmp || exit 125",
+            'if [ $# -gt 0 ]; then exec /bin/bash -c "$1"; else exec /bin/bash; fi',
+        ]
+    )
+    flags = ["--mount", "--propagation", "private"] + ([] if os.geteuid() == 0 else ["--map-root-user"])
+    tail = [] if command is None else [command]
+    return ["unshare", *flags, "--", _BASH, "-c", wrapper, "sbxcheck-sim-vm", *tail]
+
+
+def private_tmp_supported(timeout_s: float = 10.0) -> str | None:
+    """None when this machine can give a command a private /tmp, else why not (for a readable SimError)."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="sbxcheck-privtmp-") as tmp:
+        try:
+            proc = subprocess.run(
+                private_tmp_argv(Path(tmp), "test -w /tmp && : > /tmp/probe"),
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"unshare is not usable: {exc}"
+        if proc.returncode != 0 or not (Path(tmp) / "probe").exists():
+            return f"unshare --mount failed (exit {proc.returncode}): {proc.stderr.strip()[:200]}"
+    return None
 
 
 def _command_env(host: SimHost) -> dict[str, str]:

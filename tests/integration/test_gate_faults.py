@@ -13,6 +13,7 @@ import pytest
 from gate_harness import ROSTER, expected_items, run_gate
 
 from sbxcheck.sim.fleet import DEFAULT_SEED, SimFleet, plan_run_ids
+from sbxcheck.sim.sshd import private_tmp_supported
 
 ALL_C = "*"
 FAILED = ("failed", "check_failed")
@@ -28,8 +29,16 @@ EXPECTED: dict[str, dict[tuple[str, str | None], tuple[str, str]]] = {
         ("A_git_integrity", None): FAILED,
         ("C_roster_matches", None): FAILED,
         ("C_model_answers", ALL_C): FAILED,
+        ("D_cost_reported", None): FAILED,
         ("E_credit_remaining", None): FAILED,
     },
+    "vm.no-runtime-key": {
+        ("C_model_answers", ALL_C): FAILED,
+        ("D_cost_reported", None): FAILED,
+        ("E_credit_remaining", None): FAILED,
+    },
+    "vm.foreign-tmp": {},
+    "vm.ports-list": {},
     "vm.no-pi": {("B_pi_models", None): FAILED, ("D_cost_reported", None): FAILED},
     "vm.no-models": {("B_pi_models", None): FAILED, ("D_cost_reported", None): FAILED},
     "vm.partial-cost": {("B_pi_models", None): FAILED, ("D_cost_reported", None): FAILED},
@@ -53,6 +62,7 @@ GROUPS = [
     ("vm.truncated-file", "vm.partial-cost", "openrouter.key-exhausted"),
     ("vm.no-app", "vm.zero-cost", "openrouter.key-uncapped"),
     ("vm.unreachable", "vm.host-key-changed"),
+    ("vm.no-runtime-key", "vm.foreign-tmp", "vm.ports-list"),
 ]
 
 
@@ -78,6 +88,8 @@ def _expectation(fault: str | None, check: str, model: str | None) -> tuple[str,
 def test_fault_group_turns_exactly_its_items(
     pytester: pytest.Pytester, tmp_path: Path, group: tuple[str, ...]
 ) -> None:
+    if "vm.foreign-tmp" in group and private_tmp_supported() is not None:  # no mount namespaces here
+        group = tuple(f for f in group if f != "vm.foreign-tmp")
     faulted = dict(zip(plan_run_ids(DEFAULT_SEED, 3), group, strict=False))
     fleet = SimFleet(tmp_path / "fleet", [f"{fault}@{run}" for run, fault in faulted.items()])
     with fleet:
@@ -87,6 +99,8 @@ def test_fault_group_turns_exactly_its_items(
     mismatches = []
     for (check, run_id, model), entry in sorted(items.items()):
         want = _expectation(faulted.get(run_id), check, model)
+        if run_id in fleet.closed_run_ids:  # a closed run is accounted for as a skip
+            want = ("skipped", None)
         got = (entry["outcome"], entry["classification"])
         if got != want:
             mismatches.append(f"{entry['nodeid']}: want {want}, got {got}: {entry['message']}")
@@ -101,7 +115,10 @@ def test_healthy_fleet_passes_every_item_with_evidence(pytester: pytest.Pytester
         connections = {run: fleet.connections(run) for run in fleet.run_ids}
     items = outcome.items()
     assert sorted(items) == sorted(expected_items(fleet))
-    assert {e["outcome"] for e in items.values()} == {"passed"}, outcome.stdout[-3000:]
+    outcomes = {key: e["outcome"] for key, e in items.items()}
+    assert {o for (_, run, _), o in outcomes.items() if run not in fleet.closed_run_ids} == {"passed"}
+    [closed] = fleet.closed_run_ids
+    assert outcomes == {**outcomes, ("run_record", closed, None): "skipped"}, outcome.stdout[-3000:]
     assert outcome.ret == 0
     assert outcome.report["incidents"] == []
     # one SSH connection per VM for the whole session, shared by its 8 items

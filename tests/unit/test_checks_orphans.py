@@ -167,10 +167,33 @@ def test_unreadable_record_and_foreign_hash(runs: Path) -> None:
         runs,
     )
     got = by_target(results)
-    assert got["bad-20260601-ffffff"].outcome is Outcome.ERROR
-    assert got["bad-20260601-ffffff"].classification is Classification.CONFIG_DEFECT
+    assert "bad-20260601-ffffff" not in got  # an unreadable record is named, never an error of the audit
     assert got["swap-20260601-999999"].outcome is Outcome.FAILED
     assert "names another key" in got["swap-20260601-999999"].message
+    assert "bad-20260601-ffffff.json: not valid JSON" in got["swap-20260601-999999"].message
+    assert got["swap-20260601-999999"].evidence["keys_not_judged_unreadable_record"] == [
+        "bad-20260601-ffffff"
+    ]
+
+
+def test_one_unreadable_record_never_turns_the_audit_into_an_error(runs: Path) -> None:
+    (runs / "bad-20260601-ffffff.json").write_text("{not json")
+    live = [key("sbx-live-20260601-aaaaaa", 1), key("sbx-lost-20260601-cccccc", 3)]
+    [result] = audit_orphans(lambda: live, vms("live-20260601-aaaaaa", "lost-20260601-cccccc"), runs)
+    assert result.outcome is Outcome.PASSED, result.message
+    assert "bad-20260601-ffffff.json" in result.message
+    assert set(result.evidence["unreadable_records"]) == {"bad-20260601-ffffff"}
+
+
+def test_a_record_with_ports_as_a_list_is_read_as_upstream_writes_it(runs: Path) -> None:
+    doc = json.loads((runs / "live-20260601-aaaaaa.json").read_text())
+    doc["ports"] = [4501, 4600]  # run_record.py set ports='[4501,4600]' stores any JSON value
+    (runs / "live-20260601-aaaaaa.json").write_text(json.dumps(doc))
+    [result] = audit_orphans(
+        keyset(), vms("live-20260601-aaaaaa", "done-20260601-bbbbbb", "lost-20260601-cccccc"), runs
+    )
+    assert result.outcome is Outcome.FAILED  # the closed run's key is the one orphan
+    assert "unreadable_records" not in result.evidence
 
 
 def test_missing_runs_dir_is_a_config_error(tmp_path: Path) -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 
 import pytest
 
 from sbxcheck.checks.gate import (
+    GateScript,
     GateTarget,
     check_cost_reported,
     check_credit_remaining,
@@ -15,7 +17,13 @@ from sbxcheck.checks.gate import (
     check_model_answers,
     check_pi_models,
     check_roster_matches,
+    cost_script,
+    credit_script,
+    git_integrity_script,
+    model_answers_script,
     parse_list_models,
+    pi_models_script,
+    roster_script,
 )
 from sbxcheck.errors import CommandTimeout
 from sbxcheck.results import Outcome
@@ -51,18 +59,21 @@ class FakeShell:
     raises: Exception | None = None
     alias: str = "alpha-20261130-abcdef.exe.xyz"
     sent: list[tuple[str, str]] = field(default_factory=list)
+    timeouts: list[float | None] = field(default_factory=list)
 
     def run(
         self, command: str, *, stdin: str | bytes | None = None, timeout: float | None = None
     ) -> CommandResult:
         self.sent.append((command, stdin if isinstance(stdin, str) else ""))
+        self.timeouts.append(timeout)
         if self.raises is not None:
             raise self.raises
         return CommandResult(self.exit_code, self.stdout, self.stderr, 0.01)
 
 
 def git_out(head: str, porcelain: list[str]) -> str:
-    return "\n".join([f"SBX_HEAD {head}", "SBX_STATUS_BEGIN", *porcelain, "SBX_STATUS_END 0"]) + "\n"
+    lines = [f"SBX_HEAD {head}", "SBX_STATUS_BEGIN", *porcelain, "SBX_STATUS_END 0", "SBX_END"]
+    return "\n".join(lines) + "\n"
 
 
 # ------------------------------------------------------------------ A
@@ -90,13 +101,13 @@ def test_a_fails_on_zero_byte_truncation_shown_as_modified() -> None:
 
 
 def test_a_names_missing_app_and_damaged_git() -> None:
-    assert "FILL never ran" in check_git_integrity(FakeShell("SBX_NOAPP\n"), TARGET).message
-    damaged = check_git_integrity(FakeShell("SBX_NOHEAD\nfatal: not a git repository\n"), TARGET)
+    assert "FILL never ran" in check_git_integrity(FakeShell("SBX_NOAPP\nSBX_END\n"), TARGET).message
+    damaged = check_git_integrity(FakeShell("SBX_NOHEAD\nfatal: not a git repository\nSBX_END\n"), TARGET)
     assert damaged.outcome is Outcome.FAILED and ".git is damaged" in damaged.message
 
 
 def test_a_garbage_answer_is_an_error_not_a_pass() -> None:
-    result = check_git_integrity(FakeShell("Welcome to Ubuntu 24.04\n"), TARGET)
+    result = check_git_integrity(FakeShell("Welcome to Ubuntu 24.04\nSBX_END\n"), TARGET)
     assert result.outcome is Outcome.ERROR
     assert result.classification is not None and result.classification.value == "bad_response"
 
@@ -104,8 +115,12 @@ def test_a_garbage_answer_is_an_error_not_a_pass() -> None:
 # ------------------------------------------------------------------ B
 
 
+def pi_out(printed: str) -> str:
+    return f"SBX_PI /usr/local/bin/pi\n{printed}\nSBX_PI_EXIT 0\nSBX_END\n"
+
+
 def test_b_checks_command_v_pi_first() -> None:
-    result = check_pi_models(FakeShell("", "SBX_NOPI\n", 127), TARGET)
+    result = check_pi_models(FakeShell("SBX_NOPI\nSBX_END\n"), TARGET)
     assert result.outcome is Outcome.FAILED and result.message == "pi is not on PATH"
 
 
@@ -117,27 +132,27 @@ def test_b_checks_command_v_pi_first() -> None:
     ],
 )
 def test_b_fails_on_no_models_available_with_exit_0(stdout: str) -> None:
-    result = check_pi_models(FakeShell(stdout, "SBX_PI /usr/local/bin/pi\n", 0), TARGET)
+    result = check_pi_models(FakeShell(pi_out(stdout), "", 0), TARGET)
     assert result.outcome is Outcome.FAILED
     assert "No models available" in result.message
 
 
 def test_b_stderr_noise_alone_does_not_pass() -> None:
-    noise = "SBX_PI /usr/local/bin/pi\nreflection fetch failed: unrecognized reflection shape\n"
-    result = check_pi_models(FakeShell("", noise, 0), TARGET)
+    noise = "reflection fetch failed: unrecognized reflection shape\n"
+    result = check_pi_models(FakeShell(pi_out(""), noise, 0), TARGET)
     assert result.outcome is Outcome.FAILED
     assert result.evidence["other_lines"] == 1
 
 
 def test_b_fails_when_a_roster_model_is_absent_from_the_list() -> None:
-    result = check_pi_models(FakeShell("\n".join([HEADER, ROWS[0]]), "SBX_PI /x/pi\n"), TARGET)
+    result = check_pi_models(FakeShell(pi_out("\n".join([HEADER, ROWS[0]]))), TARGET)
     assert result.outcome is Outcome.FAILED
     assert "google/gemini-3.6-flash" in result.message
 
 
 def test_b_passes_and_warns_on_default_limits() -> None:
     rows = [*ROWS[:1], "openrouter  google/gemini-3.6-flash  128K  16.4K  no  no"]
-    result = check_pi_models(FakeShell("\n".join([HEADER, *rows]), "SBX_PI /x/pi\n"), TARGET)
+    result = check_pi_models(FakeShell(pi_out("\n".join([HEADER, *rows]))), TARGET)
     assert result.outcome is Outcome.PASSED
     assert result.evidence["warning_default_limits"] == ["google/gemini-3.6-flash"]
 
@@ -154,7 +169,7 @@ def test_parse_list_models_reads_columns() -> None:
 
 
 def test_b_reads_the_table_from_stderr_as_pi_prints_it_without_a_tty() -> None:
-    result = check_pi_models(FakeShell("", "\n".join(["SBX_PI /x/pi", HEADER, *ROWS])), TARGET)
+    result = check_pi_models(FakeShell(pi_out(""), "\n".join([HEADER, *ROWS])), TARGET)
     assert result.outcome is Outcome.PASSED, result.message
 
 
@@ -163,7 +178,7 @@ def test_b_reads_the_table_from_stderr_as_pi_prints_it_without_a_tty() -> None:
 
 def http_out(status: int, body: object, rc: int = 0) -> str:
     text = body if isinstance(body, str) else json.dumps(body)
-    return f"SBX_CURL_RC {rc}\n{text}\nSBX_HTTP {status}\n"
+    return f"SBX_CURL_RC {rc}\n{text}\nSBX_HTTP {status}\nSBX_END\n"
 
 
 def answer(content: str | None, reasoning: str | None = None) -> dict[str, object]:
@@ -223,7 +238,7 @@ def test_c_unparseable_body_and_timeout() -> None:
 
 
 def test_c_missing_key_in_env() -> None:
-    result = check_model_answers(FakeShell("SBX_NOKEY\n"), TARGET, "x/y")
+    result = check_model_answers(FakeShell("SBX_NOKEY\nSBX_END\n"), TARGET, "x/y")
     assert result.outcome is Outcome.FAILED and "OPENROUTER_API_KEY" in result.message
 
 
@@ -237,10 +252,12 @@ def test_c_roster_matches_and_differs() -> None:
         "defaults:\n  model: openrouter/deepseek/deepseek-v4-flash-0731\nagents:\n  - name: p\n"
         "    model: 'openrouter/google/gemini-3.6-flash'\n"
     )
-    ok = check_roster_matches(FakeShell("SBX_CONFIG_BEGIN\n" + cfg), TARGET)
+    ok = check_roster_matches(FakeShell("SBX_CONFIG_BEGIN\n" + cfg + "SBX_CONFIG_END 0\nSBX_END\n"), TARGET)
     assert ok.outcome is Outcome.PASSED, ok.message
     extra = cfg + "  - name: q\n    model: openrouter/z-ai/glm-5.2\n"
-    bad = check_roster_matches(FakeShell("SBX_CONFIG_BEGIN\n" + extra), TARGET)
+    bad = check_roster_matches(
+        FakeShell("SBX_CONFIG_BEGIN\n" + extra + "SBX_CONFIG_END 0\nSBX_END\n"), TARGET
+    )
     assert bad.outcome is Outcome.FAILED and "z-ai/glm-5.2" in bad.message
 
 
@@ -250,7 +267,7 @@ def test_c_roster_matches_and_differs() -> None:
 def cost_out(rates: object, events: list[dict[str, object]], rc: int = 0) -> str:
     lines = ["SBX_RATES_BEGIN", json.dumps(rates), "SBX_RATES_END", "SBX_PI_BEGIN"]
     lines += [json.dumps(e) for e in events]
-    lines += [f"SBX_PI_END {rc}", "SBX_STDERR_BEGIN"]
+    lines += [f"SBX_PI_END {rc}", "SBX_STDERR_BEGIN", "SBX_STDERR_END", "SBX_END"]
     return "\n".join(lines) + "\n"
 
 
@@ -322,3 +339,133 @@ def test_e_error_body_is_not_uncapped() -> None:
 def test_e_empty_or_unparseable_body_is_an_error(body: str) -> None:
     result = check_credit_remaining(FakeShell(http_out(200, body)), TARGET)
     assert result.outcome is Outcome.ERROR
+
+
+# ------------------------------------------------------------------ scripts: how they run, how they fail
+
+
+def all_scripts() -> dict[str, GateScript]:
+    return {
+        "A": git_integrity_script(TARGET),
+        "B": pi_models_script(TARGET),
+        "C": model_answers_script(TARGET, "x/y"),
+        "C_roster": roster_script(TARGET),
+        "D": cost_script(TARGET),
+        "E": credit_script(TARGET),
+    }
+
+
+@pytest.mark.parametrize("name", ["A", "B", "C", "C_roster", "D", "E"])
+def test_no_script_uses_a_fixed_path_in_a_shared_directory(name: str) -> None:
+    script = all_scripts()[name]
+    assert not re.search(r"/tmp/|/var/tmp/|/dev/shm/", script.script)
+    targets = {t.strip('"') for t in re.findall(r"\d?>>?\s*(\"?[^\s;)|&]+)", script.script)} - {"/dev/null"}
+    for target in targets:  # every file a script writes is in its own mktemp directory, removed by a trap
+        assert target.startswith("$sbx_tmp/"), target
+    if targets:
+        assert "mktemp -d" in script.script and "trap 'rm -rf -- \"$sbx_tmp\"' EXIT" in script.script
+    assert "OPENROUTER_API_KEY" not in script.command and "sk-" not in script.command
+
+
+def test_d_runs_pi_as_the_sdlc_does_from_app_with_the_key_from_app_env() -> None:
+    script = cost_script(TARGET).script
+    assert script.index('cd "$HOME/app"') < script.index("pi -p --mode json")
+    assert "OPENROUTER_API_KEY=$key timeout" in script  # the key reaches pi through its environment
+    assert 'mktemp -d "${TMPDIR:-/tmp}/sbxcheck.XXXXXXXX"' in script
+
+
+@pytest.mark.parametrize(
+    ("marker", "needle"),
+    [("SBX_NOAPP", "FILL never ran"), ("SBX_NOKEY", "no OPENROUTER_API_KEY line in ~/app/.env")],
+)
+def test_d_says_what_c_and_e_say_when_the_run_cannot_get_its_key(marker: str, needle: str) -> None:
+    out = f"{marker}\nSBX_END\n"
+    d = check_cost_reported(FakeShell(out), TARGET)
+    c = check_model_answers(FakeShell(out), TARGET, "x/y")
+    e = check_credit_remaining(FakeShell(out), TARGET)
+    assert {d.outcome, c.outcome, e.outcome} == {Outcome.FAILED}
+    assert d.message == c.message == e.message and needle in d.message
+    assert d.recommendation == e.recommendation and f"just sbx lifecycle fill {TARGET.run_id}" in (
+        d.recommendation or ""
+    )
+
+
+@pytest.mark.parametrize(
+    ("stdout", "stderr", "code"),
+    [
+        (
+            "SBX_SCRIPT_ERROR mktemp -d failed in /tmp\n",
+            "mktemp: failed to create directory: Permission denied\n",
+            0,
+        ),
+        ("SBX_RATES_BEGIN\n", "bash: line 12: /tmp/x: Is a directory\n", 1),
+        ("", "bash: command not found\n", 127),
+    ],
+)
+def test_a_script_that_fails_itself_is_an_error_with_its_stderr(stdout: str, stderr: str, code: int) -> None:
+    for check in (check_cost_reported, check_git_integrity, check_pi_models, check_credit_remaining):
+        result = check(FakeShell(stdout, stderr, code), TARGET)
+        assert result.outcome is Outcome.ERROR, (check.__name__, result.message)
+        assert result.message.startswith("the check could not run on ")
+        assert result.evidence["script_stderr"] == stderr
+        assert "nothing about the gated system is known yet" in (result.recommendation or "")
+
+
+def test_gate_timeouts_come_from_the_inventory() -> None:
+    target = GateTarget(**{**TARGET.__dict__, "command_timeout_s": 17.0})
+    scripts = {n: s for n, s in all_scripts().items()}
+    for name in ("A", "B", "C_roster", "E"):
+        script = {
+            "A": git_integrity_script,
+            "B": pi_models_script,
+            "C_roster": roster_script,
+            "E": credit_script,
+        }[name](target)
+        assert script.timeout_s == 17.0, name
+    shell = FakeShell(git_out(SHA, []))
+    check_git_integrity(shell, target)
+    assert shell.timeouts == [17.0]
+    assert scripts["D"].timeout_s == TARGET.pi_timeout_s + 30
+
+
+def test_d_names_an_exhausted_key_not_a_missing_rate_table() -> None:
+    events = [end(0.0, stopReason="error", errorMessage="402 Insufficient credits. Add more using https://x")]
+    result = check_cost_reported(FakeShell(cost_out(RATES, events, rc=1)), TARGET)
+    assert result.outcome is Outcome.FAILED
+    assert "out of credit (HTTP 402)" in result.message and "rate table" not in result.message
+    assert result.cause == f"credit-exhausted:{TARGET.run_id}"
+
+
+def test_a_rejected_runtime_key_names_the_runtime_key_and_the_recipes() -> None:
+    body = {"error": {"message": "User not found.", "code": 401}}
+    for result in (
+        check_model_answers(FakeShell(http_out(401, body)), TARGET, "x/y"),
+        check_credit_remaining(FakeShell(http_out(401, body)), TARGET),
+        check_cost_reported(
+            FakeShell(cost_out(RATES, [end(0.0, errorMessage="401 User not found.")], 1)), TARGET
+        ),
+    ):
+        assert result.cause == f"runtime-key-rejected:{TARGET.run_id}", result.message
+        advice = result.recommendation or ""
+        assert "runtime key" in advice and f"just sbx lifecycle fill {TARGET.run_id}" in advice
+        assert "not a credential of the inventory" in advice
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
+def test_non_finite_money_never_passes(value: str) -> None:
+    nan_cost = cost_out(RATES, []).replace(
+        "SBX_PI_BEGIN\n",
+        'SBX_PI_BEGIN\n{"type":"message_end","message":{"role":"assistant","usage":'
+        f'{{"cost":{{"total":{value}}}}}}}}}\n',
+    )
+    assert check_cost_reported(FakeShell(nan_cost), TARGET).outcome is Outcome.FAILED
+    body = f'{{"data": {{"limit": {value}, "usage": 0}}}}'
+    assert check_credit_remaining(FakeShell(http_out(200, body)), TARGET).outcome is Outcome.ERROR
+    body = f'{{"data": {{"limit": 50, "usage": {value}}}}}'
+    assert check_credit_remaining(FakeShell(http_out(200, body)), TARGET).outcome is Outcome.ERROR
+
+
+def test_an_uncapped_key_passes_e_with_a_visible_warning() -> None:
+    result = check_credit_remaining(FakeShell(http_out(200, key_body(None, 1.0))), TARGET)
+    assert result.outcome is Outcome.PASSED and result.message.startswith("WARNING: ")
+    assert "uncapped" in result.evidence["warning"]
