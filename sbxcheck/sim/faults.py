@@ -54,7 +54,12 @@ FAULTS: dict[str, Fault] = {
             "cp.mount-missing", "opencode missions see an empty ephemeral directory instead of the workspace"
         ),
         Fault(
-            "cp.idempotency-ignored", "create ignores idempotency_key: a retried create is a second mission"
+            "cp.mount-missing-exitcode",
+            "as cp.mount-missing, with tool results that carry only an exit code (no is_error)",
+        ),
+        Fault(
+            "cp.idempotency-ignored",
+            "create ignores idempotency_key (identical titles still coalesce): a keyed retry is a second mission",
         ),
         Fault("cp.auth-expired", "every bearer token is refused: 401 Invalid or expired token"),
         Fault("cp.env-values-exposed", "the verity workspace's env also holds credential-shaped values"),
@@ -89,6 +94,7 @@ CONTROLPLANE_TARGETS: dict[str, str] = {
     "cp.stuck-pending": "gemini",
     "cp.no-evidence": "gemini",
     "cp.mount-missing": "opencode",
+    "cp.mount-missing-exitcode": "opencode",
     "cp.idempotency-ignored": "*",
     "cp.auth-expired": "*",
     "cp.env-values-exposed": "verity",
