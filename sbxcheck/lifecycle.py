@@ -489,6 +489,7 @@ class MissionDispatcher:
                 canary.run.done.set()
             canary.done.set()
 
+
 def adapter_crash_cause(backend: str, signature: str) -> str:
     """The shared cause string of a shared adapter crash (items with it form one incident)."""
     return f"adapter-crash:{backend}:{signature}"

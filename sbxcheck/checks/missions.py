@@ -97,12 +97,16 @@ def check_dispatched(run: RouteRun) -> CheckResult:
                 Classification.CONFIG_DEFECT,
                 recommendation="copy an exact id from the valid list into the inventory (never guess variants)",
             )
-        if rej.supported_efforts or "model_effort" in rej.reason:
+        tried = [a["effort"] for a in run.effort_attempts if a.get("effort")]
+        if tried and (rej.supported_efforts or "model_effort" in rej.reason):
+            # only a route that asked for an effort walked a ladder; a 400 that merely echoes the
+            # field name on a route without one is an ordinary refusal (below)
             ev["supported_efforts"] = rej.supported_efforts
             return CheckResult.failed(
                 check,
                 target,
-                f"no effort on the ladder was accepted: {trim(rej.reason, 200)}",
+                f"no effort on the ladder was accepted (tried {', '.join(map(str, tried))}): "
+                f"{trim(rej.reason, 200)}",
                 ev,
                 Classification.CONFIG_DEFECT,
             )
@@ -287,7 +291,7 @@ def check_reaches_execution(run: RouteRun, *, blocked_signature: str | None = No
             check,
             target,
             f"still pending after {run.waited_s:.0f}s (deadline "
-            f"{run.deadline_s:.0f}s): dispatched but never started",
+            f"{run.deadline_s:.0f}s from dispatch): dispatched but never started",
             ev,
             Classification.TIMEOUT,
         )
@@ -327,7 +331,8 @@ def check_reaches_execution(run: RouteRun, *, blocked_signature: str | None = No
     return CheckResult.failed(
         check,
         target,
-        f"{status} without execution evidence after {run.waited_s:.0f}s",
+        f"{status} without execution evidence after {run.waited_s:.0f}s (deadline {run.deadline_s:.0f}s "
+        "from dispatch)",
         ev,
         Classification.TIMEOUT,
     )
