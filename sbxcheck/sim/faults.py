@@ -77,6 +77,10 @@ FAULTS: dict[str, Fault] = {
         Fault("dgx.ping-timeout", "tailscale ping from agent-core hangs (the probe's timeout fires)"),
         Fault("dgx.ping-silent", "tailscale on agent-core prints nothing and exits 0"),
         Fault("dgx.systemctl-unknown", "systemctl on agent-core answers 'unknown' for tailscaled"),
+        Fault(
+            "dgx.sudo-refused",
+            "tailscaled on agent-core is disabled and `sudo -n` is refused (no passwordless sudo)",
+        ),
         Fault("dgx.unreachable", "the DGX host is down: no SSH, no pong, its remote node offline"),
         Fault("exedev.ls-fails", "exe.dev's `ls --json` exits 1 (the VM list is unknown)"),
         Fault("exedev.ls-garbage", "exe.dev's `ls --json` prints a banner, not JSON"),
