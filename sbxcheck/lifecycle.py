@@ -49,7 +49,10 @@ def crash_signature(events: list[dict[str, Any]]) -> str | None:
     errors = [str(e.get("content") or "") for e in events if e.get("event_type") == "error"]
     if not errors:
         return None
-    text = re.sub(r"[0-9a-f]{8}-[0-9a-f-]{27,}|\b\d+\b", "#", errors[-1].strip().splitlines()[0])
+    lines = errors[-1].strip().splitlines()
+    if not lines:  # an error event with no text has no signature to share
+        return None
+    text = re.sub(r"[0-9a-f]{8}-[0-9a-f-]{27,}|\b\d+\b", "#", lines[0])
     return text[:120]
 
 

@@ -183,12 +183,14 @@ def _idempotency_ignored(run: RouteRun, ev: dict[str, Any]) -> str | None:
 # ------------------------------------------------------------------ record echoes request
 
 
-def model_match(requested: str | None, stored: str | None) -> str:
+def model_match(requested: str | None, stored: object) -> str:
     """``exact``, ``normalised`` (provider prefix added/stripped, alias expanded), ``missing`` or ``different``."""
     if requested is None:
         return "not_requested"
     if not stored:
         return "missing"
+    if not isinstance(stored, str):  # a record that is not what the API documents is never a match
+        return "different"
     if stored == requested:
         return "exact"
     if (

@@ -138,6 +138,11 @@ def fault_options(host: str, faults: Iterable[str]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- programs
 
+_ID = r"""#!/bin/bash
+# sbxcheck sim: the SSH user on this host is a regular account (uid 1000), not root.
+case "$1" in -u) echo 1000 ;; -un) echo operator ;; *) echo "uid=1000(operator) gid=1000(operator)" ;; esac
+"""
+
 _SUDO = r"""#!/bin/bash
 # sbxcheck sim: sudo for a user with passwordless sudo (or, with the sudo-refused flag, without it).
 state=@STATE@
@@ -334,6 +339,7 @@ def _tailscale_host(
     q_state = _sh_quote(str(state))
     _install(bin_dir, "systemctl", _fill(_SYSTEMCTL, STATE=q_state))
     _install(bin_dir, "sudo", _fill(_SUDO, STATE=q_state))
+    _install(bin_dir, "id", _ID)  # the operator logs in as a regular user, whoever runs the sim
     _install(
         bin_dir,
         "tailscale",
