@@ -404,6 +404,18 @@ def _flags_failure(where: str, doc: Any) -> str | None:
     return None
 
 
+_FLAG_KEYS = frozenset(
+    {"is_error", "isError", "error", "exit_code", "exitCode", "returncode", "return_code", "exit_status"}
+    | {"success", "ok", "timed_out", "status"}
+)
+_ENVELOPE_KEYS = _FLAG_KEYS | set(_TEXT_KEYS) | {"stderr", "command", "duration_ms", "cwd", "truncated"}
+
+
+def _is_envelope(doc: Any) -> bool:
+    """A JSON result envelope (``{"output": ..., "exit_code": ...}``): only envelope keys, one a status flag."""
+    return isinstance(doc, dict) and bool(doc) and set(doc) <= _ENVELOPE_KEYS and bool(set(doc) & _FLAG_KEYS)
+
+
 def tool_outcome(result: dict[str, Any] | None) -> StepOutcome:
     """Read one stored ``tool_result`` row whatever shape it has; a failed step is never evidence.
 
@@ -423,6 +435,8 @@ def tool_outcome(result: dict[str, Any] | None) -> StepOutcome:
             doc = json.loads(content)
         except ValueError:
             doc = None
+    if not _is_envelope(doc):
+        doc = None  # a file that happens to be JSON is output, not a result envelope
     if isinstance(doc, dict):
         parts = [doc[k] for k in _TEXT_KEYS if isinstance(doc.get(k), str)][:1]
         if isinstance(doc.get("stderr"), str):
