@@ -32,21 +32,21 @@ Verdict = Callable[[CheckResult], None]
 @pytest.mark.triage
 def test_dgx_tailscaled_enabled(sbx_dgx: DgxSection, sbx_ssh_pool: SshPool, sbx_verdict: Verdict) -> None:
     """agent-core: `systemctl is-enabled tailscaled` says enabled."""
-    shell = sbx_ssh_pool.host(sbx_dgx.agent_core)
+    shell = sbx_ssh_pool.host(sbx_dgx.core)
     sbx_verdict(dgx.check_tailscaled_enabled(shell, timeout_s=sbx_dgx.command_timeout_s))
 
 
 @pytest.mark.triage
 def test_dgx_tailscaled_active(sbx_dgx: DgxSection, sbx_ssh_pool: SshPool, sbx_verdict: Verdict) -> None:
     """agent-core: `systemctl is-active tailscaled` says active."""
-    shell = sbx_ssh_pool.host(sbx_dgx.agent_core)
+    shell = sbx_ssh_pool.host(sbx_dgx.core)
     sbx_verdict(dgx.check_tailscaled_active(shell, timeout_s=sbx_dgx.command_timeout_s))
 
 
 @pytest.mark.triage
 def test_dgx_tailscale_ping(sbx_dgx: DgxSection, sbx_ssh_pool: SshPool, sbx_verdict: Verdict) -> None:
     """agent-core: `tailscale ping -c 2 <dgx>` prints pong lines (exit 0 alone is not enough)."""
-    shell = sbx_ssh_pool.host(sbx_dgx.agent_core)
+    shell = sbx_ssh_pool.host(sbx_dgx.core)
     sbx_verdict(
         dgx.check_tailscale_ping(
             shell, sbx_dgx.tailscale_ip, sbx_dgx.ping_count, timeout_s=sbx_dgx.command_timeout_s
@@ -73,7 +73,7 @@ def test_triage_dgx_routing(
     request: pytest.FixtureRequest,
 ) -> None:
     """§8.13: only the DGX unreachable + tailscaled down on agent-core = one incident and its next step."""
-    shell = sbx_ssh_pool.host(sbx_dgx.agent_core)
+    shell = sbx_ssh_pool.host(sbx_dgx.core)
     module = request.node.nodeid.split("::")[0]
     wait = sbx_dgx.command_timeout_s
     probes = {
@@ -87,32 +87,28 @@ def test_triage_dgx_routing(
         ),
     }
     param = request.node.callspec.id
-    results = {f"{module}::{name}[{param}]": probe() for name, probe in probes.items()}
-    incident = dgx.triage_dgx(
-        results, dgx_targets=frozenset({sbx_dgx.dgx_host}), agent_core=sbx_dgx.agent_core
-    )
+
+    def run_probes() -> dict[str, CheckResult]:
+        return {f"{module}::{name}[{param}]": probe() for name, probe in probes.items()}
+
+    results = run_probes()
+    incident = dgx.triage_dgx(results, dgx_targets=frozenset({sbx_dgx.dgx_host}), agent_core=sbx_dgx.core)
     if incident is None:
         states = {k.split("::")[1].split("[")[0]: r.outcome.value for k, r in results.items()}
         sbx_verdict(
             CheckResult.passed(
                 "triage_dgx_routing",
                 sbx_dgx.dgx_host,
-                "no DGX routing incident (rule not met)",
+                "no DGX routing incident (the rule is not met): "
+                + ", ".join(f"{k.removeprefix('test_')} {v}" for k, v in states.items()),
                 {"checked": states},
             )
         )
         return
-    if sbx_session.remediate:
-        fix = dgx.remediate_tailscaled(shell)
-        incident = incident.model_copy(
-            update={
-                "evidence": {
-                    **incident.evidence,
-                    "remediation": fix.evidence,
-                    "remediation_outcome": fix.outcome.value,
-                }
-            }
-        )
+    if sbx_session.remediate and incident.cause == dgx.DGX_CAUSE:
+        fix = dgx.remediate_tailscaled(shell, sudo=sbx_dgx.remediation_sudo)
+        recheck = run_probes() if fix.evidence.get("command_run") else {}
+        incident = dgx.report_remediation(incident, fix, recheck)
     sbx_verdict(incident)
 
 
@@ -120,13 +116,13 @@ def test_triage_dgx_routing(
 
 
 def test_fleet_health(sbx_session: SbxSession, sbx_verdict: Verdict) -> None:
-    """`GET /api/health` answers status ok (public route)."""
-    sbx_verdict(fleet.check_health(sbx_session.sandboxed_client()))
+    """`GET /api/health/fleet`: ok, control responsive, disk below warn (200 even when degraded)."""
+    sbx_verdict(fleet.check_fleet_health(sbx_session.sandboxed_client()))
 
 
 def test_fleet_control_plane(sbx_session: SbxSession, sbx_verdict: Verdict) -> None:
-    """`GET /api/health/fleet`: ok, control responsive, disk below warn (200 even when degraded)."""
-    sbx_verdict(fleet.check_fleet_health(sbx_session.sandboxed_client()))
+    """`GET /api/health` (the control plane's own, public route) answers status ok."""
+    sbx_verdict(fleet.check_health(sbx_session.sandboxed_client()))
 
 
 def test_fleet_node(
@@ -190,7 +186,12 @@ def test_github_auth(
         run = github.rest_exec(client, ws_id)
     sbx_verdict(
         github.check_github_auth(
-            run, workspace=sbx_github_probe.workspace, repo=sbx_github_probe.repo, via=sbx_github_probe.via
+            run,
+            workspace=sbx_github_probe.workspace,
+            repo=sbx_github_probe.repo,
+            via=sbx_github_probe.via,
+            host=sbx_github_probe.host,
+            remote_url=sbx_github_probe.remote_url,
         )
     )
 

@@ -186,22 +186,86 @@ class McpSection(_Strict):
         return value
 
 
+GITHUB_HOST_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::\d{1,5})?$")
+GIT_REMOTE_RE = re.compile(r"^(?:https|ssh)://(?P<auth>[^/@]*@)?[A-Za-z0-9.-]+(?::\d{1,5})?/\S+$")
+
+
+def credential_free_remote(url: str) -> bool:
+    """An https:// URL with no user info, or an ssh:// URL with at most a user name (``ssh://git@host/…``)."""
+    found = GIT_REMOTE_RE.match(url)
+    if not found:
+        return False
+    auth = found.group("auth")
+    return not auth or (url.startswith("ssh://") and ":" not in auth)
+
+
 class GithubProbeSpec(_Strict):
     """A workspace that declares a GitHub repo: probe its stored gh/git credentials (booleans only)."""
 
     workspace: str
     repo: str
     via: Literal["rest", "mcp"] = "rest"
+    host: str = Field(default="github.com", description="the GitHub host (GitHub Enterprise: its host name)")
+    remote_url: str | None = Field(
+        default=None, description="the git remote to read instead of https://<host>/<repo>.git (a mirror)"
+    )
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        if not GITHUB_HOST_RE.match(value):
+            raise ValueError("expected a host name, optionally with :port (e.g. github.example.com)")
+        return value
+
+    @field_validator("remote_url")
+    @classmethod
+    def _remote(cls, value: str | None) -> str | None:
+        if value is not None and not credential_free_remote(value):
+            raise ValueError(
+                "expected an https:// URL with no user name or token, or an ssh:// URL (ssh://git@host/...)"
+            )
+        return value
 
 
 class DgxSection(_Strict):
     """The DGX routing runbook (§8.13): agent-core reaches the DGX over tailscale."""
 
-    agent_core: str = Field(default="agent-core", description="ssh alias of the control-plane host")
+    agent_core: str | list[str] = Field(
+        default="agent-core",
+        description="ssh alias of the control-plane host, or a list of them (each is checked)",
+    )
     dgx_host: str = Field(default="dgx-spark", description="ssh alias of the DGX")
     tailscale_ip: str = "100.77.4.93"
     ping_count: int = Field(default=2, ge=1, le=10)
     command_timeout_s: float = Field(default=20.0, gt=0, le=300)
+    remediation_sudo: Literal["auto", "always", "never"] = Field(
+        default="auto",
+        description="--sbx-remediate runs its command with `sudo -n`: auto = when the SSH user is not root",
+    )
+
+    @field_validator("agent_core")
+    @classmethod
+    def _aliases(cls, value: str | list[str]) -> str | list[str]:
+        names = [value] if isinstance(value, str) else value
+        if not names or any(not n.strip() for n in names):
+            raise ValueError("expected an ssh alias or a non-empty list of ssh aliases")
+        if len(set(names)) != len(names):
+            raise ValueError("lists an agent-core twice")
+        return value
+
+    @property
+    def agent_cores(self) -> list[str]:
+        """Every agent-core to check from (the single form is a list of one)."""
+        return [self.agent_core] if isinstance(self.agent_core, str) else list(self.agent_core)
+
+    @property
+    def core(self) -> str:
+        """The agent-core of a per-core section (see :meth:`per_agent_core`); the first one otherwise."""
+        return self.agent_cores[0]
+
+    def per_agent_core(self) -> list[DgxSection]:
+        """One section per agent-core, each with a single ``agent_core``."""
+        return [self.model_copy(update={"agent_core": core}) for core in self.agent_cores]
 
 
 class SandboxedSection(_Strict):

@@ -16,7 +16,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sbxcheck.clients.channels import Created, MissionChannel
@@ -50,7 +50,10 @@ def crash_signature(events: list[dict[str, Any]]) -> str | None:
     errors = [str(e.get("content") or "") for e in events if e.get("event_type") == "error"]
     if not errors:
         return None
-    text = re.sub(r"[0-9a-f]{8}-[0-9a-f-]{27,}|\b\d+\b", "#", errors[-1].strip().splitlines()[0])
+    lines = errors[-1].strip().splitlines()
+    if not lines:  # an error event with no text has no signature to share
+        return None
+    text = re.sub(r"[0-9a-f]{8}-[0-9a-f-]{27,}|\b\d+\b", "#", lines[0])
     return clip(text, 120, "")
 
 
@@ -70,11 +73,14 @@ class RouteRun:
     last: dict[str, Any] | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
     timeline: list[tuple[float, str]] = field(default_factory=list)
-    waited_s: float = 0.0
-    deadline_s: float = 0.0
+    waited_s: float = 0.0  # seconds from dispatch (the first create sent) until following stopped
+    deadline_s: float = 0.0  # the one budget of this mission, counted from dispatch
+    dispatched_at: float | None = None  # monotonic clock when the first create was sent
     skipped_incident: str | None = None
     settled_s: float | None = None  # seconds from the session's first dispatch until this run settled
     retry: Created | None = None
+    retry_rejection: MissionRejected | None = None
+    first_status_at_retry: str | None = None  # the first mission's status when the retry made a second
     check_idempotency: bool = True
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -86,6 +92,16 @@ class RouteRun:
     def accepted_effort(self) -> str | None:
         accepted = [a["effort"] for a in self.effort_attempts if a["accepted"]]
         return accepted[-1] if accepted else None
+
+    @property
+    def deadline_at(self) -> float:
+        """The one deadline of this mission: dispatch + ``deadline_s`` (never restarted by a later phase)."""
+        start = self.dispatched_at if self.dispatched_at is not None else time.monotonic()
+        return start + self.deadline_s
+
+    def elapsed_s(self) -> float:
+        """Seconds since dispatch (0 before it)."""
+        return 0.0 if self.dispatched_at is None else time.monotonic() - self.dispatched_at
 
     @property
     def status(self) -> str | None:
@@ -272,6 +288,7 @@ class MissionDispatcher:
         channel = self.channel_for(route.via)
         workspace_id = self._workspace_id(route.workspace)
         entry = self._intent(run)
+        run.dispatched_at = time.monotonic()
         for effort in effort_fallbacks(route.model_effort):
             spec = MissionSpec(
                 title=run.title,
@@ -299,14 +316,41 @@ class MissionDispatcher:
             self.created[str(created.mission["id"])] = route.via
             self._created(entry, str(created.mission["id"]))
             if created.idempotency_supported and run.check_idempotency:
-                # §8.2: a retry with the same key must return the same mission, never a second one
-                retry = channel.create(spec)
-                run.retry = retry
-                retry_id = str(retry.mission["id"])
-                if retry_id not in self.created:
-                    self.created[retry_id] = route.via
-                    self._created(self._intent(run), retry_id)
+                self._probe_idempotency(run, channel, spec)
             return
+
+    def _probe_idempotency(self, run: RouteRun, channel: MissionChannel, spec: MissionSpec) -> None:
+        """§8.2: a retry with the same key must return the same mission, never a second one.
+
+        The server also coalesces an identical title from the same origin while the first mission is
+        pending or active (§3.4 step 6), so an identical retry would pass even when the key is ignored.
+        The retry therefore changes the title and the prompt: only ``idempotency_key`` can match it.
+        """
+        retry_spec = replace(
+            spec,
+            title=f"{spec.title} (idempotency retry)",
+            prompt=f"{spec.prompt}\n\n(sbxcheck idempotency retry: same key, different title)",
+        )
+        entry = self._intent(run)  # the retry may create a mission: the ledger knows before the request
+        try:
+            retry = channel.create(retry_spec)
+        except MissionRejected as exc:
+            # the key lookup comes before every refusal but prompt validation (§3.4 step 5): a refused
+            # retry means the key did not match
+            run.retry_rejection = exc
+            self._release(entry, f"retry refused: {exc.reason[:120]}")
+            return
+        run.retry = retry
+        retry_id = str(retry.mission["id"])
+        if retry_id in self.created:
+            self._release(entry, f"retry coalesced with {retry_id}")
+        else:
+            self.created[retry_id] = run.route.via
+            self._created(entry, retry_id)
+            try:  # a held attempt that failed does not coalesce (§3.4 step 5): not an ignored key
+                run.first_status_at_retry = str(channel.get(str(run.mission_id)).get("status"))
+            except SbxError:
+                run.first_status_at_retry = None
 
     def _intent(self, run: RouteRun) -> str | None:
         """The ledger entry written before a create is sent (None without a ledger)."""
@@ -319,39 +363,64 @@ class MissionDispatcher:
             detail={"route": run.route.label, "via": run.route.via},
         )
 
+    def _release(self, entry: str | None, how: str) -> None:
+        if self.ledger is not None and entry is not None:
+            self.ledger.mark_released(entry, how)
+
     def _created(self, entry: str | None, mission_id: str) -> None:
         if self.ledger is not None and entry is not None:
             self.ledger.mark_created(entry, mission_id)
             self._entries[mission_id] = entry
 
-    def _follow(self, run: RouteRun) -> None:
-        """Poll the record and the events (cursor) until execution evidence, a terminal state or the deadline."""
+    def _follow(self, run: RouteRun, *, to_end: bool = False) -> None:
+        """Poll the record and the events (cursor) until the mission settles or its one deadline passes.
+
+        Routes settle at execution evidence, a terminal state or ``awaiting_user``; with ``to_end``
+        (canaries: every step must have run) only a terminal state or ``awaiting_user`` settles it. The
+        deadline is the run's own, counted from dispatch; ``waited_s`` is the true time since dispatch.
+        """
         channel = self.channel_for(run.route.via)
         mission_id = run.mission_id
         assert mission_id is not None
-        started = time.monotonic()
-        deadline = started + run.deadline_s
         cursor = 0
         run.record = channel.get(mission_id)
-        while True:
-            current = channel.get(mission_id)
-            run.last = current
-            status = str(current.get("status"))
-            if not run.timeline or run.timeline[-1][1] != status:
-                run.timeline.append((round(time.monotonic() - started, 2), status))
-            fresh = channel.events(mission_id, cursor)
-            for event in fresh:
-                seq = event.get("sequence")
-                if isinstance(seq, int) and seq > cursor:
-                    cursor = seq
-            run.events.extend(fresh)
-            has_evidence = any(e.get("event_type") in EVIDENCE_EVENTS for e in run.events)
-            if status in TERMINAL or status == "awaiting_user" or (status == "active" and has_evidence):
-                break
-            if self._stop.is_set() or time.monotonic() >= deadline:
-                break
-            time.sleep(self.section.poll_interval_s)
-        run.waited_s = round(time.monotonic() - started, 2)
+        try:
+            while True:
+                current = channel.get(mission_id)
+                run.last = current
+                status = str(current.get("status"))
+                if not run.timeline or run.timeline[-1][1] != status:
+                    run.timeline.append((round(run.elapsed_s(), 2), status))
+                fresh = channel.events(mission_id, cursor)
+                for event in fresh:
+                    seq = event.get("sequence")
+                    if isinstance(seq, int) and seq > cursor:
+                        cursor = seq
+                run.events.extend(fresh)
+                has_evidence = any(e.get("event_type") in EVIDENCE_EVENTS for e in run.events)
+                if status in TERMINAL or status == "awaiting_user":
+                    return
+                if status == "active" and has_evidence and not to_end:
+                    return
+                if self._stop.is_set():
+                    if to_end:
+                        raise CommandTimeout(
+                            f"canary mission {mission_id} still {status} when the session stopped "
+                            f"({run.elapsed_s():.0f}s after dispatch)",
+                            evidence={"mission_id": mission_id, "status": status},
+                        )
+                    return
+                if time.monotonic() >= run.deadline_at:
+                    if to_end:
+                        raise CommandTimeout(
+                            f"canary mission {mission_id} still {status} after {run.elapsed_s():.0f}s "
+                            f"(deadline {run.deadline_s:.0f}s from dispatch)",
+                            evidence={"mission_id": mission_id, "status": status},
+                        )
+                    return
+                time.sleep(max(0.0, min(self.section.poll_interval_s, run.deadline_at - time.monotonic())))
+        finally:
+            run.waited_s = round(run.elapsed_s(), 2)
 
     def _settle_backend(self, backend: str, first: list[RouteRun], rest: list[RouteRun]) -> None:
         """Wait for the probe routes; on a shared crash signature block the backend, else dispatch the rest."""
@@ -407,7 +476,7 @@ class MissionDispatcher:
                 canary.run = run
                 self._dispatch(run)
                 if run.created is not None:
-                    self._follow_to_end(run)
+                    self._follow(run, to_end=True)
             if canary.workspace_id:
                 try:
                     canary.exec_sha256 = self._exec_sha256(
@@ -423,30 +492,6 @@ class MissionDispatcher:
             if canary.run is not None:
                 canary.run.done.set()
             canary.done.set()
-
-    def _follow_to_end(self, run: RouteRun) -> None:
-        """Follow a canary until it is terminal or parked (its steps must all have run)."""
-        self._follow(run)
-        channel = self.channel_for(run.route.via)
-        mission_id = run.mission_id
-        assert mission_id is not None
-        deadline = time.monotonic() + run.deadline_s
-        cursor = max(
-            [e.get("sequence", 0) for e in run.events if isinstance(e.get("sequence"), int)], default=0
-        )
-        while run.status not in TERMINAL and run.status != "awaiting_user":
-            if self._stop.is_set() or time.monotonic() >= deadline:
-                raise CommandTimeout(
-                    f"canary mission {mission_id} still {run.status} after {run.deadline_s:.0f}s",
-                    evidence={"mission_id": mission_id, "status": run.status},
-                )
-            time.sleep(self.section.poll_interval_s)
-            run.last = channel.get(mission_id)
-            fresh = channel.events(mission_id, cursor)
-            for event in fresh:
-                if isinstance(event.get("sequence"), int):
-                    cursor = max(cursor, event["sequence"])
-            run.events.extend(fresh)
 
 
 def adapter_crash_cause(backend: str, signature: str) -> str:

@@ -329,7 +329,8 @@ def _dgx_params(config: pytest.Config) -> list[Any]:
                 None, id="no-dgx", marks=pytest.mark.skip(reason="the inventory has no [dgx] section")
             )
         ]
-    return [pytest.param(section, id=section.dgx_host)]
+    cores = section.per_agent_core()  # one item per agent-core; a single one keeps the plain DGX id
+    return [pytest.param(s, id=s.dgx_host if len(cores) == 1 else f"{s.core}-{s.dgx_host}") for s in cores]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -17,7 +17,7 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from sbxcheck.checks.base import RemoteShell, run_check, trim
 from sbxcheck.errors import SbxError
@@ -30,6 +30,11 @@ DGX_HOST: Final = "dgx-spark"
 DGX_TAILSCALE_IP: Final = "100.77.4.93"
 TAILSCALED: Final = "tailscaled"
 DGX_CAUSE: Final = "dgx-routing"
+DGX_PATH_CAUSE: Final = "dgx-path"
+DGX_PATH_NEXT: Final = (
+    "investigate the DGX host itself (is it up? its own tailscaled?) and the network path between "
+    "agent-core and the DGX; tailscaled on agent-core is fine, so not tailscaled, keys or topology"
+)
 DGX_RECOVERY: Final = (
     "systemctl enable --now tailscaled, then a strict-host-key SSH and a silent sentinel run"
 )
@@ -358,17 +363,25 @@ def triage_dgx(
         and r.outcome in (Outcome.FAILED, Outcome.ERROR)
         and r.classification in UNREACHABLE
     }
-    if not unreachable or any(r.target not in dgx_targets for r in unreachable.values()):
+    if any(r.target not in dgx_targets for r in unreachable.values()):
         return None
+    if not unreachable:
+        daemon_ok = {
+            key: r
+            for key, r in results.items()
+            if r.check in (CHECK_ENABLED, CHECK_ACTIVE) and r.target == agent_core
+        }
+        ping_only = {k: r for k, r in results.items() if r.check == CHECK_PING and r.target == agent_core}
+        return _path_verdict(results, {}, daemon_ok, ping_only, agent_core)
     daemon = {
         key: r
         for key, r in results.items()
         if r.check in (CHECK_ENABLED, CHECK_ACTIVE) and r.target == agent_core
     }
     down = {key: r for key, r in daemon.items() if r.outcome is Outcome.FAILED}
-    if not down:
-        return None
     ping = {key: r for key, r in results.items() if r.check == CHECK_PING and r.target == agent_core}
+    if not down:
+        return _path_verdict(results, unreachable, daemon, ping, agent_core)
     states = {r.check: r.evidence.get("state") for r in daemon.values()}
     supporting = sorted([*unreachable, *daemon, *ping])
     evidence: dict[str, Any] = {
@@ -399,15 +412,83 @@ def triage_dgx(
     )
 
 
+def _path_verdict(
+    results: Mapping[str, CheckResult],
+    unreachable: Mapping[str, CheckResult],
+    daemon: Mapping[str, CheckResult],
+    ping: Mapping[str, CheckResult],
+    agent_core: str,
+) -> CheckResult | None:
+    """tailscaled is enabled and active on agent-core, yet the DGX does not answer: say so, and where to look.
+
+    None when nothing is wrong with the path (ping passed, nothing unreachable) or when tailscaled's
+    state is not a clear "enabled and active" (then no cause is claimed).
+    """
+    ping_failed = {k: r for k, r in ping.items() if r.outcome is Outcome.FAILED}
+    if not unreachable and not ping_failed:
+        return None
+    checks = {r.check for r in daemon.values() if r.outcome is Outcome.PASSED}
+    if checks != {CHECK_ENABLED, CHECK_ACTIVE}:
+        return None
+    seen = [f"{r.check} on {r.target}: {r.message}" for r in (*ping_failed.values(), *unreachable.values())]
+    evidence: dict[str, Any] = {
+        "tailscaled": {r.check: r.evidence.get("state") for r in daemon.values()},
+        "failing": seen,
+        "supporting_checks": sorted([*daemon, *ping, *unreachable]),
+        "not_the_cause": "tailscaled on agent-core (enabled and active), keys, topology",
+    }
+    what = "tailscale ping fails" if ping_failed else "the DGX is unreachable"
+    if ping_failed and unreachable:
+        what = "tailscale ping fails and the DGX is unreachable"
+    return CheckResult.failed(
+        CHECK_TRIAGE,
+        agent_core,
+        f"tailscaled on {agent_core} is enabled and active, yet {what}: the fault is on the DGX or the path, "
+        "not tailscaled on agent-core",
+        evidence,
+        Classification.INFRASTRUCTURE,
+        cause=DGX_PATH_CAUSE,
+        recommendation=DGX_PATH_NEXT,
+    )
+
+
 # ---------------------------------------------------------------- remediation
 
 
-def remediate_tailscaled(shell: RemoteShell, *, timeout_s: float = 60.0) -> CheckResult:
+SudoMode = Literal["auto", "always", "never"]
+_SUDO_REFUSED_RE: Final = re.compile(
+    r"(?i)sudo: (?:a password is required|a terminal is required|.*not in the sudoers|.*may not run sudo|"
+    r"sorry, user .* is not allowed|.*command not found)|sudo: not found|not allowed to execute"
+)
+
+
+def remediation_command(shell: RemoteShell, sudo: SudoMode, timeout_s: float) -> tuple[str | None, str]:
+    """``(command, why)``: the command to run (``sudo -n`` unless the SSH user is root), or None and why not."""
+    if sudo == "never":
+        return REMEDIATION_COMMAND, "as the SSH user ([dgx] remediation_sudo = never)"
+    if sudo == "always":
+        return f"sudo -n {REMEDIATION_COMMAND}", "with sudo -n ([dgx] remediation_sudo = always)"
+    res = shell.run("id -u", timeout=timeout_s)
+    uid = res.stdout.strip()
+    if res.exit_code != 0 or not uid.isdigit():
+        return (
+            None,
+            f"cannot tell whether the SSH user is root (`id -u` exit {res.exit_code}: {trim(uid, 40)!r})",
+        )
+    if uid == "0":
+        return REMEDIATION_COMMAND, "as root (uid 0)"
+    return f"sudo -n {REMEDIATION_COMMAND}", f"with sudo -n (the SSH user is uid {uid}, not root)"
+
+
+def remediate_tailscaled(
+    shell: RemoteShell, *, timeout_s: float = 60.0, sudo: SudoMode = "auto"
+) -> CheckResult:
     """The only remediation: ``systemctl enable --now tailscaled`` on agent-core, state before and after.
 
     Run it only when the person running the suite passed ``--sbx-remediate``. It acts only when
     the state before is a clear "not enabled" or "not active"; an unreadable state is reported
-    and nothing is run. It never touches keys, topology or tunnels.
+    and nothing is run. Not root: ``sudo -n`` (never a password prompt); a refused sudo is an
+    ``error`` that says nothing changed. It never touches keys, topology or tunnels.
     """
     host = shell.alias
 
@@ -430,35 +511,97 @@ def remediate_tailscaled(shell: RemoteShell, *, timeout_s: float = 60.0) -> Chec
             return CheckResult.passed(
                 CHECK_REMEDIATE, host, f"{host}: tailscaled already enabled and active; nothing was run", ev
             )
-        res = shell.run(REMEDIATION_COMMAND, timeout=timeout_s)
+        command, how = remediation_command(shell, sudo, timeout_s)
+        ev["privilege"] = how
+        if command is None:
+            ev["command_run"] = False
+            return CheckResult.errored(
+                CHECK_REMEDIATE,
+                host,
+                f"{host}: {how}; nothing was run",
+                Classification.BAD_RESPONSE,
+                ev,
+                recommendation="set [dgx] remediation_sudo to always or never, or run "
+                f"`{REMEDIATION_COMMAND}` on {host} by hand",
+            )
+        res = shell.run(command, timeout=timeout_s)
         ev["command_run"] = True
         ev["command"] = {
-            "ran": REMEDIATION_COMMAND,
+            "ran": command,
             "exit_code": res.exit_code,
             "stdout": trim(res.stdout, 500),
             "stderr": trim(res.stderr, 500),
         }
-        after = _states(shell, timeout_s)
-        ev["after"] = _state_evidence(after)
-        summary = ", ".join(f"{a.verb} {a.state}" for a in after)
-        if all(a.good for a in after):
-            return CheckResult.passed(
+        if command.startswith("sudo ") and res.exit_code != 0 and _SUDO_REFUSED_RE.search(res.stderr):
+            return CheckResult.errored(
                 CHECK_REMEDIATE,
                 host,
-                f"{host}: `{REMEDIATION_COMMAND}` exited {res.exit_code}; now {summary}. Next: a strict-host-key "
-                "SSH to the DGX and a silent sentinel run",
+                f"{host}: sudo refused `{command}` ({_last_line(res.stderr)}); nothing was changed",
+                Classification.CONFIG_DEFECT,
                 ev,
+                recommendation=f"give the SSH user on {host} passwordless sudo for `{REMEDIATION_COMMAND}` "
+                "(or set [dgx] remediation_sudo), or run it there by hand",
+            )
+        after = _states(shell, timeout_s)
+        ev["after"] = _state_evidence(after)
+        change = transition(before, after)
+        ev["before_after"] = change
+        if all(a.good for a in after):
+            return CheckResult.passed(
+                CHECK_REMEDIATE, host, f"{host}: ran `{command}` (exit {res.exit_code}): {change}", ev
             )
         return CheckResult.failed(
             CHECK_REMEDIATE,
             host,
-            f"{host}: `{REMEDIATION_COMMAND}` exited {res.exit_code}; tailscaled is still not up ({summary})",
+            f"{host}: ran `{command}` (exit {res.exit_code}); tailscaled is still not up: {change}",
             ev,
             recommendation="read the command's output in the evidence and fix tailscaled by hand; do not "
             "change keys or topology, and never recreate an old-agent tunnel",
         )
 
     return run_check(CHECK_REMEDIATE, host, body)
+
+
+def transition(before: tuple[UnitAnswer, ...], after: tuple[UnitAnswer, ...]) -> str:
+    """``is-enabled disabled → enabled, is-active inactive → active``."""
+    return ", ".join(f"{b.verb} {b.state} → {a.state}" for b, a in zip(before, after, strict=True))
+
+
+def report_remediation(
+    incident: CheckResult, fix: CheckResult, recheck: Mapping[str, CheckResult]
+) -> CheckResult:
+    """The incident after ``--sbx-remediate``: what ran, before → after, the re-check, and a next step
+    that never again recommends the command that already ran."""
+    ran = (
+        fix.evidence.get("command", {}).get("ran") if isinstance(fix.evidence.get("command"), dict) else None
+    )
+    rechecked = {key: f"{r.outcome.value}: {r.message}" for key, r in sorted(recheck.items())}
+    evidence = {
+        **incident.evidence,
+        "remediation": fix.evidence,
+        "remediation_outcome": fix.outcome.value,
+        "recheck": rechecked,
+    }
+    bad = [r for r in recheck.values() if r.outcome is not Outcome.PASSED]
+    if fix.outcome is not Outcome.PASSED:
+        message = f"{incident.message} Remediation did not succeed: {fix.message}"
+        recommendation = fix.recommendation or "see the remediation evidence; nothing else was changed"
+    elif not ran:
+        message = f"{incident.message} Remediation: {fix.message}"
+        recommendation = "re-run the triage; tailscaled was already up when remediation looked"
+    else:
+        states = " ".join(f"{r.check} {r.outcome.value};" for r in recheck.values()).rstrip(";")
+        found = incident.message.split(" Fix routing")[0]
+        message = f"{found} Remediated: {fix.message}. Re-check: {states or 'none'}."
+        if not bad:
+            recommendation = "nothing more to run: confirm with a silent sentinel run"
+        elif all(r.check in (CHECK_PING, CHECK_SSH) for r in bad):
+            recommendation = f"tailscaled is up now, yet the DGX still does not answer: {DGX_PATH_NEXT}"
+        else:
+            recommendation = "tailscaled is still not healthy after remediation: read the re-check evidence"
+    return incident.model_copy(
+        update={"message": message, "evidence": evidence, "recommendation": recommendation}
+    )
 
 
 def _states(shell: RemoteShell, timeout_s: float) -> tuple[UnitAnswer, UnitAnswer]:

@@ -18,6 +18,7 @@ from sbxcheck.checks.base import run_check
 from sbxcheck.clients.mcp import McpToolResult
 from sbxcheck.clients.sandboxed import ExecResult, excerpt
 from sbxcheck.errors import BadResponseError
+from sbxcheck.inventory import GITHUB_HOST_RE, credential_free_remote
 from sbxcheck.results import CheckResult, Classification
 
 CHECK: Final = "github_stored_auth"
@@ -33,13 +34,46 @@ NOT_PROVEN: Final = (
 WorkspaceExec = Callable[[str, float], ExecResult]
 
 
-def probe_script(repo: str, per_command_s: int = _PER_COMMAND_S) -> str:
-    """The probe: three commands, output discarded, one ``SBX_<NAME>=<exit>`` line each."""
+DEFAULT_HOST: Final = "github.com"
+_TOKEN_ENVS: Final = ("GH_TOKEN", "GITHUB_TOKEN", "GH_ENTERPRISE_TOKEN", "GITHUB_ENTERPRISE_TOKEN")
+
+
+def remote_for(repo: str, host: str = DEFAULT_HOST, remote_url: str | None = None) -> str:
+    """The git remote the probe reads: ``remote_url`` (a mirror) or ``https://<host>/<repo>.git``.
+
+    ValueError for a host that is not a host name, or a URL that is not https/ssh or carries a user
+    name or token (a credential-bearing remote never goes into a command).
+    """
+    if not GITHUB_HOST_RE.match(host):
+        raise ValueError(f"host must be a host name (optionally :port), got {host!r}")
+    if remote_url is None:
+        return f"https://{host}/{repo}.git"
+    if not credential_free_remote(remote_url):
+        raise ValueError(
+            "remote_url must be an https:// URL with no user info, or an ssh:// URL without a password"
+        )
+    return remote_url
+
+
+def probe_script(
+    repo: str,
+    per_command_s: int = _PER_COMMAND_S,
+    *,
+    host: str = DEFAULT_HOST,
+    remote_url: str | None = None,
+) -> str:
+    """The probe: three commands, output discarded, one ``SBX_<NAME>=<exit>`` line each.
+
+    ``host`` is the GitHub host (GitHub Enterprise: its host name; ``gh`` gets it as ``GH_HOST``);
+    ``remote_url`` overrides the git remote read by ``git ls-remote`` (a mirror).
+    """
     if not _REPO_RE.match(repo):
         raise ValueError(f"repo must be <owner>/<name>, got {repo!r}")
     q = shlex.quote(repo)
-    url = shlex.quote(f"https://github.com/{repo}.git")
-    t = f"timeout {int(per_command_s)} env -u GH_TOKEN -u GITHUB_TOKEN GIT_TERMINAL_PROMPT=0 GH_PROMPT_DISABLED=1"
+    url = shlex.quote(remote_for(repo, host, remote_url))
+    unset = " ".join(f"-u {name}" for name in _TOKEN_ENVS)
+    gh_host = f" GH_HOST={shlex.quote(host)}" if host != DEFAULT_HOST else ""
+    t = f"timeout {int(per_command_s)} env {unset}{gh_host} GIT_TERMINAL_PROMPT=0 GH_PROMPT_DISABLED=1"
     return (
         "if command -v gh >/dev/null 2>&1; then echo SBX_GH=yes; else echo SBX_GH=no; fi; "
         f"{t} gh api user --jq .login >/dev/null 2>&1; echo SBX_API=$?; "
@@ -49,13 +83,20 @@ def probe_script(repo: str, per_command_s: int = _PER_COMMAND_S) -> str:
 
 
 def check_github_auth(
-    run: WorkspaceExec, *, workspace: str, repo: str, via: str, timeout_s: float = 120.0
+    run: WorkspaceExec,
+    *,
+    workspace: str,
+    repo: str,
+    via: str,
+    timeout_s: float = 120.0,
+    host: str = DEFAULT_HOST,
+    remote_url: str | None = None,
 ) -> CheckResult:
     """API, repo view and git read work from ``workspace`` with stored credentials only (booleans)."""
     target = f"{workspace}:{repo}"
 
     def body() -> CheckResult:
-        res = run(probe_script(repo), timeout_s)
+        res = run(probe_script(repo, host=host, remote_url=remote_url), timeout_s)
         marks: dict[str, str] = {}
         for line in res.stdout.splitlines():
             m = _MARK_RE.match(line.strip())
@@ -64,8 +105,10 @@ def check_github_auth(
         ev: dict[str, Any] = {
             "workspace": workspace,
             "repo": repo,
+            "host": host,
+            "remote": remote_for(repo, host, remote_url),
             "via": via,
-            "ran": "env -u GH_TOKEN -u GITHUB_TOKEN: gh api user; gh repo view; git ls-remote HEAD "
+            "ran": f"env -u {' -u '.join(_TOKEN_ENVS)}: gh api user; gh repo view; git ls-remote HEAD "
             "(all output to /dev/null)",
             "exec_exit_code": res.exit_code,
             "timed_out": res.timed_out,

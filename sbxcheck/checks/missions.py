@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from sbxcheck.checks.base import trim
@@ -21,6 +22,7 @@ GOAL_LIMIT = 4000
 GOAL_WARN = 3500
 EFFORT_BACKENDS = frozenset({"codex", "claudecode"})
 SHA_RE = re.compile(r"\b[0-9a-f]{40}\b")
+IDEMPOTENCY_CAUSE = "control-plane-idempotency-ignored"  # one server-wide defect: one incident
 MOUNT_ERRORS = ("project not found", "file not found", "no such file", "not a git repository")
 
 
@@ -95,12 +97,16 @@ def check_dispatched(run: RouteRun) -> CheckResult:
                 Classification.CONFIG_DEFECT,
                 recommendation="copy an exact id from the valid list into the inventory (never guess variants)",
             )
-        if rej.supported_efforts or "model_effort" in rej.reason:
+        tried = [a["effort"] for a in run.effort_attempts if a.get("effort")]
+        if tried and (rej.supported_efforts or "model_effort" in rej.reason):
+            # only a route that asked for an effort walked a ladder; a 400 that merely echoes the
+            # field name on a route without one is an ordinary refusal (below)
             ev["supported_efforts"] = rej.supported_efforts
             return CheckResult.failed(
                 check,
                 target,
-                f"no effort on the ladder was accepted: {trim(rej.reason, 200)}",
+                f"no effort on the ladder was accepted (tried {', '.join(map(str, tried))}): "
+                f"{trim(rej.reason, 200)}",
                 ev,
                 Classification.CONFIG_DEFECT,
             )
@@ -114,19 +120,17 @@ def check_dispatched(run: RouteRun) -> CheckResult:
         coalesced_with=run.created.coalesced_with,
         idempotency_supported=run.created.idempotency_supported,
     )
-    if run.retry is not None:
-        retry_id = run.retry.mission.get("id")
-        ev.update(retry_mission_id=retry_id, retry_coalesced_with=run.retry.coalesced_with)
-        if retry_id != run.mission_id:
-            return CheckResult.failed(
-                check,
-                target,
-                f"idempotency ignored: a retried create with the same key made a second mission {retry_id} "
-                f"(both are cancelled at teardown)",
-                ev,
-                recommendation="the control plane does not honour idempotency_key: retried dispatches duplicate "
-                "work; fix the lease before relying on retries",
-            )
+    ignored = _idempotency_ignored(run, ev)
+    if ignored is not None:
+        return CheckResult.failed(
+            check,
+            target,
+            ignored,
+            ev,
+            cause=IDEMPOTENCY_CAUSE,
+            recommendation="the control plane does not honour idempotency_key: retried dispatches duplicate "
+            "work; fix the lease before relying on retries",
+        )
     requested, accepted = run.requested["model_effort"], run.accepted_effort
     if requested and accepted != requested:
         ev["accepted_effort"] = accepted
@@ -143,15 +147,50 @@ def check_dispatched(run: RouteRun) -> CheckResult:
     )
 
 
+def _idempotency_ignored(run: RouteRun, ev: dict[str, Any]) -> str | None:
+    """Why the key retry shows the key was ignored, or None (honoured, not probed, or inconclusive).
+
+    The retry differs from the first create in title and prompt, so title coalescing cannot match it:
+    only ``idempotency_key`` can return the first mission.
+    """
+    if run.retry_rejection is not None:
+        rej = run.retry_rejection
+        ev.update(retry_status=rej.status, retry_reason=trim(rej.reason, 300))
+        return (
+            f"idempotency ignored: a retried create with the same key was refused (HTTP {rej.status}: "
+            f"{trim(rej.reason, 120)}) instead of returning mission {run.mission_id}"
+        )
+    if run.retry is None:
+        return None
+    retry_id = run.retry.mission.get("id")
+    ev.update(
+        retry_mission_id=retry_id,
+        retry_coalesced_with=run.retry.coalesced_with,
+        retry_differs_in="title and prompt (only the key can match)",
+    )
+    if retry_id == run.mission_id:
+        ev["idempotency"] = "honoured: the retry returned the first mission"
+        return None
+    if run.first_status_at_retry == "failed":  # §3.4 step 5: a failed holder does not coalesce
+        ev["idempotency"] = "inconclusive: the first mission had failed before the retry"
+        return None
+    return (
+        f"idempotency ignored: a retried create with the same key made a second mission {retry_id} "
+        f"(both are cancelled at teardown)"
+    )
+
+
 # ------------------------------------------------------------------ record echoes request
 
 
-def model_match(requested: str | None, stored: str | None) -> str:
+def model_match(requested: str | None, stored: object) -> str:
     """``exact``, ``normalised`` (provider prefix added/stripped, alias expanded), ``missing`` or ``different``."""
     if requested is None:
         return "not_requested"
     if not stored:
         return "missing"
+    if not isinstance(stored, str):  # a record that is not what the API documents is never a match
+        return "different"
     if stored == requested:
         return "exact"
     if (
@@ -254,7 +293,7 @@ def check_reaches_execution(run: RouteRun, *, blocked_signature: str | None = No
             check,
             target,
             f"still pending after {run.waited_s:.0f}s (deadline "
-            f"{run.deadline_s:.0f}s): dispatched but never started",
+            f"{run.deadline_s:.0f}s from dispatch): dispatched but never started",
             ev,
             Classification.TIMEOUT,
         )
@@ -294,7 +333,8 @@ def check_reaches_execution(run: RouteRun, *, blocked_signature: str | None = No
     return CheckResult.failed(
         check,
         target,
-        f"{status} without execution evidence after {run.waited_s:.0f}s",
+        f"{status} without execution evidence after {run.waited_s:.0f}s (deadline {run.deadline_s:.0f}s "
+        "from dispatch)",
         ev,
         Classification.TIMEOUT,
     )
@@ -307,6 +347,115 @@ def _step_results(run: RouteRun) -> list[tuple[dict[str, Any], dict[str, Any] | 
     """(tool_call, its tool_result) pairs in order, matched by tool_call_id."""
     results = {e.get("tool_call_id"): e for e in run.events if e.get("event_type") == "tool_result"}
     return [(e, results.get(e.get("tool_call_id"))) for e in run.events if e.get("event_type") == "tool_call"]
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """What one tool result says: its output text, and why it failed (None: it succeeded)."""
+
+    text: str
+    failure: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+
+_TEXT_KEYS = ("output", "stdout", "result", "text", "content")
+_EXIT_TEXT_RE = re.compile(
+    r"(?i)^\W*(?:exit(?:ed)?(?: with)?(?: code| status)|process exited with(?: exit)? code|"
+    r"command (?:failed|exited) with(?: exit)? code|return(?:ed)? code)\s*[:=]?\s*(-?\d+)\b"
+)
+_FAIL_STATUSES = frozenset({"error", "failed", "failure", "timeout", "timed_out", "cancelled", "canceled"})
+
+
+def _exit_failure(source: str, value: Any) -> str | None:
+    """A non-zero (or unreadable) exit code is a failure; 0 is not."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        code = int(str(value).strip())
+    except ValueError:
+        return f"{source} is {str(value)[:40]!r}, not a number"
+    return None if code == 0 else f"{source} {code}"
+
+
+def _flags_failure(where: str, doc: Any) -> str | None:
+    """Failure flags in one mapping: is_error/isError, exit_code/exitCode/returncode, success, status, timed_out."""
+    if not isinstance(doc, dict):
+        return None
+    for key in ("is_error", "isError", "error"):
+        value = doc.get(key)
+        if value is True or (key == "error" and isinstance(value, str) and value.strip()):
+            return f"{where}{key}"
+    for key in ("exit_code", "exitCode", "returncode", "return_code", "exit_status"):
+        failure = _exit_failure(f"{where}{key}", doc.get(key))
+        if failure:
+            return failure
+    if doc.get("success") is False or doc.get("ok") is False:
+        return f"{where}success false"
+    if doc.get("timed_out") is True:
+        return f"{where}timed_out"
+    status = doc.get("status")
+    if isinstance(status, str) and status.strip().lower() in _FAIL_STATUSES:
+        return f"{where}status {status.strip()!r}"
+    if isinstance(status, int) and not isinstance(status, bool) and status != 0:
+        return f"{where}status {status}"
+    return None
+
+
+_FLAG_KEYS = frozenset(
+    {"is_error", "isError", "error", "exit_code", "exitCode", "returncode", "return_code", "exit_status"}
+    | {"success", "ok", "timed_out", "status"}
+)
+_ENVELOPE_KEYS = _FLAG_KEYS | set(_TEXT_KEYS) | {"stderr", "command", "duration_ms", "cwd", "truncated"}
+
+
+def _is_envelope(doc: Any) -> bool:
+    """A JSON result envelope (``{"output": ..., "exit_code": ...}``): only envelope keys, one a status flag."""
+    return isinstance(doc, dict) and bool(doc) and set(doc) <= _ENVELOPE_KEYS and bool(set(doc) & _FLAG_KEYS)
+
+
+def tool_outcome(result: dict[str, Any] | None) -> StepOutcome:
+    """Read one stored ``tool_result`` row whatever shape it has; a failed step is never evidence.
+
+    Failure signals, any of: no result; ``is_error`` (row or ``metadata``); a non-zero ``exit_code``
+    (row, ``metadata`` or a JSON content document); ``success: false``; a failing ``status``;
+    ``timed_out``; or output whose first or last line is an exit-status line (``Exit code: 2``,
+    ``Process exited with code 1``). The text is the output (``output``/``stdout``… of a JSON
+    content document, plus its ``stderr``), else the content as written.
+    """
+    if not isinstance(result, dict):
+        return StepOutcome("", "no tool result")
+    content = result.get("content")
+    text = content if isinstance(content, str) else ("" if content is None else json.dumps(content))
+    doc: Any = content if isinstance(content, dict) else None
+    if doc is None and isinstance(content, str) and content.lstrip().startswith("{"):
+        try:
+            doc = json.loads(content)
+        except ValueError:
+            doc = None
+    if not _is_envelope(doc):
+        doc = None  # a file that happens to be JSON is output, not a result envelope
+    if isinstance(doc, dict):
+        parts = [doc[k] for k in _TEXT_KEYS if isinstance(doc.get(k), str)][:1]
+        if isinstance(doc.get("stderr"), str):
+            parts.append(doc["stderr"])
+        if parts:
+            text = "".join(parts)
+    failure = (
+        _flags_failure("", result)
+        or _flags_failure("metadata.", result.get("metadata"))
+        or _flags_failure("content.", doc)
+    )
+    if failure is None:
+        lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+        for line in (lines[:1] + lines[-1:]) if lines else []:
+            found = _EXIT_TEXT_RE.match(line.strip())
+            if found and int(found.group(1)) != 0:
+                failure = f"output says {trim(line.strip(), 60)!r}"
+                break
+    return StepOutcome(text, failure)
 
 
 def _call_text(call: dict[str, Any]) -> str:
@@ -356,30 +505,38 @@ def check_workspace_visible(canary: CanaryRun) -> CheckResult:
         "status": run.status,
     }
     pairs = _step_results(run)
-    outputs: dict[str, tuple[str, bool]] = {}
-    mcp_output: tuple[str, bool, str] | None = None
+    outputs: dict[str, StepOutcome] = {}
+    mcp_output: tuple[StepOutcome, str] | None = None
     for call, result in pairs:
-        text = str(result.get("content") or "") if result else ""
-        failed = bool(result is None or (result.get("metadata") or {}).get("is_error"))
+        outcome = tool_outcome(result)
         name = str(call.get("tool_name") or "")
         if "read_file" in name and name.startswith("mcp"):
-            mcp_output = (text, failed, name)
+            mcp_output = (outcome, name)
         else:
-            outputs[_call_text(call)] = (text, failed)
+            outputs[_call_text(call)] = outcome
 
-    def step(prefix: str) -> tuple[str, bool] | None:
+    def step(prefix: str) -> StepOutcome | None:
         return next((v for k, v in outputs.items() if k.startswith(prefix)), None)
 
     problems: list[str] = []
     mount_signals: list[str] = []
+    failed_steps: dict[str, str] = {}
+
+    def failed(label: str, outcome: StepOutcome | None) -> bool:
+        """A step that ran and failed: its text is a mount signal, never evidence of what it read."""
+        if outcome is None or outcome.ok:
+            return False
+        failed_steps[label] = str(outcome.failure)
+        mount_signals.append(trim(outcome.text, 120))
+        return True
+
     seen_path = step(f"ls -d {spec.checkout}")
-    ev["checkout_visible"] = bool(seen_path and not seen_path[1] and spec.checkout in seen_path[0])
+    ls_failed = failed("ls", seen_path)
+    ev["checkout_visible"] = bool(seen_path and seen_path.ok and spec.checkout in seen_path.text)
     if not ev["checkout_visible"]:
         problems.append(f"checkout {spec.checkout} not visible in the mission's scope")
-        if seen_path:
-            mount_signals.append(trim(seen_path[0], 120))
     head = step(f"git -C {spec.checkout} rev-parse HEAD")
-    found = SHA_RE.search(head[0]) if head and not head[1] else None
+    found = SHA_RE.search(head.text) if head and not failed("git rev-parse", head) else None
     sha = found.group(0) if found else None
     ev["head"], ev["expected_ref"] = sha, spec.ref
     if sha is None or (spec.ref and sha != spec.ref):
@@ -388,12 +545,10 @@ def check_workspace_visible(canary: CanaryRun) -> CheckResult:
             if sha is None
             else f"HEAD {sha[:12]} != expected {spec.ref[:12] if spec.ref else ''}"
         )
-        if head:
-            mount_signals.append(trim(head[0], 120))
     if spec.pin_file:
         pin = step(f"cat {spec.checkout}/{spec.pin_file}")
-        value = pin[0].strip() if pin and not pin[1] else None
-        ev["pin"], ev["expected_pin"] = value, spec.pin
+        value = pin.text.strip() if pin and not failed(f"cat {spec.pin_file}", pin) else None
+        ev["pin"], ev["expected_pin"] = value or None, spec.pin
         if not value or (spec.pin and value != spec.pin):
             problems.append(
                 f"{spec.pin_file} not readable"
@@ -404,18 +559,24 @@ def check_workspace_visible(canary: CanaryRun) -> CheckResult:
     if mcp_output is None:
         problems.append("no registered MCP tool was called to read the file")
     else:
-        text, failed, tool = mcp_output
-        digest = hashlib.sha256(text.encode()).hexdigest()
-        ev["mcp_tool"], ev["mcp_sha256"] = tool, digest if not failed else None
-        if failed:
-            problems.append(f"MCP {tool} failed: {trim(text, 120)}")
-            mount_signals.append(trim(text, 120))
-        elif canary.exec_sha256 is None:
-            problems.append(f"no independent sha256 of {spec.mcp_file} (workspace exec: {canary.exec_error})")
-        elif digest != canary.exec_sha256:
-            problems.append(
-                f"MCP content sha256 {digest[:12]} != workspace exec sha256 {canary.exec_sha256[:12]}"
-            )
+        mcp, tool = mcp_output
+        ev["mcp_tool"] = tool
+        if failed(tool, mcp):
+            ev["mcp_sha256"] = None
+            problems.append(f"MCP {tool} failed ({mcp.failure}): {trim(mcp.text, 120)}")
+        else:
+            digest = hashlib.sha256(mcp.text.encode()).hexdigest()
+            ev["mcp_sha256"] = digest
+            if canary.exec_sha256 is None:
+                problems.append(
+                    f"no independent sha256 of {spec.mcp_file} (workspace exec: {canary.exec_error})"
+                )
+            elif digest != canary.exec_sha256:
+                problems.append(
+                    f"MCP content sha256 {digest[:12]} != workspace exec sha256 {canary.exec_sha256[:12]}"
+                )
+    if failed_steps:
+        ev["failed_steps"] = failed_steps
     ev["steps_seen"] = len(pairs)
     if not problems:
         return CheckResult.passed(
@@ -425,13 +586,18 @@ def check_workspace_visible(canary: CanaryRun) -> CheckResult:
             f"; MCP read matches exec sha256",
             ev,
         )
-    if not ev["checkout_visible"] and any(s in " ".join(mount_signals).lower() for s in MOUNT_ERRORS):
+    # the mission ran `ls -d <checkout>` and it failed (whatever shape said so), or a failed step named a
+    # missing project/file: the checkout is not mounted in the mission's scope
+    if not ev["checkout_visible"] and (
+        ls_failed or any(s in " ".join(mount_signals).lower() for s in MOUNT_ERRORS)
+    ):
         ev["mount_signals"] = mount_signals[:4]
         return CheckResult.failed(
             check,
             target,
-            f"{spec.backend} sees no checkout in {spec.workspace} (ephemeral directory; MCP: project/file not found): "
-            "workspace mount defect",
+            f"{spec.backend} sees no checkout {spec.checkout} in {spec.workspace} (failed steps: "
+            + (", ".join(f"{k} [{v}]" for k, v in failed_steps.items()) or "none")
+            + "): workspace mount defect",
             ev,
             Classification.WORKSPACE_MOUNT_DEFECT,
             recommendation="a control-plane mount/path propagation defect for this backend, not a Lean or MCP "

@@ -259,7 +259,10 @@ CONTROLPLANE_FAULTS: Final[dict[str, str]] = {
     "then complete with no tool events",
     "cp.mount-missing": "target backend's missions run in an empty ephemeral directory instead of the "
     "workspace; MCP lookups answer project/file not found",
-    "cp.idempotency-ignored": "create ignores idempotency_key and title coalescing: a retry is a new mission",
+    "cp.mount-missing-exitcode": "as cp.mount-missing, and tool results carry only metadata.exit_code "
+    "(no is_error): a failing step's error text is all that names the path",
+    "cp.idempotency-ignored": "create ignores idempotency_key (title coalescing stays on, as upstream): a "
+    "retry with the same key and a new title is a new mission",
     "cp.auth-expired": "every bearer token is refused: 401 `Invalid or expired token`",
     "cp.env-values-exposed": "target workspace's env also holds credential-shaped values (ghp_…, sk-ant-…)",
     "fleet.node-offline": "target node missed 3+ heartbeats: status offline, stale last_seen, error set",
@@ -273,6 +276,7 @@ DEFAULT_FAULT_TARGETS: Final[dict[str, str]] = {
     "cp.model-not-found": "opencode",
     "cp.effort-reject-max": "codex",
     "cp.mount-missing": "opencode",
+    "cp.mount-missing-exitcode": "opencode",
     "cp.env-values-exposed": "verity",
     "fleet.node-offline": "dgx-spark",
     "fleet.node-degraded": "nippur",
@@ -989,16 +993,16 @@ class ControlPlaneDouble:
         # 4. unknown keys
         ignored = [k for k in body if k not in KNOWN_CREATE_FIELDS]
         headers = {"x-ignored-fields": ",".join(ignored)} if ignored else {}
-        dedupe = "cp.idempotency-ignored" not in self.faults
-        # 5. idempotency coalescing
+        # 5. idempotency coalescing (cp.idempotency-ignored skips only this step)
         key = opt("idempotency_key")
-        if key and dedupe:
+        if key and "cp.idempotency-ignored" not in self.faults:
             held = self._missions.get(self._leases.get(f"lease:{key}", ""))
             if held is not None and held.owner == user and held.status != "failed":
                 return self._coalesced(held, headers)
-        # 6. retry-shaped duplicate coalescing
+        # 6. retry-shaped duplicate coalescing: always on, as upstream (it masks an ignored key for a
+        # retry identical in every field)
         title = opt("title")
-        if title and dedupe:
+        if title:
             now = time.monotonic()
             for m in reversed(self._missions.values()):
                 if (
@@ -1511,7 +1515,9 @@ class ControlPlaneDouble:
     def _scope_for(self, m: _Mission) -> tuple[Path, Path]:
         """``(workspace_path, scope)``: the scope is the workspace, or an empty ephemeral dir."""
         ws = self._workspaces[m.record["workspace_id"]]
-        if self._fault_on("cp.mount-missing", m.record["backend"]):
+        if self._fault_on("cp.mount-missing", m.record["backend"]) or self._fault_on(
+            "cp.mount-missing-exitcode", m.record["backend"]
+        ):
             scope = self.root / "missions" / m.id
             scope.mkdir(parents=True, exist_ok=True)
             return ws.path, scope
@@ -1717,6 +1723,7 @@ class ControlPlaneDouble:
             if m.execution is not None:
                 m.execution["execution_state"] = "waiting_tool"
             self._emit(m, "tool_call", json.dumps(args), tool_name=tool_name, tool_call_id=call_id)
+            exit_code_only = self._fault_on("cp.mount-missing-exitcode", m.record["backend"])
         meta: dict[str, Any] = {"step": index}
         if is_mcp:
             text, is_error = await asyncio.to_thread(_mcp_tool, argv[1], argv[2:], ws_path, scope)
@@ -1731,8 +1738,12 @@ class ControlPlaneDouble:
                     run_bounded, translated, scope, env, self.step_timeout_s
                 )
             text = out + err
+            if scope != ws_path:  # inside a container the missing path is named as the step asked for it
+                text = text.replace(str(scope), str(ws_path))
             is_error = code != 0 or timed_out
             meta.update(exit_code=code, timed_out=timed_out, is_error=is_error)
+        if exit_code_only:  # the upstream shape some harnesses store: an exit code and nothing else
+            meta = {"step": index, "exit_code": meta.get("exit_code", int(is_error))}
         await self._sleep(STEP_S)
         with self._lock:
             m = self._alive(mid)

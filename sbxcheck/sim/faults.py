@@ -67,7 +67,12 @@ FAULTS: dict[str, Fault] = {
             "cp.mount-missing", "opencode missions see an empty ephemeral directory instead of the workspace"
         ),
         Fault(
-            "cp.idempotency-ignored", "create ignores idempotency_key: a retried create is a second mission"
+            "cp.mount-missing-exitcode",
+            "as cp.mount-missing, with tool results that carry only an exit code (no is_error)",
+        ),
+        Fault(
+            "cp.idempotency-ignored",
+            "create ignores idempotency_key (identical titles still coalesce): a keyed retry is a second mission",
         ),
         Fault("cp.auth-expired", "every bearer token is refused: 401 Invalid or expired token"),
         Fault("cp.env-values-exposed", "the verity workspace's env also holds credential-shaped values"),
@@ -85,6 +90,10 @@ FAULTS: dict[str, Fault] = {
         Fault("dgx.ping-timeout", "tailscale ping from agent-core hangs (the probe's timeout fires)"),
         Fault("dgx.ping-silent", "tailscale on agent-core prints nothing and exits 0"),
         Fault("dgx.systemctl-unknown", "systemctl on agent-core answers 'unknown' for tailscaled"),
+        Fault(
+            "dgx.sudo-refused",
+            "tailscaled on agent-core is disabled and `sudo -n` is refused (no passwordless sudo)",
+        ),
         Fault("dgx.unreachable", "the DGX host is down: no SSH, no pong, its remote node offline"),
         Fault("exedev.ls-fails", "exe.dev's `ls --json` exits 1 (the VM list is unknown)"),
         Fault("exedev.ls-garbage", "exe.dev's `ls --json` prints a banner, not JSON"),
@@ -102,6 +111,7 @@ CONTROLPLANE_TARGETS: dict[str, str] = {
     "cp.stuck-pending": "gemini",
     "cp.no-evidence": "gemini",
     "cp.mount-missing": "opencode",
+    "cp.mount-missing-exitcode": "opencode",
     "cp.idempotency-ignored": "*",
     "cp.auth-expired": "*",
     "cp.env-values-exposed": "verity",

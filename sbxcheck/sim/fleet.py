@@ -591,7 +591,12 @@ class SimFleet:
         )
         for name in self.hosts:
             self._host_ports[name] = self._ports.reserve()
-        if faults & {"dgx.tailscaled-disabled", "dgx.tailscaled-inactive", "dgx.unreachable"}:
+        if faults & {
+            "dgx.tailscaled-disabled",
+            "dgx.tailscaled-inactive",
+            "dgx.sudo-refused",
+            "dgx.unreachable",
+        }:
             # off the tailnet (or down), the DGX misses its heartbeats too
             assert self.controlplane is not None
             self.controlplane.inject("fleet.node-offline", "dgx-spark")
@@ -606,6 +611,7 @@ class SimFleet:
         down = self._fleet_faults() & {
             "dgx.tailscaled-disabled",
             "dgx.tailscaled-inactive",
+            "dgx.sudo-refused",
             "dgx.unreachable",
         }
         return "refuse" if down else "ok"

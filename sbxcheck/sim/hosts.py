@@ -105,6 +105,12 @@ HOST_FAULTS: Final[dict[str, HostFault]] = {
             {"systemctl_unknown": True},
         ),
         HostFault(
+            "dgx.sudo-refused",
+            "agent-core",
+            "tailscaled on agent-core is disabled and the SSH user has no passwordless sudo",
+            {"tailscaled_enabled": False, "tailscaled_active": False, "sudo_refused": True},
+        ),
+        HostFault(
             "exedev.ls-fails",
             "exe.dev",
             "exe.dev's `ls --json` exits 1 (the VM list is unknown)",
@@ -131,6 +137,19 @@ def fault_options(host: str, faults: Iterable[str]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- programs
+
+_ID = r"""#!/bin/bash
+# sbxcheck sim: the SSH user on this host is a regular account (uid 1000), not root.
+case "$1" in -u) echo 1000 ;; -un) echo operator ;; *) echo "uid=1000(operator) gid=1000(operator)" ;; esac
+"""
+
+_SUDO = r"""#!/bin/bash
+# sbxcheck sim: sudo for a user with passwordless sudo (or, with the sudo-refused flag, without it).
+state=@STATE@
+[ "$1" = -n ] && shift
+if [ -e "$state/sudo-refused" ]; then echo "sudo: a password is required" >&2; exit 1; fi
+exec "$@"
+"""
 
 _SYSTEMCTL = r"""#!/bin/bash
 # sbxcheck sim: systemctl knowing one unit, tailscaled; state in files.
@@ -299,6 +318,7 @@ def _tailscale_host(
     systemctl_unknown: bool,
     enable_denied: bool,
     peer_ip: str,
+    sudo_refused: bool = False,
     peer_name: str,
     ping_hang_s: float,
 ) -> HostHome:
@@ -308,12 +328,18 @@ def _tailscale_host(
     (state / "tailscaled.enabled").write_text("enabled\n" if enabled else "disabled\n")
     (state / "tailscaled.active").write_text("active\n" if active else "inactive\n")
     (state / "ping.mode").write_text(ping + "\n")
-    for flag, on in (("unknown", systemctl_unknown), ("enable-denied", enable_denied)):
+    for flag, on in (
+        ("unknown", systemctl_unknown),
+        ("enable-denied", enable_denied),
+        ("sudo-refused", sudo_refused),
+    ):
         (state / flag).unlink(missing_ok=True)
         if on:
             (state / flag).touch()
     q_state = _sh_quote(str(state))
     _install(bin_dir, "systemctl", _fill(_SYSTEMCTL, STATE=q_state))
+    _install(bin_dir, "sudo", _fill(_SUDO, STATE=q_state))
+    _install(bin_dir, "id", _ID)  # the operator logs in as a regular user, whoever runs the sim
     _install(
         bin_dir,
         "tailscale",
@@ -337,6 +363,7 @@ def make_agent_core(
     ping: PingMode = "ok",
     systemctl_unknown: bool = False,
     enable_denied: bool = False,
+    sudo_refused: bool = False,
     dgx_ip: str = DGX_TAILSCALE_IP,
     dgx_name: str = "dgx-spark",
     ping_hang_s: float = 60.0,
@@ -345,7 +372,8 @@ def make_agent_core(
 
     Knobs: tailscaled disabled / inactive, ``ping`` mode (``ok`` direct pong, ``derp`` relayed pongs
     then exit 1, ``no-reply``, ``timeout`` = sleep ``ping_hang_s`` then exit 1, ``silent`` = nothing,
-    exit 0), ``systemctl_unknown`` (answers ``unknown``), ``enable_denied`` (enable fails: Access denied).
+    exit 0), ``systemctl_unknown`` (answers ``unknown``), ``enable_denied`` (enable fails: Access denied),
+    ``sudo_refused`` (``sudo -n`` answers "a password is required"; otherwise sudo is passwordless).
     """
     return _tailscale_host(
         root,
@@ -355,6 +383,7 @@ def make_agent_core(
         ping=ping,
         systemctl_unknown=systemctl_unknown,
         enable_denied=enable_denied,
+        sudo_refused=sudo_refused,
         peer_ip=dgx_ip,
         peer_name=dgx_name,
         ping_hang_s=ping_hang_s,

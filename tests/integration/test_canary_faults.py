@@ -49,6 +49,9 @@ EXPECTED: dict[str, dict[tuple[str, str], tuple[str, str | None]]] = {
     "cp.stuck-pending": {("route_reaches_execution", "gemini-flash"): ("failed", "timeout")},
     "cp.no-evidence": {("route_reaches_execution", "gemini-flash"): ("failed", "transport_failure")},
     "cp.mount-missing": {("workspace_visible", "opencode-verity"): ("failed", "workspace_mount_defect")},
+    "cp.mount-missing-exitcode": {
+        ("workspace_visible", "opencode-verity"): ("failed", "workspace_mount_defect")
+    },
     "cp.idempotency-ignored": {("route_dispatched", r): ("failed", "check_failed") for r in REST_ROUTES},
     "cp.auth-expired": {(c, r): AUTH for c in ROUTE_CHECKS for r in ROUTES}
     | {("workspace_visible", c): AUTH for c in CANARIES},
@@ -56,7 +59,7 @@ EXPECTED: dict[str, dict[tuple[str, str], tuple[str, str | None]]] = {
 GROUPS = [
     ("cp.effort-reject-max", "cp.record-drops-model", "cp.stuck-pending", "cp.mount-missing"),
     ("cp.backend-crash", "cp.no-evidence"),
-    ("cp.model-not-found",),
+    ("cp.model-not-found", "cp.mount-missing-exitcode"),
     ("cp.idempotency-ignored",),
     ("cp.auth-expired",),
 ]
@@ -114,6 +117,15 @@ def test_fault_group_turns_exactly_its_items(
         assert incident["id"] in skipped["message"]
     if "cp.auth-expired" in group:
         assert len(outcome.report["incidents"]) == 1
+    if "cp.idempotency-ignored" in group:  # one server-wide defect across routes: one incident
+        [incident] = outcome.report["incidents"]
+        assert len(incident["checks"]) == len(REST_ROUTES)
+        ev = items[("route_dispatched", "codex-terra")]["evidence"]
+        assert ev["retry_differs_in"] and ev["retry_mission_id"] != ev["mission_id"]
+    if "cp.mount-missing-exitcode" in group:  # a failed step's text is never evidence of what it read
+        ev = items[("workspace_visible", "opencode-verity")]["evidence"]
+        assert ev["checkout_visible"] is False and ev["pin"] is None and ev["mcp_sha256"] is None
+        assert "ls" in ev["failed_steps"]
 
 
 def test_healthy_control_plane_rest_and_mcp_agree(pytester: pytest.Pytester, tmp_path: Path) -> None:

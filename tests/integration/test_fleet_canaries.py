@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -32,15 +31,20 @@ EXPECTED: dict[str, dict[tuple[str, str], tuple[str, str]]] = {
         ("triage_dgx_routing", "dgx-spark"): (F, "infrastructure"),
         ("fleet_node", "dgx-spark"): (F, "infra_unreachable"),
     },
-    "dgx.ping-timeout": {("dgx_tailscale_ping", "dgx-spark"): (F, "check_failed")},
+    # tailscaled is fine: the triage item says so and points at the DGX and the path
+    "dgx.ping-timeout": {
+        ("dgx_tailscale_ping", "dgx-spark"): (F, "check_failed"),
+        ("triage_dgx_routing", "dgx-spark"): (F, "infrastructure"),
+    },
     "dgx.unreachable": {
         ("dgx_tailscale_ping", "dgx-spark"): (F, "check_failed"),
+        ("triage_dgx_routing", "dgx-spark"): (F, "infrastructure"),
         ("dgx_ssh_reachable", "dgx-spark"): ("error", "infra_unreachable"),
         ("fleet_node", "dgx-spark"): (F, "infra_unreachable"),
     },
     "fleet.node-offline": {("fleet_node", "dgx-spark"): (F, "infra_unreachable")},
     "fleet.node-cordoned": {("fleet_node", "babylon"): (F, "check_failed")},
-    "fleet.degraded-disk": {("fleet_control_plane", ""): (F, "infrastructure")},
+    "fleet.degraded-disk": {("fleet_health", ""): (F, "infrastructure")},
     "cp.env-values-exposed": {("workspace_discovery", "rest"): (F, "security_exposure")},
     "gh.no-auth": {("github_auth", "verity-rest"): (F, "check_failed")},
     "openrouter.orphan-key": {("orphan_audit", ""): (F, "check_failed")},
@@ -95,15 +99,30 @@ def test_triage_yields_one_incident_only_for_the_dgx_routing_fault(
     assert state == ("disabled", "inactive"), "triage without --sbx-remediate must change nothing"
 
 
-def test_remediate_runs_only_the_one_recovery_command(pytester: pytest.Pytester, tmp_path: Path) -> None:
-    with SimFleet(tmp_path / "fleet", ["dgx.tailscaled-disabled"]) as fleet:
+@pytest.mark.parametrize("fault", ["dgx.tailscaled-disabled", "dgx.sudo-refused"])
+def test_remediate_runs_only_the_one_recovery_command(
+    pytester: pytest.Pytester, tmp_path: Path, fault: str
+) -> None:
+    with SimFleet(tmp_path / "fleet", [fault]) as fleet:
         outcome = run_suite(pytester, fleet, "triage", FLEET_SUITE, "--sbx-remediate", "-k", "triage_dgx")
         state = fleet.hosts["agent-core"].unit_state()
     [triage] = outcome.report["checks"]
     evidence = triage["evidence"]
     assert triage["outcome"] == "failed"  # the incident was real; the report says what was done about it
+    # the sim's SSH user is not root: the command ran through sudo -n
+    assert evidence["remediation"]["command"]["ran"] == "sudo -n systemctl enable --now tailscaled"
+    if fault == "dgx.sudo-refused":
+        assert evidence["remediation_outcome"] == "error" and "sudo refused" in triage["message"]
+        assert state == ("disabled", "inactive")
+        return
     assert evidence["remediation_outcome"] == "passed"
-    assert json.dumps(evidence["remediation"]).count("systemctl enable --now tailscaled") >= 1
+    assert (
+        evidence["remediation"]["before_after"]
+        == "is-enabled disabled → enabled, is-active inactive → active"
+    )
+    assert "Remediated" in triage["message"] and evidence["recheck"]  # re-checked after the command
+    [incident] = outcome.report["incidents"]
+    assert "systemctl enable" not in incident["recommendation"]  # never recommends what already ran
     assert state == ("enabled", "active")
 
 

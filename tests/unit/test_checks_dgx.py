@@ -9,6 +9,7 @@ import pytest
 
 from sbxcheck.checks.dgx import (
     DGX_CAUSE,
+    DGX_PATH_CAUSE,
     DGX_RECOVERY,
     REMEDIATION_COMMAND,
     check_dgx_ssh,
@@ -16,6 +17,7 @@ from sbxcheck.checks.dgx import (
     check_tailscaled_active,
     check_tailscaled_enabled,
     remediate_tailscaled,
+    report_remediation,
     triage_dgx,
 )
 from sbxcheck.errors import CommandTimeout, HostKeyMismatch, HostUnreachable
@@ -267,11 +269,6 @@ def test_triage_also_fires_when_only_inactive() -> None:
     [
         # another host is unreachable too: not "only the DGX"
         {"c::ssh[babylon]": res("dgx_ssh", "babylon", Outcome.ERROR, Classification.INFRA_UNREACHABLE)},
-        # tailscaled is fine on agent-core
-        {
-            "c::enabled": res("tailscaled_enabled", "agent-core", Outcome.PASSED),
-            "c::active": res("tailscaled_active", "agent-core", Outcome.PASSED),
-        },
         # we could not tell tailscaled's state: no incident claimed
         {
             "c::enabled": res("tailscaled_enabled", "agent-core", Outcome.ERROR, Classification.TIMEOUT),
@@ -304,10 +301,20 @@ def test_triage_host_key_mismatch_is_not_a_routing_incident() -> None:
 class FakeSystemd:
     """A stateful systemctl for one unit; ``enable --now`` changes what is-enabled/is-active print."""
 
-    def __init__(self, enabled: str = "disabled", active: str = "inactive", deny: bool = False) -> None:
+    def __init__(
+        self,
+        enabled: str = "disabled",
+        active: str = "inactive",
+        deny: bool = False,
+        uid: int = 0,
+        sudo_refused: bool = False,
+    ) -> None:
         self.enabled, self.active, self.deny = enabled, active, deny
+        self.sudo_refused = sudo_refused
         self.shell = ScriptedShell(
             {
+                "id -u": (0, f"{uid}\n", ""),
+                f"sudo -n {REMEDIATION_COMMAND}": self._sudo,
                 "systemctl is-enabled tailscaled": lambda: (
                     0 if self.enabled == "enabled" else 1,
                     self.enabled + "\n",
@@ -321,6 +328,11 @@ class FakeSystemd:
                 REMEDIATION_COMMAND: self._enable_now,
             }
         )
+
+    def _sudo(self) -> tuple[int, str, str]:
+        if self.sudo_refused:
+            return 1, "", "sudo: a password is required\n"
+        return self._enable_now()
 
     def _enable_now(self) -> tuple[int, str, str]:
         if self.deny:
@@ -372,3 +384,79 @@ def test_remediation_runs_nothing_when_state_is_unreadable() -> None:
     r = remediate_tailscaled(shell)
     assert r.outcome is Outcome.ERROR and r.evidence["command_run"] is False
     assert REMEDIATION_COMMAND not in [c for c, _ in shell.sent]
+
+
+def test_remediation_uses_sudo_n_when_the_ssh_user_is_not_root() -> None:
+    fake = FakeSystemd(uid=1000)
+    r = remediate_tailscaled(fake.shell)
+    assert r.outcome is Outcome.PASSED, r.message
+    assert r.evidence["command"]["ran"] == f"sudo -n {REMEDIATION_COMMAND}"
+    assert "uid 1000" in r.evidence["privilege"]
+    assert "is-enabled disabled → enabled" in r.message and "is-active inactive → active" in r.message
+
+
+def test_a_refused_sudo_is_a_clear_error_and_changes_nothing() -> None:
+    fake = FakeSystemd(uid=1000, sudo_refused=True)
+    r = remediate_tailscaled(fake.shell)
+    assert r.outcome is Outcome.ERROR and r.classification is Classification.CONFIG_DEFECT
+    assert "sudo refused" in r.message and "nothing was changed" in r.message
+    assert (fake.enabled, fake.active) == ("disabled", "inactive")
+    assert r.recommendation is not None and "passwordless sudo" in r.recommendation
+
+
+def test_remediation_sudo_never_runs_the_bare_command() -> None:
+    fake = FakeSystemd(uid=1000)
+    r = remediate_tailscaled(fake.shell, sudo="never")
+    assert r.evidence["command"]["ran"] == REMEDIATION_COMMAND and "id -u" not in [
+        c for c, _ in fake.shell.sent
+    ]
+
+
+def test_after_remediation_the_incident_reports_what_ran_and_never_recommends_it_again() -> None:
+    incident = triage_dgx(base_results())
+    assert incident is not None
+    fix = remediate_tailscaled(FakeSystemd().shell)
+    recheck = {
+        "c::enabled": res("tailscaled_enabled", "agent-core", Outcome.PASSED),
+        "c::active": res("tailscaled_active", "agent-core", Outcome.PASSED),
+        "c::ping": res("tailscale_ping", "agent-core", Outcome.PASSED),
+        "c::ssh": res("dgx_ssh", "dgx-spark", Outcome.PASSED),
+    }
+    done = report_remediation(incident, fix, recheck)
+    assert done.recommendation is not None and "systemctl enable" not in done.recommendation
+    assert "Remediated" in done.message and "→" in done.message and "Re-check" in done.message
+    assert done.evidence["remediation_outcome"] == "passed" and len(done.evidence["recheck"]) == 4
+    still_down = {
+        **recheck,
+        "c::ssh": res("dgx_ssh", "dgx-spark", Outcome.ERROR, Classification.INFRA_UNREACHABLE),
+    }
+    path = report_remediation(incident, fix, still_down)
+    assert path.recommendation is not None and "not tailscaled, keys or topology" in path.recommendation
+    assert "systemctl enable" not in path.recommendation
+
+
+@pytest.mark.parametrize("unreachable", [True, False])
+def test_tailscaled_fine_but_no_pong_points_at_the_dgx_and_the_path(unreachable: bool) -> None:
+    fine = {
+        "c::enabled": res("tailscaled_enabled", "agent-core", Outcome.PASSED, state="enabled"),
+        "c::active": res("tailscaled_active", "agent-core", Outcome.PASSED, state="active"),
+    }
+    if not unreachable:
+        fine |= {
+            "c::ssh[dgx-spark]": res("dgx_ssh", "dgx-spark", Outcome.PASSED),
+            "c::node[dgx-spark]": res("remote_node", "dgx-spark", Outcome.PASSED),
+        }
+    verdict = triage_dgx(base_results(**fine))
+    assert verdict is not None and verdict.outcome is Outcome.FAILED
+    assert verdict.cause == DGX_PATH_CAUSE and verdict.classification is Classification.INFRASTRUCTURE
+    assert verdict.recommendation is not None
+    assert "not tailscaled, keys or topology" in verdict.recommendation
+    assert "systemctl" not in verdict.recommendation and "enabled and active" in verdict.message
+
+
+def test_all_healthy_is_no_verdict() -> None:
+    healthy = {
+        k: r.model_copy(update={"outcome": Outcome.PASSED, "classification": None})
+        for k, r in base_results().items()
+    }
+    assert triage_dgx(healthy) is None
