@@ -1203,6 +1203,8 @@ class ControlPlaneDouble:
         m.task = task
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        if self._fault_on("cp.create-500", backend):  # stored and running; the client never learns its id
+            return _text(500, "Internal Server Error")
         return JSONResponse(self._render(m), headers=headers)
 
     # ---- missions: read, list, cancel ---------------------------------------------------------

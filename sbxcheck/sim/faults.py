@@ -56,6 +56,10 @@ FAULTS: dict[str, Fault] = {
         Fault(
             "cp.idempotency-ignored", "create ignores idempotency_key: a retried create is a second mission"
         ),
+        Fault(
+            "cp.create-500",
+            "gemini creates are stored and started, then answered 500: the client never learns the id",
+        ),
         Fault("cp.auth-expired", "every bearer token is refused: 401 Invalid or expired token"),
         Fault("cp.env-values-exposed", "the verity workspace's env also holds credential-shaped values"),
         Fault("fleet.node-offline", "remote node dgx-spark missed its heartbeats: offline"),
@@ -90,6 +94,7 @@ CONTROLPLANE_TARGETS: dict[str, str] = {
     "cp.no-evidence": "gemini",
     "cp.mount-missing": "opencode",
     "cp.idempotency-ignored": "*",
+    "cp.create-500": "gemini",
     "cp.auth-expired": "*",
     "cp.env-values-exposed": "verity",
     "fleet.node-offline": "dgx-spark",
