@@ -91,7 +91,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="release what earlier sessions left open in the ledger, through the same recipes / cancel calls",
     )
     group.addoption(
-        "--sbx-state", metavar="DIR", default=None, help="ledger directory (default .sbxcheck/state)"
+        "--sbx-state",
+        metavar="DIR",
+        default=None,
+        help="ledger directory (default: the inventory's [state] dir, else .sbxcheck/state beside the "
+        "inventory file; relative to where pytest was started)",
     )
     group.addoption(
         "--sbx-report",
@@ -510,7 +514,7 @@ class ResultCollector:
         self.started_at = _now()
         self.written: dict[str, Path] = {}
         self.selected: dict[str, str] = {}  # plain nodeid -> parameter id, of every selected item
-        self.reported: set[str] = set()  # plain nodeids that reported at least once
+        self.reported: set[str] = set()  # plain nodeids that ran (a call, or a failed/skipped phase)
         self.interrupted = False
         self.finished = False
 
@@ -536,7 +540,8 @@ class ResultCollector:
             self.session.cleanup.extend(c for c in cleanup if isinstance(c, dict))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self.reported.add(_strip_group(report.nodeid))
+        if report.when == "call" or not report.passed:  # a passed setup alone is not having run
+            self.reported.add(_strip_group(report.nodeid))
         for name, value in report.user_properties:
             if name == USER_PROPERTY and isinstance(value, str):
                 record = CheckRecord.model_validate_json(value)

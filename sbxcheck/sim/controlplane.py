@@ -261,6 +261,8 @@ CONTROLPLANE_FAULTS: Final[dict[str, str]] = {
     "workspace; MCP lookups answer project/file not found",
     "cp.idempotency-ignored": "create ignores idempotency_key and title coalescing: a retry is a new mission",
     "cp.auth-expired": "every bearer token is refused: 401 `Invalid or expired token`",
+    "cp.create-500": "target backend's creates are stored and started, then answered 500 (the client never "
+    "learns the id)",
     "cp.env-values-exposed": "target workspace's env also holds credential-shaped values (ghp_…, sk-ant-…)",
     "fleet.node-offline": "target node missed 3+ heartbeats: status offline, stale last_seen, error set",
     "fleet.node-degraded": "target node missed 1-2 heartbeats: status degraded",
@@ -272,6 +274,7 @@ DEFAULT_FAULT_TARGETS: Final[dict[str, str]] = {
     "cp.backend-crash": "opencode",
     "cp.model-not-found": "opencode",
     "cp.effort-reject-max": "codex",
+    "cp.create-500": "gemini",
     "cp.mount-missing": "opencode",
     "cp.env-values-exposed": "verity",
     "fleet.node-offline": "dgx-spark",
