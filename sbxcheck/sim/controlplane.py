@@ -247,6 +247,7 @@ DEFAULT_NODES: Final = (
 
 # ---- faults -------------------------------------------------------------------------------
 
+CANCEL_SLOW_S: Final = 3.0
 CONTROLPLANE_FAULTS: Final[dict[str, str]] = {
     "cp.backend-crash": "target backend's missions run the DB migration, then fail `fn3 is not a function` "
     "before any tool call (§8.8)",
@@ -261,6 +262,7 @@ CONTROLPLANE_FAULTS: Final[dict[str, str]] = {
     "workspace; MCP lookups answer project/file not found",
     "cp.idempotency-ignored": "create ignores idempotency_key and title coalescing: a retry is a new mission",
     "cp.auth-expired": "every bearer token is refused: 401 `Invalid or expired token`",
+    "cp.cancel-slow": f"every cancel waits {CANCEL_SLOW_S:g}s before it acts (for interrupt tests)",
     "cp.create-500": "target backend's creates are stored and started, then answered 500 (the client never "
     "learns the id)",
     "cp.env-values-exposed": "target workspace's env also holds credential-shaped values (ghp_…, sk-ant-…)",
@@ -551,6 +553,7 @@ class ControlPlaneDouble:
             "stalled_background": 21600,
         }
         self.faults: set[str] = set()
+        self.cancels_started = 0  # cancel requests received (tests interrupt a slow cancel under way)
         self.fault_targets: dict[str, str] = {}
         self._jwt_secret = secrets.token_hex(32)
         self._rng = random.Random(seed)
@@ -1396,6 +1399,10 @@ class ControlPlaneDouble:
 
     async def _cancel(self, request: Request, user: str) -> Response:
         raw = request.path_params["id"]
+        with self._lock:
+            self.cancels_started += 1
+        if "cp.cancel-slow" in self.faults:
+            await asyncio.sleep(CANCEL_SLOW_S)
         with self._lock:
             mid, m = self._lookup(raw)
             if mid is None:

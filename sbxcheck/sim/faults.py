@@ -56,6 +56,7 @@ FAULTS: dict[str, Fault] = {
         Fault(
             "cp.idempotency-ignored", "create ignores idempotency_key: a retried create is a second mission"
         ),
+        Fault("cp.cancel-slow", "every mission cancel waits 3 s before it acts (for interrupt tests)"),
         Fault(
             "cp.create-500",
             "gemini creates are stored and started, then answered 500: the client never learns the id",
@@ -95,6 +96,7 @@ CONTROLPLANE_TARGETS: dict[str, str] = {
     "cp.mount-missing": "opencode",
     "cp.idempotency-ignored": "*",
     "cp.create-500": "gemini",
+    "cp.cancel-slow": "*",
     "cp.auth-expired": "*",
     "cp.env-values-exposed": "verity",
     "fleet.node-offline": "dgx-spark",

@@ -266,8 +266,42 @@ def test_sigint_at_mission_dispatch_cancels_and_reports_it(clean: SimFleet, tmp_
     out = interrupt(proc, signal.SIGINT)
     assert proc.returncode == 2, out[-3000:]
     report = read_report(tmp_path)
-    assert report["interrupted"] is True and len(report["not_run"]) == 3, out[-3000:]
+    assert report["interrupted"] is True and len(report["not_run"]) == 4, out[
+        -3000:
+    ]  # 3 route items + prompt
     [cleanup] = report["cleanup"]
     assert cleanup["kind"] == "mission" and cleanup["action"] == "cancelled" and cleanup["ok"]
     assert report["left"] == []
+    released_all(state)
+
+
+def test_second_sigint_during_the_cancel_leaves_the_mission_open_then_sweep_settles_it(
+    clean: SimFleet, tmp_path: Path
+) -> None:
+    fleet, state = clean, tmp_path / "state"
+    cp = fleet.controlplane
+    assert cp is not None
+    cp.inject("cp.stuck-pending", "gemini")
+    proc = start_child(canary_child(fleet, tmp_path, "gemini-flash and dispatched"), tmp_path)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not any(e.state == "created" for e in Ledger(state).state()):
+        time.sleep(0.05)
+    cp.inject("cp.cancel-slow")
+    started = cp.cancels_started
+    proc.send_signal(signal.SIGINT)  # the session ends: the cancel starts, and is slow
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and cp.cancels_started == started and proc.poll() is None:
+        time.sleep(0.02)
+    out = interrupt(proc, signal.SIGINT)  # the second one abandons the cancel
+    assert proc.returncode == 2 and "Traceback" not in out, out[-3000:]
+    report = read_report(tmp_path)
+    assert report["interrupted"] is True, out[-3000:]
+    assert [c["ok"] for c in report["cleanup"]] == [False], report["cleanup"]
+    [left] = report["left"]
+    [entry] = open_entries(state)
+    assert (left["kind"], left["ident"]) == ("mission", entry.ident) and entry.state == "created"
+    cp.clear_faults("cp.cancel-slow")
+    ret, swept, out = sweep(fleet, tmp_path, state)
+    [check] = swept["checks"]
+    assert ret == 0 and check["outcome"] == "passed", out[-3000:]
     released_all(state)
