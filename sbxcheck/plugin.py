@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from sbxcheck.checks.base import trim
+from sbxcheck.cleanup import WorkerCleanup, left_open, mount_cleanup, param_id, strip_group
 from sbxcheck.errors import InventoryError, SbxError
 from sbxcheck.redact import default_redactor
 from sbxcheck.results import CheckRecord, CheckResult, Classification, InventoryInfo, Outcome
@@ -140,7 +141,7 @@ def pytest_configure(config: pytest.Config) -> None:
             session.inventory_path, session.force_sim = Path(shared), False
         if "sbxcheck_ledger_ids" in workerinput:
             session.ledger_ids = set(workerinput["sbxcheck_ledger_ids"])
-        config.pluginmanager.register(_WorkerCleanup(session), "sbxcheck-worker-cleanup")
+        config.pluginmanager.register(WorkerCleanup(session), "sbxcheck-worker-cleanup")
     elif not config.getoption("collectonly") and (session.mount_names or _inventory_mounts(session)):
         try:
             session.mount_all()
@@ -212,20 +213,6 @@ def _terminate_as_interrupt() -> None:
 
     with contextlib.suppress(ValueError, OSError):
         signal.signal(signal.SIGTERM, interrupt)
-
-
-class _WorkerCleanup:
-    """On an xdist worker: cancel its missions before it reports back, and hand the results over."""
-
-    def __init__(self, session: SbxSession) -> None:
-        self.session = session
-
-    @pytest.hookimpl(tryfirst=True)  # before xdist sends workerfinished with the worker output
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        self.session.close_missions()
-        workeroutput = getattr(session.config, "workeroutput", None)
-        if isinstance(workeroutput, dict):
-            workeroutput["sbxcheck_cleanup"] = list(self.session.cleanup)
 
 
 class _XdistSeed:
@@ -524,13 +511,13 @@ class ResultCollector:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         for item in session.items:
             if suite_of(item) is not None:
-                self.selected[_plain_nodeid(item)] = _param_id(item.nodeid)
+                self.selected[_plain_nodeid(item)] = param_id(item.nodeid)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         for nodeid in ids:
-            plain = _strip_group(nodeid)
-            self.selected.setdefault(plain, _param_id(plain))
+            plain = strip_group(nodeid)
+            self.selected.setdefault(plain, param_id(plain))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
@@ -541,7 +528,7 @@ class ResultCollector:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "call" or not report.passed:  # a passed setup alone is not having run
-            self.reported.add(_strip_group(report.nodeid))
+            self.reported.add(strip_group(report.nodeid))
         for name, value in report.user_properties:
             if name == USER_PROPERTY and isinstance(value, str):
                 record = CheckRecord.model_validate_json(value)
@@ -569,8 +556,8 @@ class ResultCollector:
         interrupted = interrupted or self.interrupted
         mounts = self.session.finish_mounts(self.config.getoption("sbx_teardown"), self._gate_outcomes())
         self.session.close_missions()
-        cleanup = list(self.session.cleanup) + [_mount_cleanup(m) for m in mounts if m.action != "pending"]
-        left = self._left()
+        cleanup = list(self.session.cleanup) + [mount_cleanup(m) for m in mounts if m.action != "pending"]
+        left = left_open(self.session)
         out_dir = Path(self.config.getoption("sbx_report"))
         if not out_dir.is_absolute():
             out_dir = Path(str(self.config.invocation_params.dir)) / out_dir
@@ -610,20 +597,6 @@ class ResultCollector:
             # no terminal summary follows an interrupt before the session started: say it here
             with contextlib.suppress(OSError):
                 os.write(2, f"sbxcheck: interrupted; report: {out_dir / 'results.json'}\n".encode())
-
-    def _left(self) -> list[dict[str, Any]]:
-        """This session's ledger entries still open: what it leaves behind (kept, failed, abandoned)."""
-        if not self.session.ledger_in_use:
-            return []
-        try:
-            entries = self.session.ledger().open_entries()
-        except SbxError:
-            return []
-        return [
-            {"kind": e.kind, "ident": e.ident, "state": e.state, "why": e.why or "", "ledger_entry": e.id}
-            for e in entries
-            if e.session == self.session.session_tag
-        ]
 
     def _gate_outcomes(self) -> dict[str, list[str]]:
         """Gate outcomes per mounted run (a C item's target is <run>-<model>); a selected item that
@@ -678,29 +651,6 @@ class ResultCollector:
         for note in self.session.interrupted_during:
             tr.write_line(f"interrupted during {note}")
         tr.write_line("report: " + ", ".join(str(p) for p in self.written.values()))
-
-
-def _strip_group(nodeid: str) -> str:
-    """A node id without the ``@group`` suffix xdist's loadgroup adds."""
-    head, sep, _ = nodeid.rpartition("@")
-    return head if sep and head.endswith("]") else nodeid
-
-
-def _param_id(nodeid: str) -> str:
-    """The parameter id of a node id (``test_x[demo-abc]`` → ``demo-abc``), or ""."""
-    _, sep, tail = nodeid.partition("[")
-    return tail[:-1] if sep and tail.endswith("]") else ""
-
-
-def _mount_cleanup(mounted: Any) -> dict[str, Any]:
-    """A mount's end as a cleanup line: torn down and kept-by-policy are fine, the rest is not."""
-    return {
-        "kind": "mount",
-        "ident": mounted.run_id or mounted.name,
-        "action": mounted.action,
-        "ok": mounted.action in ("torn-down", "kept"),
-        "why": mounted.why,
-    }
 
 
 def _link_triage(records: list[CheckRecord]) -> list[CheckRecord]:
