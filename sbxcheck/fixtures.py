@@ -84,12 +84,11 @@ def sbx_mission(request: pytest.FixtureRequest) -> Iterator[Callable[..., dict[s
     def dispatch(**fields: Any) -> dict[str, Any]:
         client = session.sandboxed_client()
         key = f"sbxcheck-{session.session_tag[:12]}-{abs(hash((request.node.nodeid, len(created)))):x}"
+        title = fields.pop("title", f"sbxcheck {session.session_tag[:8]} {request.node.name}")
         entry = session.ledger().record_intent(
-            "mission", key, run_id=None, detail={"item": request.node.nodeid}
+            "mission", key, run_id=None, detail={"item": request.node.nodeid, "title": title}
         )
-        spec = MissionSpec(
-            idempotency_key=key, title=fields.pop("title", f"sbxcheck {request.node.name}"), **fields
-        )
+        spec = MissionSpec(idempotency_key=key, title=title, **fields)
         mission = client.submit_mission(spec).mission
         session.ledger().mark_created(entry, mission.id)
         created.append((mission.id, entry))

@@ -314,7 +314,7 @@ class SandboxedSection(_Strict):
 
 
 class StateSection(_Strict):
-    """Where sbxcheck keeps its ledger of what sessions created (default: <rootdir>/.sbxcheck/state)."""
+    """Where sbxcheck keeps its ledger of what sessions created (default: .sbxcheck/state beside this file)."""
 
     dir: Path | None = None
 

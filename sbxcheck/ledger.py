@@ -10,10 +10,16 @@ Every line has ``v`` (format version, 1), ``op``, ``id`` (entry id, 32 hex) and 
 
     intent    kind ("mount"|"mission"), ident, run_id (str|null), owner ("<pid>@<host>"),
               owner_start (str|null: the owner's process start tick, guards pid reuse),
+              session (str|null: the pytest session tag, shared by xdist workers),
               detail (object, redacted before writing)       -> state "open"
     created   ident (the resolved identity, e.g. the printed run id) -> state "created"
     released  how   (e.g. "teardown", "cancelled")                   -> state "released"
     kept      why   (deliberately left, e.g. a failed gate's VM)      -> state "kept"
+    abandoned why   (a second interrupt cut the step short; still to release) -> state "abandoned"
+    unmatched why   (a later session found nothing this intent created) -> state "unmatched"
+
+"Open" means not released and not unmatched: open, created, kept and abandoned entries all stand
+for something that may still exist.
 
 Folding: the ``intent`` line makes the entry; each later status line for its id replaces the
 state (last wins). Unknown fields are ignored; unknown ops, status lines for unknown ids and
@@ -23,6 +29,12 @@ Writers take ``flock(LOCK_EX)`` on the file, start a fresh line if a crash left 
 without a final newline, write the whole line with one ``O_APPEND`` write and ``fsync``
 before unlocking, so concurrent processes (pytest-xdist workers) never interleave a line.
 Readers take ``LOCK_SH``. Every lock wait is bounded.
+
+Liveness: a process that writes an intent holds an exclusive ``flock`` on
+``<state_dir>/owners/<pid>-<start>-<host>.lock`` until it exits (the kernel drops it then, even on
+SIGKILL). An entry's owner is alive while that lock is held; nothing of a live owner is ever
+treated as leaked. Without a lock file (an older ledger), a pid that no longer runs on this host
+is the only proof of death; an owner on another host then counts as alive.
 """
 
 from __future__ import annotations
@@ -64,8 +76,17 @@ _POLL_S = 0.02
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 EntryKind = Literal["mount", "mission"]
-EntryState = Literal["open", "created", "released", "kept"]
-_STATUS_OPS: dict[str, EntryState] = {"created": "created", "released": "released", "kept": "kept"}
+EntryState = Literal["open", "created", "released", "kept", "abandoned", "unmatched"]
+_STATUS_OPS: dict[str, EntryState] = {
+    "created": "created",
+    "released": "released",
+    "kept": "kept",
+    "abandoned": "abandoned",
+    "unmatched": "unmatched",
+}
+CLOSED_STATES: frozenset[str] = frozenset({"released", "unmatched"})
+OWNERS_DIR = "owners"
+_HELD_OWNER_LOCKS: dict[tuple[str, int], OwnerLock] = {}  # (state dir, pid) -> this process's lock
 
 log = logging.getLogger(__name__)
 
@@ -121,20 +142,29 @@ class LedgerEntry:
     opened_at: str = ""
     updated_at: str = ""
     how: str | None = None  # set by "released"
-    why: str | None = None  # set by "kept"
+    why: str | None = None  # set by "kept", "abandoned" and "unmatched"
+    session: str | None = None
 
     @property
     def released(self) -> bool:
         return self.state == "released"
 
+    @property
+    def is_open(self) -> bool:
+        """Whatever it stands for may still exist (not released, not found to be nothing)."""
+        return self.state not in CLOSED_STATES
+
 
 class Ledger:
     """Append-only record of a session's creations in ``state_dir/ledger.jsonl``."""
 
-    def __init__(self, state_dir: Path, *, lock_timeout_s: float = LOCK_WAIT_S) -> None:
+    def __init__(
+        self, state_dir: Path, *, lock_timeout_s: float = LOCK_WAIT_S, session: str | None = None
+    ) -> None:
         self.state_dir = Path(state_dir)
         self.path = self.state_dir / LEDGER_FILE
         self.lock_timeout_s = lock_timeout_s
+        self.session = session  # written on every intent: which pytest session (xdist workers share it)
         self.warnings: list[str] = []  # from the last fold
 
     # -- writing ---------------------------------------------------------------------------
@@ -154,6 +184,8 @@ class Ledger:
         entry_id = uuid.uuid4().hex
         own = owner or default_owner()
         start = _proc_start(os.getpid()) if own == default_owner() else None
+        if own == default_owner():
+            self._hold_owner_lock(start)
         self._append(
             {
                 "op": "intent",
@@ -163,10 +195,23 @@ class Ledger:
                 "run_id": run_id,
                 "owner": own,
                 "owner_start": start,
+                "session": self.session,
                 "detail": default_redactor().redact(dict(detail or {})),
             }
         )
         return entry_id
+
+    def _hold_owner_lock(self, start: str | None) -> None:
+        """Hold this process's owner lock from its first intent until it exits (proof of life)."""
+        key = (str(self.state_dir.resolve()), os.getpid())
+        if key in _HELD_OWNER_LOCKS:
+            return
+        lock = OwnerLock(self.state_dir / OWNERS_DIR, owner_lock_name(default_owner(), start))
+        if not lock.acquire(timeout_s=self.lock_timeout_s):
+            raise LedgerError(
+                f"{lock.path}: this process's owner lock is held by {lock.holder() or 'another'}"
+            )
+        _HELD_OWNER_LOCKS[key] = lock
 
     def mark_created(self, entry_id: str, ident: str) -> None:
         """The thing exists; ``ident`` is its real identity (for a mount, the printed run id)."""
@@ -179,6 +224,14 @@ class Ledger:
     def mark_kept(self, entry_id: str, why: str) -> None:
         """The thing is deliberately left in place by policy; ``why`` is reported."""
         self._append({"op": "kept", "id": entry_id, "why": why}, must_exist=True)
+
+    def mark_abandoned(self, entry_id: str, why: str) -> None:
+        """A second interrupt cut the step short: the entry stays open, saying what is known."""
+        self._append({"op": "abandoned", "id": entry_id, "why": why}, must_exist=True)
+
+    def mark_unmatched(self, entry_id: str, why: str) -> None:
+        """A later session found nothing this intent created: reported once, never retried."""
+        self._append({"op": "unmatched", "id": entry_id, "why": why}, must_exist=True)
 
     def _append(self, record: dict[str, Any], *, must_exist: bool = False) -> None:
         line = {"v": FORMAT_VERSION, "ts": _utc_now(), **default_redactor().redact(record)}  # how/why too
@@ -250,29 +303,66 @@ class Ledger:
         return entries
 
     def open_entries(self, exclude_owner: str | None = None) -> list[LedgerEntry]:
-        """Entries not released (states open, created and kept), optionally not of one owner."""
-        return [e for e in self.state() if e.state != "released" and e.owner != exclude_owner]
+        """Entries that may still stand for something (open, created, kept, abandoned)."""
+        return [e for e in self.state() if e.is_open and e.owner != exclude_owner]
 
-    @staticmethod
-    def owner_alive(entry: LedgerEntry) -> bool:
-        """True unless the owner is provably gone: a pid on *this* host that no longer runs.
+    def owner_alive(self, entry: LedgerEntry) -> bool:
+        """True unless the owner is provably gone.
 
-        An owner on another host, or one we cannot parse, counts as alive (we cannot tell).
+        With the owner's lock file: alive exactly while the lock is held. Without one (a ledger
+        written before owner locks): gone only when it is a pid on *this* host that no longer runs;
+        an owner on another host, or one we cannot parse, counts as alive (we cannot tell).
         """
-        pid_text, sep, host = entry.owner.partition("@")
-        if not sep or not pid_text.isdigit() or host != socket.gethostname():
+        lock_path = self.state_dir / OWNERS_DIR / f"{owner_lock_name(entry.owner, entry.owner_start)}.lock"
+        held = _lock_is_held(lock_path)
+        if held is not None:
+            return held
+        return _pid_alive(entry)
+
+
+def owner_lock_name(owner: str, start: str | None) -> str:
+    """The owner-lock file stem of ``<pid>@<host>`` started at ``start`` (safe characters only)."""
+    pid, _, host = owner.partition("@")
+    stem = f"{pid}-{start or 0}-{host}"
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", stem)[:100]
+
+
+def _lock_is_held(path: Path) -> bool | None:
+    """Whether someone holds ``flock`` on ``path``; None when there is no such file."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
             return True
-        pid = int(pid_text)
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            pass  # exists, owned by someone else
-        start = _proc_start(pid)
-        if entry.owner_start is not None and start is not None and start != entry.owner_start:
-            return False  # the pid was reused by a later process
-        return not _is_zombie(pid)
+        return None
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
+def _pid_alive(entry: LedgerEntry) -> bool:
+    pid_text, sep, host = entry.owner.partition("@")
+    if not sep or not pid_text.isdigit() or host != socket.gethostname():
+        return True
+    pid = int(pid_text)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, owned by someone else
+    start = _proc_start(pid)
+    if entry.owner_start is not None and start is not None and start != entry.owner_start:
+        return False  # the pid was reused by a later process
+    return not _is_zombie(pid)
 
 
 def _is_zombie(pid: int) -> bool:
@@ -324,6 +414,7 @@ def _fold(text: str, source: str) -> tuple[list[LedgerEntry], list[str]]:
                 run_id=_opt_str(obj.get("run_id")),
                 owner=_opt_str(obj.get("owner")) or "?",
                 owner_start=_opt_str(obj.get("owner_start")),
+                session=_opt_str(obj.get("session")),
                 detail=detail if isinstance(detail, dict) else {},
                 opened_at=ts,
                 updated_at=ts,
@@ -343,7 +434,7 @@ def _fold(text: str, source: str) -> tuple[list[LedgerEntry], list[str]]:
             entry.ident = _opt_str(obj.get("ident")) or entry.ident
         elif op == "released":
             entry.how = _opt_str(obj.get("how"))
-        else:
+        else:  # kept, abandoned, unmatched
             entry.why = _opt_str(obj.get("why"))
     return list(entries.values()), warnings
 

@@ -144,6 +144,7 @@ class MissionDispatcher:
         workspace_ids: Callable[[], dict[str, str]],
         exec_sha256: Callable[[str, str], str],
         ledger: Ledger | None = None,
+        list_missions: Callable[[], list[dict[str, Any]]] | None = None,
     ) -> None:
         self.section = section
         self.channel_for = channel_for
@@ -156,6 +157,8 @@ class MissionDispatcher:
         self.created: dict[str, str] = {}  # mission id -> via
         self.ledger = ledger
         self._entries: dict[str, str] = {}  # mission id -> ledger entry
+        self._unanswered: dict[str, RouteRun] = {}  # ledger entry -> run whose create never answered
+        self._list_missions = list_missions
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._pool: cf.ThreadPoolExecutor | None = None
@@ -244,6 +247,46 @@ class MissionDispatcher:
                 # released as each one ends, so an abandoned close leaves the ledger exact; a failed
                 # cancel stays open: the next session sees it
                 self.ledger.mark_released(entry, how)
+        outcome.update(self._close_unanswered())
+        return outcome
+
+    def _close_unanswered(self) -> dict[str, str]:
+        """Creates that failed without an answer (a 500, a dropped connection) may still have made a
+        mission: find it by its title in the mission list, then cancel it by id."""
+        if not self._unanswered or self.ledger is None:
+            return {}
+        from sbxcheck.reconcile import resolve_mission
+
+        outcome: dict[str, str] = {}
+        try:
+            listed = self._list_missions() if self._list_missions is not None else None
+        except SbxError as exc:
+            listed, reason = None, exc.message
+        else:
+            reason = "no way to list missions"
+        entries = {e.id: e for e in self.ledger.state()}
+        for entry_id, run in list(self._unanswered.items()):
+            label = f"unanswered create of {run.title}"
+            entry = entries.get(entry_id)
+            if listed is None or entry is None:
+                outcome[label] = f"cancel failed: cannot find what it made ({reason})"
+                continue
+            found = resolve_mission(entry, listed, claimed=set(self._entries))
+            if found.status == "unmatched":
+                self.ledger.mark_released(entry_id, f"never created: {found.why}")
+                outcome[label] = "never created"
+            elif found.status == "ambiguous" or found.ident is None:
+                outcome[label] = f"cancel failed: {found.why}"
+            else:
+                self.ledger.mark_created(entry_id, found.ident)
+                try:
+                    how = "cancelled" if self.channel_for("rest").cancel(found.ident) else "already gone"
+                except SbxError as exc:
+                    outcome[found.ident] = f"cancel failed: {exc.message}"
+                    continue
+                self.ledger.mark_released(entry_id, f"{how} (found by title after an unanswered create)")
+                outcome[found.ident] = f"{how} (its create was never answered)"
+            self._unanswered.pop(entry_id, None)
         return outcome
 
     # ------------------------------------------------------------------ routes
@@ -309,6 +352,7 @@ class MissionDispatcher:
                     continue
                 run.rejection = exc
                 if self.ledger is not None and entry is not None:
+                    self._unanswered.pop(entry, None)
                     self.ledger.mark_released(entry, f"never created: {clip(exc.reason, 120)}")
                 return
             run.effort_attempts.append({"effort": effort, "accepted": True})
@@ -356,12 +400,14 @@ class MissionDispatcher:
         """The ledger entry written before a create is sent (None without a ledger)."""
         if self.ledger is None:
             return None
-        return self.ledger.record_intent(
+        entry = self.ledger.record_intent(
             "mission",
             run.idempotency_key,
             run_id=None,
-            detail={"route": run.route.label, "via": run.route.via},
+            detail={"route": run.route.label, "via": run.route.via, "title": run.title},
         )
+        self._unanswered[entry] = run  # until the create answers
+        return entry
 
     def _release(self, entry: str | None, how: str) -> None:
         if self.ledger is not None and entry is not None:
@@ -371,6 +417,7 @@ class MissionDispatcher:
         if self.ledger is not None and entry is not None:
             self.ledger.mark_created(entry, mission_id)
             self._entries[mission_id] = entry
+            self._unanswered.pop(entry, None)
 
     def _follow(self, run: RouteRun, *, to_end: bool = False) -> None:
         """Poll the record and the events (cursor) until the mission settles or its one deadline passes.

@@ -76,7 +76,16 @@ class MountManager:
         entry_id = self.ledger.record_intent("mount", name, run_id=None, detail={"recipe": "mount"})
         mounted = Mounted(name=name, entry_id=entry_id)
         self.mounts.append(mounted)
-        result = run_recipe(self.templates, "mount", run_id=name)
+        try:
+            result = run_recipe(self.templates, "mount", run_id=name)
+        except KeyboardInterrupt:  # interrupted twice: its recipe is stopped; the entry stays open
+            mounted.action = "abandoned"
+            mounted.why = (
+                f"mount of {name} abandoned by a second interrupt; its ledger entry stays open and a later "
+                f"session matches it to the run record it made ({name}-…), then --sbx-sweep releases it"
+            )
+            self.ledger.mark_abandoned(entry_id, f"mount recipe stopped by a second interrupt ({name})")
+            raise
         info = parse_mount_output(result.stdout)
         mounted.mount = result.evidence(tail_chars=2000)
         mounted.run_id, mounted.vm, mounted.url = info.run_id, info.vm, info.url
@@ -106,12 +115,17 @@ class MountManager:
 
     def _apply(self, decisions: Mapping[str, Decision]) -> None:
         for mounted in reversed(self.mounts):
+            if mounted.action == "abandoned":
+                continue  # open in the ledger already, saying so
             if mounted.run_id is None:
-                mounted.action, mounted.why = (
-                    "kept",
-                    "the mount printed no run id: nothing known to tear down",
+                # it may still have made a run record before it failed: the entry stays open, and a
+                # later session matches it against the run records (never kept: kept hides nothing)
+                mounted.action = "abandoned"
+                mounted.why = (
+                    f"the mount printed no run id; its ledger entry stays open until a later session "
+                    f"matches it to a run record {mounted.name}-… (or finds none)"
                 )
-                self.ledger.mark_kept(mounted.entry_id, mounted.why)
+                self.ledger.mark_abandoned(mounted.entry_id, "the mount printed no run id")
                 continue
             decision = decisions.get(mounted.run_id, Decision("keep", "no decision"))
             if decision.action == "keep":
@@ -120,9 +134,8 @@ class MountManager:
                 continue
             self._teardown(mounted, decision.why)
 
-    def release(self, entry: LedgerEntry) -> tuple[bool, dict[str, Any]]:
-        """Tear down a mount an earlier session left open (``--sbx-sweep``): harvest, then teardown."""
-        run_id = entry.ident
+    def release(self, entry: LedgerEntry, run_id: str) -> tuple[bool, dict[str, Any]]:
+        """Tear down ``run_id``, which an earlier session's ``entry`` created (``--sbx-sweep``)."""
         harvest = run_recipe(self.templates, "harvest", run_id=run_id)
         teardown = run_recipe(self.templates, "teardown", run_id=run_id)
         parsed = parse_teardown_output(teardown.stdout, run_id=run_id)

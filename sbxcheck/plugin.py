@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from sbxcheck.checks.base import trim
+from sbxcheck.cleanup import WorkerCleanup, left_open, mount_cleanup, param_id, strip_group
 from sbxcheck.errors import InventoryError, SbxError
 from sbxcheck.redact import default_redactor, install_log_redaction, redact_exception, redact_report
 from sbxcheck.results import CheckRecord, CheckResult, Classification, InventoryInfo, Outcome
@@ -91,7 +92,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="release what earlier sessions left open in the ledger, through the same recipes / cancel calls",
     )
     group.addoption(
-        "--sbx-state", metavar="DIR", default=None, help="ledger directory (default .sbxcheck/state)"
+        "--sbx-state",
+        metavar="DIR",
+        default=None,
+        help="ledger directory (default: the inventory's [state] dir, else .sbxcheck/state beside the "
+        "inventory file; relative to where pytest was started)",
     )
     group.addoption(
         "--sbx-report",
@@ -117,6 +122,7 @@ def pytest_configure(config: pytest.Config) -> None:
         faults=list(config.getoption("sbx_sim_fault")),
         run_ids=list(config.getoption("sbx_run_id")),
         sim_seed=seed,
+        invocation_dir=Path(str(config.invocation_params.dir)),
     )
     session.remediate = bool(config.getoption("sbx_remediate"))
     session.state_option = config.getoption("sbx_state")
@@ -124,27 +130,28 @@ def pytest_configure(config: pytest.Config) -> None:
     session.sweep = bool(config.getoption("sbx_sweep"))
     config.stash[SESSION_KEY] = session
     _terminate_as_interrupt()
+    if workerinput is None:  # registered before any mount, so an interrupted mount still gets its report
+        collector = ResultCollector(config, session)
+        config.stash[COLLECTOR_KEY] = collector
+        config.pluginmanager.register(collector, "sbxcheck-collector")
     if workerinput is not None:
         session.run_ids.extend(r for r in workerinput.get("sbxcheck_mounted", []) if r not in session.run_ids)
         shared = workerinput.get("sbxcheck_inventory")
         if shared:
             session.inventory_path, session.force_sim = Path(shared), False
+        if "sbxcheck_ledger_ids" in workerinput:
+            session.ledger_ids = set(workerinput["sbxcheck_ledger_ids"])
+        config.pluginmanager.register(WorkerCleanup(session), "sbxcheck-worker-cleanup")
     elif not config.getoption("collectonly") and (session.mount_names or _inventory_mounts(session)):
         try:
             session.mount_all()
         except SbxError as exc:
             session.mount_error = exc.message
-    if workerinput is None:
-        collector = ResultCollector(config, session)
-        config.stash[COLLECTOR_KEY] = collector
-        config.pluginmanager.register(collector, "sbxcheck-collector")
-        if config.pluginmanager.hasplugin("xdist"):
-            config.pluginmanager.register(_XdistSeed(seed, session.session_tag), "sbxcheck-xdist")
-            if getattr(config.option, "dist", None) == "load" and getattr(
-                config.option, "numprocesses", None
-            ):
-                # items of one VM (and of the control plane) go to one worker: one connection, one owner
-                config.option.dist = "loadgroup"
+    if workerinput is None and config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_XdistSeed(seed, session.session_tag), "sbxcheck-xdist")
+        if getattr(config.option, "dist", None) == "load" and getattr(config.option, "numprocesses", None):
+            # items of one VM (and of the control plane) go to one worker: one connection, one owner
+            config.option.dist = "loadgroup"
 
 
 def _sim_seed() -> int | None:
@@ -157,10 +164,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(SESSION_KEY, None)
     if session is not None:
         try:
-            if not hasattr(
-                config, "workerinput"
-            ):  # interrupted before sessionfinish: the policy still applies
-                session.finish_mounts(config.getoption("sbx_teardown"), {})
+            collector = config.stash.get(COLLECTOR_KEY, None)
+            if collector is not None and not collector.finished:
+                # interrupted before sessionfinish (e.g. during a mount): the policy still applies,
+                # and the report is still written, marked interrupted
+                collector.finish(interrupted=True)
         finally:
             session.close()
             if session.interrupted_during:
@@ -214,6 +222,7 @@ class _XdistSeed:
     def __init__(self, seed: int | None, session_tag: str) -> None:
         self.seed = seed
         self.session_tag = session_tag
+        self._ledger_ids: list[str] | None = None
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
@@ -224,6 +233,11 @@ class _XdistSeed:
         if session.mounts and session.uses_sim and session.sim is not None:
             # workers gate the fleet the controller mounted on, not fleets of their own
             node.workerinput["sbxcheck_inventory"] = str(session.sim.inventory_path)
+        if not session.uses_sim or session.mounts:
+            # every worker collects the same ledger items: the entries the controller saw
+            if self._ledger_ids is None:
+                self._ledger_ids = [e.id for e in session.ledger_entries()]
+            node.workerinput["sbxcheck_ledger_ids"] = self._ledger_ids
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -299,10 +313,10 @@ def _sandboxed_params(config: pytest.Config, kind: str) -> list[Any]:
 
 
 def _ledger_params(config: pytest.Config) -> list[Any]:
-    """Leaked ledger entries: mounts are gate items, missions canary items; none → one skipped item."""
+    """Entries other sessions left open (kept ones too): mounts are gate items, missions canary items."""
     session = config.stash[SESSION_KEY]
     try:
-        entries = session.leaked_entries()
+        entries = session.ledger_entries()
     except InventoryError as exc:
         return [
             pytest.param(None, id="inventory", marks=[pytest.mark.gate, pytest.mark.skip(reason=exc.message)])
@@ -492,8 +506,35 @@ class ResultCollector:
         self.records: dict[str, CheckRecord] = {}
         self.started_at = _now()
         self.written: dict[str, Path] = {}
+        self.selected: dict[str, str] = {}  # plain nodeid -> parameter id, of every selected item
+        self.reported: set[str] = set()  # plain nodeids that ran (a call, or a failed/skipped phase)
+        self.interrupted = False
+        self.finished = False
+
+    def pytest_keyboard_interrupt(self) -> None:
+        self.interrupted = True
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        for item in session.items:
+            if suite_of(item) is not None:
+                self.selected[_plain_nodeid(item)] = param_id(item.nodeid)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        for nodeid in ids:
+            plain = strip_group(nodeid)
+            self.selected.setdefault(plain, param_id(plain))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        output = getattr(node, "workeroutput", None) or {}
+        cleanup = output.get("sbxcheck_cleanup") if isinstance(output, dict) else None
+        if isinstance(cleanup, list):
+            self.session.cleanup.extend(c for c in cleanup if isinstance(c, dict))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "call" or not report.passed:  # a passed setup alone is not having run
+            self.reported.add(strip_group(report.nodeid))
         for name, value in report.user_properties:
             if name == USER_PROPERTY and isinstance(value, str):
                 record = CheckRecord.model_validate_json(value)
@@ -503,8 +544,31 @@ class ResultCollector:
                     self.records[record.nodeid] = record
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        interrupted = self.interrupted or session.exitstatus == pytest.ExitCode.INTERRUPTED
+        self.finish(interrupted=interrupted)
+        failed_cleanup = [c for c in self.session.cleanup if not c.get("ok", True)]
+        if failed_cleanup and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a pending mission is not a green run
+
+    def not_run(self) -> list[str]:
+        """Selected items that never reported (the session was interrupted before them)."""
+        return sorted(n for n in self.selected if n not in self.reported and n not in self.records)
+
+    def finish(self, *, interrupted: bool) -> None:
+        """Clean up (teardown policy, mission cancels), then write the reports with what cleanup did."""
+        if self.finished:
+            return
+        self.finished = True
+        interrupted = interrupted or self.interrupted
         mounts = self.session.finish_mounts(self.config.getoption("sbx_teardown"), self._gate_outcomes())
-        if not self.records:
+        self.session.close_missions()
+        cleanup = list(self.session.cleanup) + [mount_cleanup(m) for m in mounts if m.action != "pending"]
+        left = left_open(self.session)
+        out_dir = Path(self.config.getoption("sbx_report"))
+        if not out_dir.is_absolute():
+            out_dir = Path(str(self.config.invocation_params.dir)) / out_dir
+        stale = interrupted and (out_dir / "results.json").exists()
+        if not (self.records or mounts or cleanup or left or stale):
             return
         from sbxcheck.report import assemble_report, write_reports
 
@@ -516,33 +580,51 @@ class ResultCollector:
         )
         report = assemble_report(records, started_at=self.started_at, finished_at=_now(), inventory=info)
         if mounts:
-            sssf = self.session.inventory().sssf
+            try:
+                sssf = self.session.inventory().sssf
+            except SbxError:
+                sssf = None
             suffix = sssf.vm_host_suffix if sssf else ""
             report = report.model_copy(update={"mounts": [m.summary(suffix) for m in mounts]})
         machines = [r.evidence["machine_inventory"] for r in records if "machine_inventory" in r.evidence]
         if machines and isinstance(machines[0], list):
             report = report.model_copy(update={"machine_inventory": machines[0]})
-        out_dir = Path(self.config.getoption("sbx_report"))
-        if not out_dir.is_absolute():
-            out_dir = Path(str(self.config.invocation_params.dir)) / out_dir
+        report = report.model_copy(
+            update={
+                "interrupted": interrupted,
+                "not_run": self.not_run() if interrupted else [],
+                "cleanup": cleanup,
+                "left": left,
+            }
+        )
         self.written = write_reports(report, out_dir, default_redactor())
         self.report = report
+        if interrupted and not self.config.stash.get(PYTEST_SESSION_KEY, None):
+            # no terminal summary follows an interrupt before the session started: say it here
+            with contextlib.suppress(OSError):
+                os.write(2, f"sbxcheck: interrupted; report: {out_dir / 'results.json'}\n".encode())
 
     def _gate_outcomes(self) -> dict[str, list[str]]:
-        """Gate outcomes per mounted run (a C item's target is <run>-<model>)."""
+        """Gate outcomes per mounted run (a C item's target is <run>-<model>); a selected item that
+        never reported counts as ``not-run``."""
+        from sbxcheck.recipes import NOT_RUN
+
+        def of_run(target: str, run_id: str) -> bool:
+            return target == run_id or target.startswith(run_id + "-")
+
         out: dict[str, list[str]] = {}
+        never = [n for n in self.not_run() if n not in self.records]
         for mounted in self.session.mounts:
             if mounted.run_id:
                 out[mounted.run_id] = [
                     r.outcome.value
                     for r in self.records.values()
-                    if r.suite == "gate"
-                    and (r.target == mounted.run_id or r.target.startswith(mounted.run_id + "-"))
-                ]
+                    if r.suite == "gate" and of_run(r.target, mounted.run_id)
+                ] + [NOT_RUN for n in never if of_run(self.selected[n], mounted.run_id)]
         return out
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if not self.records or not self.written:
+        if not self.written:
             return
         report = self.report
         tr = terminalreporter
@@ -561,6 +643,16 @@ class ResultCollector:
             where = f" — {mount['ssh']}" if mount.get("ssh") else ""
             tr.write_line(
                 f"mount {mount['name']} → {mount.get('run_id') or '?'}: {mount['action']}{where} ({mount['why']})"
+            )
+        for item in report.cleanup:
+            if item.get("kind") == "mission":
+                mark = "" if item.get("ok", True) else "FAILED "
+                tr.write_line(f"cleanup: {mark}mission {item.get('ident')}: {item.get('action')}")
+        if report.interrupted:
+            tr.write_line(f"interrupted: {len(report.not_run)} selected item(s) did not run")
+        for entry in report.left:
+            tr.write_line(
+                f"left open: {entry['kind']} {entry['ident']} ({entry['state']}) {entry['why']}".rstrip()
             )
         for note in self.session.interrupted_during:
             tr.write_line(f"interrupted during {note}")

@@ -237,6 +237,12 @@ def run_recipe(
     except OSError as exc:
         where = f" in {cwd}" if cwd else ""
         reason = f"cannot start {argv[0]}{where}: {exc.strerror or type(exc).__name__}"
+        if (
+            isinstance(exc, FileNotFoundError)
+            and Path(argv[0]).name == "just"
+            and (cwd is None or Path(cwd).is_dir())
+        ):
+            reason = "just is not installed (pip install rust-just or your package manager)"
         return RecipeResult(name, shown, None, "", "", time.monotonic() - started, False, reason)
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -416,6 +422,7 @@ def parse_teardown_output(stdout: str, *, run_id: str | None = None) -> Teardown
 
 TeardownPolicy = Literal["never", "on-pass", "always"]
 POLICIES: tuple[TeardownPolicy, ...] = ("never", "on-pass", "always")
+NOT_RUN = "not-run"  # a selected gate item that never reported (the session was interrupted first)
 _BLOCKING = frozenset({"failed", "error"})
 
 
@@ -432,9 +439,9 @@ def decide_teardown(
 ) -> dict[str, Decision]:
     """Apply the person's teardown flag; a failed or errored gate item always keeps its run.
 
-    ``never`` keeps every run. ``on-pass`` tears down a run only when it had gate items and
-    every one passed. ``always`` tears down every run except one with a failed or errored item
-    (or an outcome we do not recognise: when unsure, keep).
+    ``never`` keeps every run. ``on-pass`` tears down a run only when every selected gate item ran
+    and passed (an outcome of ``not-run`` keeps it). ``always`` tears down every run except one
+    with a failed or errored item (or an outcome we do not recognise: when unsure, keep).
     """
     if policy not in POLICIES:
         raise ValueError(f"unknown teardown policy {policy!r}; expected one of {', '.join(POLICIES)}")
@@ -442,7 +449,8 @@ def decide_teardown(
     for run_id, raw in gate_outcomes.items():
         outcomes = [str(o).strip().lower() for o in raw]
         bad = sorted({o for o in outcomes if o in _BLOCKING})
-        unknown = sorted({o for o in outcomes if o not in _BLOCKING | {"passed", "skipped"}})
+        unknown = sorted({o for o in outcomes if o not in _BLOCKING | {"passed", "skipped", NOT_RUN}})
+        not_run = outcomes.count(NOT_RUN)
         if bad:
             n = sum(o in _BLOCKING for o in outcomes)
             why = f"{n} gate item(s) {'/'.join(bad)}: a failed gate keeps its VM for diagnosis"
@@ -454,6 +462,12 @@ def decide_teardown(
         elif policy == "on-pass":
             if not outcomes:
                 decisions[run_id] = Decision("keep", "no gate items ran; on-pass needs every item passed")
+            elif not_run:
+                decisions[run_id] = Decision(
+                    "keep",
+                    f"{not_run} of {len(outcomes)} selected gate item(s) never ran (interrupted); "
+                    "on-pass needs every selected item run and passed",
+                )
             elif all(o == "passed" for o in outcomes):
                 decisions[run_id] = Decision("teardown", f"all {len(outcomes)} gate item(s) passed (on-pass)")
             else:

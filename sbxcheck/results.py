@@ -142,6 +142,12 @@ class RunReport(BaseModel):
     summary: dict[str, int] = Field(default_factory=dict)
     machine_inventory: list[dict[str, Any]] = Field(default_factory=list)
     mounts: list[dict[str, Any]] = Field(default_factory=list)
+    # what the end of the session did: teardowns and mission cancels, each {kind, ident, action, ok}
+    cleanup: list[dict[str, Any]] = Field(default_factory=list)
+    # interrupted (Ctrl-C / SIGTERM): the selected items that never ran, and what the ledger still holds
+    interrupted: bool = False
+    not_run: list[str] = Field(default_factory=list)
+    left: list[dict[str, Any]] = Field(default_factory=list)
 
     model_config = ConfigDict(populate_by_name=True)
 

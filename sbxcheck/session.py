@@ -7,6 +7,7 @@ never learn whether the inventory was written by the simulator.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import shutil
@@ -15,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from sbxcheck.checks.gate import GateTarget
 from sbxcheck.clients.roster import roster_from_checkout
@@ -25,10 +26,32 @@ from sbxcheck.interrupts import finish_before_interrupt
 from sbxcheck.inventory import Inventory, find_inventory, load_inventory
 from sbxcheck.ledger import Ledger, LedgerEntry, default_owner
 from sbxcheck.mounts import Mounted, MountManager
+from sbxcheck.reconcile import RecordFact, Resolution, resolve_mission, resolve_mount
 from sbxcheck.safeio import read_text_file
 from sbxcheck.transports.ssh import SshPool, SshSettings
 
 _T = TypeVar("_T")
+RECORD_MAX_BYTES = 1 << 20  # a run record is a dozen fields; anything larger is not one
+TERMINAL_MISSION_STATES = frozenset({"completed", "failed", "blocked", "not_feasible", "interrupted"})
+
+
+@dataclass(frozen=True)
+class EntryReview:
+    """The verdict on one ledger entry another session left: what was found and done."""
+
+    outcome: Literal["passed", "failed", "skipped"]
+    message: str
+    evidence: dict[str, Any]
+    recommendation: str | None = None
+
+
+def _release_hint(entry: LedgerEntry, ident: str | None) -> str:
+    """The command a person would type to release what ``entry`` stands for."""
+    if entry.kind == "mount":
+        run_id = ident or f"{entry.intended_ident}-<id>"
+        return f"just sbx manage harvest {run_id} && just sbx lifecycle teardown {run_id}"
+    return f"POST /api/control/missions/{ident or '<id>'}/cancel"
+
 
 if TYPE_CHECKING:  # production runs never import the simulator
     from sbxcheck.clients.channels import MissionChannel
@@ -65,8 +88,10 @@ class SbxSession:
         run_ids: list[str],
         sim_seed: int | None,
         session_tag: str | None = None,
+        invocation_dir: Path | None = None,
     ) -> None:
         self.rootdir = rootdir
+        self.invocation_dir = (invocation_dir or Path.cwd()).resolve()
         self.force_sim = force_sim or bool(faults)
         self.faults = faults
         self.run_ids = run_ids
@@ -85,6 +110,8 @@ class SbxSession:
         self._mcp: AssistantMcpClient | None = None
         self._dispatcher: MissionDispatcher | None = None
         self.cancel_report: dict[str, str] = {}
+        self.cleanup: list[dict[str, Any]] = []  # what the end of the session released or failed to
+        self.ledger_ids: set[str] | None = None  # xdist workers: the controller's snapshot of entries
         self.remediate = False  # --sbx-remediate: the DGX triage may run its one recovery command
         self.state_option: str | None = None  # --sbx-state
         self.mount_names: list[str] = []  # --sbx-mount
@@ -231,40 +258,207 @@ class SbxSession:
     # --------------------------------------------------------------- ledger and mounts
 
     def state_dir(self) -> Path:
-        """Where the ledger lives: --sbx-state, the inventory's [state] dir, the embedded fleet's dir, or .sbxcheck/."""
+        """Where the ledger lives; never depends on pytest's rootdir or on how a path was spelled.
+
+        In order: ``--sbx-state DIR`` (relative to the directory pytest was started in); the
+        inventory's ``[state] dir`` (relative to the inventory file); ``.sbxcheck/state`` beside a
+        real inventory file (its resolved location); the embedded fleet's own directory; else
+        ``.sbxcheck/state`` in the directory pytest was started in.
+        """
         if self.state_option:
-            return Path(self.state_option)
+            option = Path(self.state_option).expanduser()
+            return option if option.is_absolute() else self.invocation_dir / option
         inv = self.inventory()
         if inv.state.dir is not None:
             return inv.state.dir
+        if self.inventory_path is not None:
+            return self.inventory_path.resolve().parent / ".sbxcheck" / "state"
         if self._sim_dir is not None:
             return self._sim_dir / "state"
-        return self.rootdir / ".sbxcheck" / "state"
+        return self.invocation_dir / ".sbxcheck" / "state"
+
+    @property
+    def ledger_in_use(self) -> bool:
+        return self._ledger is not None
 
     def ledger(self) -> Ledger:
         if self._ledger is None:
-            self._ledger = Ledger(self.state_dir())
+            self._ledger = Ledger(self.state_dir(), session=self.session_tag)
         return self._ledger
 
-    def leaked_entries(self) -> list[LedgerEntry]:
-        """Entries an earlier session left open (not released, not deliberately kept)."""
+    def ledger_entries(self) -> list[LedgerEntry]:
+        """Open entries of other sessions (kept ones too: they are shown, never swept)."""
         try:
-            entries = self.ledger().open_entries(exclude_owner=default_owner())
+            entries = self.ledger().open_entries()
         except SbxError:
             return []
-        return [e for e in entries if e.state != "kept"]
+        mine = default_owner()
+        others = [
+            e
+            for e in entries
+            if (e.session != self.session_tag if e.session is not None else e.owner != mine)
+        ]
+        if self.ledger_ids is not None:  # a worker collects what the controller saw, nothing more
+            others = [e for e in others if e.id in self.ledger_ids]
+        return others
 
-    def release_entry(self, entry: LedgerEntry) -> tuple[bool, dict[str, Any]]:
-        """Release a leaked entry through the same path that created it (--sbx-sweep)."""
+    def leaked_entries(self) -> list[LedgerEntry]:
+        """Entries other sessions left open and did not keep on purpose."""
+        return [e for e in self.ledger_entries() if e.state != "kept"]
+
+    def _record_facts(self) -> list[RecordFact]:
+        """Every run record's id and times (open and closed), read leniently: reconciling only needs these."""
+        sssf = self.inventory().sssf
+        if sssf is None or not sssf.runs_path.is_dir():
+            return []
+        facts = []
+        for path in sorted(sssf.runs_path.glob("*.json")):
+            try:
+                if not path.is_file() or path.stat().st_size > RECORD_MAX_BYTES:
+                    continue
+                doc = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError, RecursionError):
+                continue
+            if isinstance(doc, dict) and isinstance(doc.get("run_id"), str):
+                created, closed = doc.get("created_at"), doc.get("closed_at")
+                facts.append(
+                    RecordFact(
+                        doc["run_id"],
+                        created if isinstance(created, str) else None,
+                        closed if isinstance(closed, str) else None,
+                    )
+                )
+        return facts
+
+    def reconcile(self, entry: LedgerEntry) -> Resolution:
+        """What ``entry`` stands for, from the run records or the control plane's mission list."""
+        others = [e for e in self.ledger().state() if e.id != entry.id and e.kind == entry.kind]
+        claimed = {e.ident for e in others if e.ident != e.intended_ident or e.state in ("created", "kept")}
         if entry.kind == "mount":
-            with finish_before_interrupt(f"the sweep of {entry.ident}", reraise=True):
-                return self.mount_manager().release(entry)
+            sssf = self.inventory().sssf
+            timeout = sssf.recipe_templates().timeout("mount") if sssf is not None else 600.0
+            return resolve_mount(entry, self._record_facts(), claimed=claimed, max_duration_s=timeout)
+        if entry.ident != entry.intended_ident or entry.state == "created":
+            return resolve_mission(entry, [])
+        missions = self.sandboxed_client().list_missions(all=True, limit=200)
+        return resolve_mission(entry, [m.model_dump(mode="json") for m in missions], claimed=claimed)
+
+    def review_entry(self, entry: LedgerEntry) -> EntryReview:
+        """Decide about one entry another session left: skip a live owner's, reconcile, then release or report.
+
+        Nothing is released without ``--sbx-sweep``; ledger bookkeeping for facts (a record already
+        closed, an intent that made nothing) is written either way.
+        """
+        ledger = self.ledger()
+        evidence: dict[str, Any] = {
+            "entry": entry.id,
+            "kind": entry.kind,
+            "ident": entry.ident,
+            "state": entry.state,
+            "owner": entry.owner,
+            "opened_at": entry.opened_at,
+        }
+        if entry.why:
+            evidence["why"] = entry.why
+        alive = ledger.owner_alive(entry)
+        evidence["owner_alive"] = alive
+        if alive:
+            return EntryReview(
+                "skipped",
+                f"not touched: {entry.kind} {entry.ident} belongs to the live session {entry.owner} "
+                f"(its owner lock is held; opened {entry.opened_at})",
+                evidence,
+            )
         try:
-            gone = not self.sandboxed_client().cancel_mission(entry.ident)
+            res = self.reconcile(entry)
         except SbxError as exc:
-            return False, {"cancel_error": exc.message}
-        self.ledger().mark_released(entry.id, "swept: cancelled" if not gone else "swept: already gone")
-        return True, {"cancel": "already gone" if gone else "cancelled"}
+            evidence["reconcile_error"] = exc.message
+            return EntryReview(
+                "failed", f"could not reconcile {entry.kind} {entry.ident}: {exc.message}", evidence
+            )
+        evidence["reconcile"] = {"status": res.status, "why": res.why, "candidates": res.candidates}
+        what = f"{entry.kind} {entry.intended_ident}"
+        if res.status == "ambiguous":
+            return EntryReview(
+                "failed", f"ambiguous: {res.why}; nothing done", evidence, _release_hint(entry, None)
+            )
+        if res.status == "unmatched":
+            ledger.mark_unmatched(entry.id, res.why)
+            return EntryReview(
+                "failed",
+                f"unmatched: {what}: {res.why}; nothing to release; recorded as unmatched, not reported again",
+                evidence,
+                "check `just sbx manage list` and the orphan audit (pytest -m canary -k orphan) to be sure",
+            )
+        ident = res.ident
+        assert ident is not None
+        if ident != entry.ident:
+            ledger.mark_created(entry.id, ident)
+            evidence["ident"] = ident
+        if entry.kind == "mount":
+            return self._review_mount(entry, ident, res, evidence)
+        return self._review_mission(entry, ident, evidence)
+
+    def _review_mount(
+        self, entry: LedgerEntry, run_id: str, res: Resolution, evidence: dict[str, Any]
+    ) -> EntryReview:
+        if res.closed:
+            self.ledger().mark_released(entry.id, f"already closed: {res.why}")
+            return EntryReview("passed", f"run {run_id} is already torn down ({res.why})", evidence)
+        if entry.state == "kept":
+            return EntryReview(
+                "skipped",
+                f"kept on purpose: run {run_id} ({entry.why}), still open since {entry.opened_at}; "
+                f"release it: {_release_hint(entry, run_id)} (--sbx-sweep leaves kept runs alone)",
+                evidence,
+            )
+        if not self.sweep:
+            return EntryReview(
+                "failed",
+                f"leaked: mount {entry.intended_ident} → {run_id} left {entry.state} "
+                f"by {entry.owner} at {entry.opened_at}",
+                evidence,
+                "re-run with --sbx-sweep to release it through the same recipes, or: "
+                + _release_hint(entry, run_id),
+            )
+        with finish_before_interrupt(f"the sweep of {run_id}", reraise=True):
+            ok, detail = self.mount_manager().release(entry, run_id)
+        evidence.update(detail)
+        if ok:
+            return EntryReview("passed", f"released by --sbx-sweep: mount {run_id}", evidence)
+        return EntryReview("failed", f"--sbx-sweep could not release mount {run_id}", evidence)
+
+    def _review_mission(self, entry: LedgerEntry, mission_id: str, evidence: dict[str, Any]) -> EntryReview:
+        from sbxcheck.clients.sandboxed import NotFound
+
+        client = self.sandboxed_client()
+        try:
+            status = client.get_mission(mission_id).status
+        except NotFound:
+            status = "gone"
+        except SbxError as exc:
+            return EntryReview("failed", f"could not read mission {mission_id}: {exc.message}", evidence)
+        evidence["status"] = status
+        if status == "gone" or status in TERMINAL_MISSION_STATES:
+            self.ledger().mark_released(entry.id, f"already {status}")
+            return EntryReview("passed", f"mission {mission_id} is already {status}", evidence)
+        if not self.sweep:
+            return EntryReview(
+                "failed",
+                f"leaked: mission {mission_id} still {status}, left by {entry.owner} at {entry.opened_at}",
+                evidence,
+                f"re-run with --sbx-sweep to cancel it, or: {_release_hint(entry, mission_id)}",
+            )
+        try:
+            with finish_before_interrupt(f"the cancel of mission {mission_id}", reraise=True):
+                gone = not client.cancel_mission(mission_id)
+        except SbxError as exc:
+            evidence["cancel_error"] = exc.message
+            return EntryReview("failed", f"--sbx-sweep could not cancel mission {mission_id}", evidence)
+        how = "swept: already gone" if gone else "swept: cancelled"
+        self.ledger().mark_released(entry.id, how)
+        evidence["cancel"] = how
+        return EntryReview("passed", f"released by --sbx-sweep: mission {mission_id} ({how})", evidence)
 
     def mount_manager(self) -> MountManager:
         if self._mount_manager is None:
@@ -450,17 +644,37 @@ class SbxSession:
                 workspace_ids=workspace_ids,
                 exec_sha256=exec_sha256,
                 ledger=self.ledger(),
+                list_missions=lambda: [
+                    m.model_dump(mode="json") for m in client.list_missions(all=True, limit=200)
+                ],
             )
         return self._dispatcher
+
+    def close_missions(self) -> dict[str, str]:
+        """Cancel this session's missions now (before the report is written); the results join ``cleanup``."""
+        dispatcher, self._dispatcher = self._dispatcher, None
+        if dispatcher is None:
+            return {}
+        report = self._finish_step("cancelling this session's missions", dispatcher.close)
+        if report is None:  # abandoned by a second interrupt: the ledger says which are still open
+            report = {"(the rest)": "cancel failed: abandoned at the second interrupt (see the ledger)"}
+        self.cancel_report.update(report)
+        for mission_id, how in report.items():
+            self.cleanup.append(
+                {
+                    "kind": "mission",
+                    "ident": mission_id,
+                    "action": how,
+                    "ok": not how.startswith("cancel failed"),
+                }
+            )
+        return report
 
     def close(self) -> None:
         """Cancel what this session started, close connections, stop the embedded fleet (each step runs)."""
         try:
-            if self._dispatcher is not None:
-                report = self._finish_step("cancelling this session's missions", self._dispatcher.close)
-                self.cancel_report = report if report is not None else {}
+            self.close_missions()
         finally:
-            self._dispatcher = None
             for closer in (self._mcp, self._client):
                 if closer is not None:
                     with contextlib.suppress(Exception):  # one failing close must not stop the rest

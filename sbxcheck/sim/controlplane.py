@@ -247,6 +247,7 @@ DEFAULT_NODES: Final = (
 
 # ---- faults -------------------------------------------------------------------------------
 
+CANCEL_SLOW_S: Final = 3.0
 CONTROLPLANE_FAULTS: Final[dict[str, str]] = {
     "cp.backend-crash": "target backend's missions run the DB migration, then fail `fn3 is not a function` "
     "before any tool call (§8.8)",
@@ -264,6 +265,9 @@ CONTROLPLANE_FAULTS: Final[dict[str, str]] = {
     "cp.idempotency-ignored": "create ignores idempotency_key (title coalescing stays on, as upstream): a "
     "retry with the same key and a new title is a new mission",
     "cp.auth-expired": "every bearer token is refused: 401 `Invalid or expired token`",
+    "cp.cancel-slow": f"every cancel waits {CANCEL_SLOW_S:g}s before it acts (for interrupt tests)",
+    "cp.create-500": "target backend's creates are stored and started, then answered 500 (the client never "
+    "learns the id)",
     "cp.env-values-exposed": "target workspace's env also holds credential-shaped values (ghp_…, sk-ant-…)",
     "fleet.node-offline": "target node missed 3+ heartbeats: status offline, stale last_seen, error set",
     "fleet.node-degraded": "target node missed 1-2 heartbeats: status degraded",
@@ -275,6 +279,7 @@ DEFAULT_FAULT_TARGETS: Final[dict[str, str]] = {
     "cp.backend-crash": "opencode",
     "cp.model-not-found": "opencode",
     "cp.effort-reject-max": "codex",
+    "cp.create-500": "gemini",
     "cp.mount-missing": "opencode",
     "cp.mount-missing-exitcode": "opencode",
     "cp.env-values-exposed": "verity",
@@ -552,6 +557,7 @@ class ControlPlaneDouble:
             "stalled_background": 21600,
         }
         self.faults: set[str] = set()
+        self.cancels_started = 0  # cancel requests received (tests interrupt a slow cancel under way)
         self.fault_targets: dict[str, str] = {}
         self._jwt_secret = secrets.token_hex(32)
         self._rng = random.Random(seed)
@@ -1207,6 +1213,8 @@ class ControlPlaneDouble:
         m.task = task
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        if self._fault_on("cp.create-500", backend):  # stored and running; the client never learns its id
+            return _text(500, "Internal Server Error")
         return JSONResponse(self._render(m), headers=headers)
 
     # ---- missions: read, list, cancel ---------------------------------------------------------
@@ -1395,6 +1403,10 @@ class ControlPlaneDouble:
 
     async def _cancel(self, request: Request, user: str) -> Response:
         raw = request.path_params["id"]
+        with self._lock:
+            self.cancels_started += 1
+        if "cp.cancel-slow" in self.faults:
+            await asyncio.sleep(CANCEL_SLOW_S)
         with self._lock:
             mid, m = self._lookup(raw)
             if mid is None:

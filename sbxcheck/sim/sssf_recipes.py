@@ -31,7 +31,8 @@ KNOBS: Final[dict[str, str]] = {
     "exits 1 at the revoke step with the VM untouched and the record open",
     "mount-fail": "'new' (or empty): exe.dev `new` exits 1; 'mint': POST /keys answers 500 (the VM stays, an "
     "orphan). Either way create prints `create FAILED (exit N). Nothing was destroyed — inspect, then:`",
-    "mount-slow": "seconds: mount sleeps this long before printing `mounted:` (for interrupt tests)",
+    "mount-slow": "seconds: mount sleeps this long before printing `mounted:`, after writing the "
+    "`mount-started` marker beside the knobs (the VM, key and record exist then; for interrupt tests)",
     "teardown-slow": "seconds: teardown sleeps this long before its first step, after writing the "
     "`teardown-started` marker beside the knobs (for interrupt tests)",
 }

@@ -11,13 +11,13 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from gate_harness import GATE_SUITE, REPO
+from gate_harness import GATE_SUITE
+from lifecycle_harness import LEDGER_SUITE, child_argv, teardown_by_hand
 
 from sbxcheck.ledger import Ledger
 from sbxcheck.sim.fleet import SimFleet
@@ -26,29 +26,6 @@ from sbxcheck.sim.sssf_recipes import clear_knob, set_knob
 pytestmark = pytest.mark.skipif(
     shutil.which("just") is None, reason="the just binary (PyPI rust-just) is missing"
 )
-LEDGER_SUITE = REPO / "gates" / "test_gate_ledger.py"
-
-
-def gate_argv(suites: Path, inventory: Path, tmp: Path, *args: str) -> list[str]:
-    """``pytest -m gate`` on ``suites`` with the report in ``tmp/report`` and the ledger in ``tmp/state``."""
-    return [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-m",
-        "gate",
-        "-p",
-        "no:cacheprovider",
-        "-q",
-        str(suites),
-        "--sbx-inventory",
-        str(inventory),
-        "--sbx-report",
-        str(tmp / "report"),
-        "--sbx-state",
-        str(tmp / "state"),
-        *args,
-    ]
 
 
 def gate(
@@ -62,7 +39,7 @@ def gate(
     report = tmp / "report"
     shutil.rmtree(report, ignore_errors=True)
     proc = subprocess.run(
-        gate_argv(suites, inventory or fleet.inventory_path, tmp, *args),
+        child_argv(suites, inventory or fleet.inventory_path, tmp, *args),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -76,21 +53,6 @@ def gate(
     return data
 
 
-def teardown_by_hand(fleet: SimFleet, run_id: str) -> None:
-    """What the operator types to release a kept run."""
-    subprocess.run(
-        ["just", "sbx", "lifecycle", "teardown", run_id],
-        cwd=fleet.checkout,
-        capture_output=True,
-        timeout=300,
-        check=True,
-    )
-
-
-def open_entries(tmp: Path) -> list[Any]:
-    return Ledger(tmp / "state").open_entries()
-
-
 def assert_nothing_left(fleet: SimFleet, tmp: Path, before_vms: list[str], before_keys: list[str]) -> None:
     """After a sweep, the fleet holds only what it had before the test; the ledger has no open entry."""
     swept = gate(fleet, tmp, "--sbx-sweep", "-k", "ledger")
@@ -98,6 +60,10 @@ def assert_nothing_left(fleet: SimFleet, tmp: Path, before_vms: list[str], befor
     assert sorted(fleet.live_vms()) == sorted(before_vms)
     assert sorted(fleet.live_keys()) == sorted(before_keys)
     assert [e for e in open_entries(tmp) if e.state != "kept"] == []
+
+
+def open_entries(tmp: Path) -> list[Any]:
+    return Ledger(tmp / "state").open_entries()
 
 
 @pytest.fixture
@@ -191,7 +157,7 @@ def start_mounted_gate(fleet: SimFleet, tmp_path: Path, *, hold_gate: bool) -> s
         (suites / "conftest.py").write_text(HOLD_GATE_CONFTEST)
     env = {**os.environ, "SBX_TEST_GATE_STARTED": str(tmp_path / "gate-started")}
     return subprocess.Popen(
-        gate_argv(suites, fleet.inventory_path, tmp_path, "--sbx-mount", "demo", "--sbx-teardown", "always"),
+        child_argv(suites, fleet.inventory_path, tmp_path, "--sbx-mount", "demo", "--sbx-teardown", "always"),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         cwd=tmp_path,

@@ -142,14 +142,15 @@ def _entry(owner: str, start: str | None = None) -> LedgerEntry:
 
 def test_owner_alive(tmp_path: Path) -> None:
     host = socket.gethostname()
-    assert Ledger.owner_alive(_entry(default_owner()))
-    assert not Ledger.owner_alive(_entry(f"{_dead_pid()}@{host}"))
-    assert Ledger.owner_alive(_entry("1234@some-other-host"))  # cannot tell: assume alive
-    assert Ledger.owner_alive(_entry("garbage"))
+    ledger = Ledger(tmp_path / "elsewhere")  # no owner locks there: the pid rule decides
+    assert ledger.owner_alive(_entry(default_owner()))
+    assert not ledger.owner_alive(_entry(f"{_dead_pid()}@{host}"))
+    assert ledger.owner_alive(_entry("1234@some-other-host"))  # cannot tell: assume alive
+    assert ledger.owner_alive(_entry("garbage"))
     # the same pid with a different start tick is a reused pid, so the owner is gone
-    assert not Ledger.owner_alive(_entry(default_owner(), start="1"))
+    assert not ledger.owner_alive(_entry(default_owner(), start="1"))
     entry_id = Ledger(tmp_path).record_intent("mount", "a", run_id=None)
-    assert Ledger.owner_alive(next(e for e in Ledger(tmp_path).state() if e.id == entry_id))
+    assert Ledger(tmp_path).owner_alive(next(e for e in Ledger(tmp_path).state() if e.id == entry_id))
 
 
 def _hold_lock(state_dir: str, held: object, release: object) -> None:
@@ -207,3 +208,113 @@ def test_owner_lock_dies_with_its_process(tmp_path: Path) -> None:
 def test_owner_lock_name_is_checked(tmp_path: Path) -> None:
     with pytest.raises(LedgerError):
         OwnerLock(tmp_path, "../escape")
+
+
+# -- owner liveness by lock, and reconciling intents with what they created -----------------------
+
+
+def _write_intent_and_exit(state_dir: str) -> None:
+    Ledger(Path(state_dir)).record_intent("mount", "demo", run_id=None)
+    os._exit(0)
+
+
+def test_owner_lock_tells_a_live_session_from_a_dead_one(tmp_path: Path) -> None:
+    mine = Ledger(tmp_path).record_intent("mount", "mine", run_id=None)
+    child = _CTX.Process(target=_write_intent_and_exit, args=(str(tmp_path),))
+    child.start()
+    child.join(10)
+    ledger = Ledger(tmp_path)
+    by_ident = {e.ident: e for e in ledger.state()}
+    assert ledger.owner_alive(by_ident["mine"]) and by_ident["mine"].id == mine
+    assert not ledger.owner_alive(by_ident["demo"])  # its lock died with it
+
+
+def test_abandoned_and_unmatched_states(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path, session="s1")
+    a = ledger.record_intent("mount", "demo", run_id=None)
+    b = ledger.record_intent("mission", "key-1", run_id=None)
+    ledger.mark_abandoned(a, "second interrupt during the mount")
+    ledger.mark_unmatched(b, "nothing found")
+    by_id = {e.id: e for e in ledger.state()}
+    assert (by_id[a].state, by_id[a].why, by_id[a].session) == (
+        "abandoned",
+        "second interrupt during the mount",
+        "s1",
+    )
+    assert by_id[b].state == "unmatched" and not by_id[b].is_open
+    assert [e.id for e in ledger.open_entries()] == [a]  # abandoned is open; unmatched is not
+
+
+def _mount_entry(
+    opened: str, *, state: str = "open", updated: str | None = None, ident: str = "demo"
+) -> LedgerEntry:
+    return LedgerEntry(
+        id="e1",
+        kind="mount",
+        ident=ident,
+        intended_ident="demo",
+        run_id=None,
+        owner="1@h",
+        state=state,
+        opened_at=opened,
+        updated_at=updated or opened,  # type: ignore[arg-type]
+    )
+
+
+def test_resolve_mount_by_name_prefix_and_window() -> None:
+    from sbxcheck.reconcile import RecordFact, resolve_mount
+
+    records = [
+        RecordFact("demo-aaaaaa", "2026-01-01T10:00:03Z", None),
+        RecordFact("demo-old000", "2026-01-01T09:00:00Z", None),  # before the intent
+        RecordFact("demox-bbbbbb", "2026-01-01T10:00:04Z", None),  # another name
+        RecordFact("other-cccccc", "2026-01-01T10:00:04Z", None),
+    ]
+    got = resolve_mount(_mount_entry("2026-01-01T10:00:01Z"), records)
+    assert (got.status, got.ident, got.closed) == ("resolved", "demo-aaaaaa", False)
+    # claimed by another entry: not a candidate, so nothing matches
+    got = resolve_mount(_mount_entry("2026-01-01T10:00:01Z"), records, claimed={"demo-aaaaaa"})
+    assert got.status == "unmatched" and got.ident is None
+    # an abandoned mount made nothing after it was abandoned
+    late = [*records, RecordFact("demo-dddddd", "2026-01-01T10:05:00Z", None)]
+    entry = _mount_entry("2026-01-01T10:00:01Z", state="abandoned", updated="2026-01-01T10:00:10Z")
+    assert resolve_mount(entry, late).ident == "demo-aaaaaa"
+    # without an end, two in the window are ambiguous: nothing is done on a guess
+    got = resolve_mount(_mount_entry("2026-01-01T10:00:01Z"), late)
+    assert got.status == "ambiguous" and got.candidates == ["demo-aaaaaa", "demo-dddddd"]
+
+
+def test_resolve_mount_with_a_known_run_id_reads_its_record() -> None:
+    from sbxcheck.reconcile import RecordFact, resolve_mount
+
+    entry = _mount_entry("2026-01-01T10:00:01Z", state="created", ident="demo-aaaaaa")
+    closed = [RecordFact("demo-aaaaaa", "2026-01-01T10:00:03Z", "2026-01-01T11:00:00Z")]
+    got = resolve_mount(entry, closed)
+    assert (got.status, got.ident, got.closed) == ("resolved", "demo-aaaaaa", True)
+    assert resolve_mount(entry, []).ident == "demo-aaaaaa"  # no record: still its run id, not the name
+
+
+def test_resolve_mission_by_title_then_id() -> None:
+    from sbxcheck.reconcile import resolve_mission
+
+    entry = LedgerEntry(
+        id="e2",
+        kind="mission",
+        ident="sbxcheck-key",
+        intended_ident="sbxcheck-key",
+        run_id=None,
+        owner="1@h",
+        opened_at="2026-01-01T10:00:00Z",
+        detail={"title": "sbxcheck abc route x"},
+    )
+    missions = [
+        {"id": "m-old", "title": "sbxcheck abc route x", "created_at": "2026-01-01T09:00:00.000Z"},
+        {"id": "m-new", "title": "sbxcheck abc route x", "created_at": "2026-01-01T10:00:00.412Z"},
+        {"id": "m-other", "title": "something else", "created_at": "2026-01-01T10:00:01Z"},
+    ]
+    got = resolve_mission(entry, missions)
+    assert (got.status, got.ident) == ("resolved", "m-new")
+    assert resolve_mission(entry, missions[2:]).status == "unmatched"
+    by_key = [{"id": "m-k", "idempotency_key": "sbxcheck-key", "created_at": "2026-01-01T10:00:01Z"}]
+    assert resolve_mission(entry, by_key).ident == "m-k"
+    assert resolve_mission(entry, [*missions, {**missions[1], "id": "m-twin"}]).status == "ambiguous"

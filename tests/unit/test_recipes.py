@@ -284,6 +284,7 @@ OUTCOMES = {
     "skipped": ["passed", "skipped", "passed", "passed", "passed"],
     "no-items": [],
     "odd": ["passed", "xfailed"],
+    "interrupted": ["passed"] * 7 + ["not-run"] * 2,  # 2 of 9 selected items never ran
 }
 
 
@@ -292,7 +293,7 @@ OUTCOMES = {
     [
         ("never", set()),
         ("on-pass", {"all-passed"}),
-        ("always", {"all-passed", "skipped", "no-items"}),
+        ("always", {"all-passed", "skipped", "no-items", "interrupted"}),
     ],
 )
 def test_decide_teardown_matrix(policy: str, expected: set[str]) -> None:
@@ -302,6 +303,17 @@ def test_decide_teardown_matrix(policy: str, expected: set[str]) -> None:
     assert all(d.why for d in decisions.values())
     for bad in ("one-failed", "one-error"):  # a failed gate never destroys, whatever the flag
         assert decisions[bad].action == "keep" and "failed gate" in decisions[bad].why
+
+
+def test_on_pass_needs_every_selected_item_run() -> None:
+    decision = decide_teardown("on-pass", {"r": ["passed"] * 7 + ["not-run"] * 2})["r"]
+    assert decision.action == "keep" and "2 of 9 selected gate item(s) never ran" in decision.why
+
+
+def test_missing_just_says_how_to_install_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no just anywhere
+    result = run_recipe(RecipeTemplates(cwd=tmp_path), "list")
+    assert result.error == "just is not installed (pip install rust-just or your package manager)"
 
 
 def test_decide_teardown_rejects_unknown_policy() -> None:

@@ -1,0 +1,63 @@
+"""An interrupted run always writes its report, marked interrupted, so no stale results.json survives it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+SUITE = """
+import pytest
+
+pytestmark = pytest.mark.gate
+
+
+def test_first():
+    pass
+
+
+def test_interrupted_here():
+    raise KeyboardInterrupt
+
+
+def test_never_reached():
+    pass
+"""
+
+
+def test_an_interrupted_run_replaces_the_stale_report(pytester: pytest.Pytester) -> None:
+    inventory = pytester.path / "fleet.toml"
+    inventory.write_text("[ssh]\n")
+    report_dir = pytester.path / "r"
+    report_dir.mkdir()
+    (report_dir / "results.json").write_text(json.dumps({"schema": 1, "checks": [], "stale": True}))
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:randomly", "-m", "gate", "--sbx-inventory", str(inventory), "--sbx-report", str(report_dir)
+    )
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    report = json.loads((report_dir / "results.json").read_text())
+    assert "stale" not in report and report["interrupted"] is True
+    assert [c["nodeid"] for c in report["checks"]] == ["test_suite.py::test_first"]
+    assert report["not_run"] == ["test_suite.py::test_interrupted_here", "test_suite.py::test_never_reached"]
+    result.stdout.fnmatch_lines(["*interrupted: 2 selected item(s) did not run*"])
+
+
+def test_an_interrupt_before_any_item_still_marks_the_report(pytester: pytest.Pytester) -> None:
+    inventory = pytester.path / "fleet.toml"
+    inventory.write_text("[ssh]\n")
+    report_dir = pytester.path / "r"
+    report_dir.mkdir()
+    (report_dir / "results.json").write_text(json.dumps({"schema": 1, "checks": [], "stale": True}))
+    pytester.makepyfile(
+        test_suite=SUITE.replace(
+            "def test_first():\n    pass", "def test_first():\n    raise KeyboardInterrupt"
+        )
+    )
+    result = pytester.runpytest_subprocess(
+        "-p", "no:randomly", "-m", "gate", "--sbx-inventory", str(inventory), "--sbx-report", str(report_dir)
+    )
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    report = json.loads((report_dir / "results.json").read_text())
+    assert "stale" not in report and report["interrupted"] is True and report["checks"] == []
+    assert len(report["not_run"]) == 3
