@@ -351,9 +351,7 @@ class MissionDispatcher:
                 if effort_error and effort != effort_fallbacks(route.model_effort)[-1]:
                     continue
                 run.rejection = exc
-                if self.ledger is not None and entry is not None:
-                    self._unanswered.pop(entry, None)
-                    self.ledger.mark_released(entry, f"never created: {clip(exc.reason, 120)}")
+                self._release(entry, f"never created: {clip(exc.reason, 120)}")
                 return
             run.effort_attempts.append({"effort": effort, "accepted": True})
             run.created = created
@@ -411,6 +409,7 @@ class MissionDispatcher:
 
     def _release(self, entry: str | None, how: str) -> None:
         if self.ledger is not None and entry is not None:
+            self._unanswered.pop(entry, None)
             self.ledger.mark_released(entry, how)
 
     def _created(self, entry: str | None, mission_id: str) -> None:
