@@ -138,6 +138,9 @@ def test_a_secret_pasted_as_an_env_name_is_never_echoed(tmp_path: Path, field: s
 
 def test_env_names_still_load(tmp_path: Path) -> None:
     path = tmp_path / "sbxcheck.toml"
+    roster = tmp_path / "adws" / "adw_sssf_config" / "sssf.config.yaml"  # paths are checked at load
+    roster.parent.mkdir(parents=True)
+    roster.write_text("models: []\n")
     path.write_text(
         '[sandboxed]\nurl = "http://cp"\npassword_env = "SANDBOXED_PASSWORD"\n'
         '[sssf]\ncheckout = "."\nprovisioning_key_env = "OPENROUTER_PROVISIONING_KEY"\n'
