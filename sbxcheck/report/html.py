@@ -145,12 +145,13 @@ def _fmt_seconds(value: float | None) -> str:
     return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {seconds:02d}s"
 
 
-def _strip(outcomes: Iterable[str | None], dates: Sequence[str]) -> str:
+def _strip(outcomes: Iterable[str | None], dates: Sequence[str], *, big: bool = False) -> str:
     cells = []
     for when, outcome in zip(dates, outcomes, strict=False):
         css = outcome if outcome in _SYMBOL else "empty"
         cells.append(f'<i class="o-{css}" title="{_e(when)}: {_e(outcome or "not run")}"></i>')
-    return f'<span class="strip" aria-label="last runs, oldest first">{"".join(cells)}</span>'
+    css = "strip big" if big else "strip"
+    return f'<span class="{css}" aria-label="last runs, oldest first">{"".join(cells)}</span>'
 
 
 def _spark(
@@ -232,7 +233,7 @@ def _top(ctx: _Ctx) -> str:
         runs = ctx.history.runs
         history = (
             f"<div><span>last {len(runs)} runs (oldest → now)</span>"
-            f"{_strip([r.verdict if r.verdict != 'empty' else None for r in runs], ctx.dates())}</div>"
+            f"{_strip([r.verdict if r.verdict != 'empty' else None for r in runs], ctx.dates(), big=True)}</div>"
         )
     details = ""
     if inventory.details:
@@ -241,10 +242,16 @@ def _top(ctx: _Ctx) -> str:
             + _e(json.dumps(inventory.details, indent=2, ensure_ascii=False, sort_keys=True))
             + "</pre></details>"
         )
+    problems = summary.get("failed", 0) + summary.get("error", 0)
+    toc = [("#incidents", f"Incidents ({len(report.incidents)})"), ("#fleet", "Fleet grid")]
+    toc.append(("#items", f"Items ({problems} not passed first)" if problems else "Items"))
+    if ctx.history is not None:
+        toc.append(("#history", f"History (flaky: {len(ctx.history.flaky)})"))
+    nav = '<nav class="toc">' + "".join(f'<a href="{h}">{_e(t)}</a>' for h, t in toc) + "</nav>"
     return (
         f'<header class="verdict v-{verdict}" id="verdict" data-verdict="{verdict}">'
         f"<h1>{_e(_HEADLINE[verdict])}</h1><p>{_e(total)} checks: {pills_text(summary)}</p></header>"
-        f'<main><div class="meta">{meta_html}{history}</div><p>{pills}</p>{details}'
+        f'<main><div class="meta">{meta_html}{history}</div><p>{pills}</p>{nav}{details}'
     )
 
 
@@ -258,7 +265,12 @@ def _incidents(ctx: _Ctx) -> str:
     by_nodeid = {r.nodeid: r for r in report.checks}
     problems = [r for r in report.checks if r.outcome in (Outcome.FAILED, Outcome.ERROR)]
     blocks = []
-    for incident in report.incidents:
+    rank = {"new": 0, "ongoing": 1}
+    ordered = sorted(
+        report.incidents,
+        key=lambda i: rank.get(s.status, 2) if history and (s := history.status_of(i)) else 2,
+    )
+    for incident in ordered:
         members = [by_nodeid[n] for n in incident.checks if n in by_nodeid]
         status = history.status_of(incident) if history else None
         tag = _status_tag(status)
@@ -591,9 +603,8 @@ def _item(ctx: _Ctx, record: CheckRecord) -> str:
                 f"({hist.failing_runs} run{'s' if hist.failing_runs != 1 else ''})</span>"
             )
     width = (record.duration_s / ctx.max_duration * 100) if ctx.max_duration else 0.0
-    spark = _spark(hist.durations, width=70, height=16) if hist is not None else ""
     duration = (
-        f'<span class="dur" title="duration">{spark}<span class="bar"><i style="width:{width:.1f}%"></i></span>'
+        f'<span class="dur" title="duration"><span class="bar"><i style="width:{width:.1f}%"></i></span>'
         f"{_e(_fmt_seconds(record.duration_s))}</span>"
     )
     strip = _strip(hist.outcomes, ctx.dates()) if hist is not None and len(hist.outcomes) > 1 else ""
@@ -607,12 +618,19 @@ def _item(ctx: _Ctx, record: CheckRecord) -> str:
         lines = "".join(f"<li><code>{_e(k)}</code>: {_e(v)}</li>" for k, v in _key_evidence(record.evidence))
         if lines:
             body += f'<ul class="ev">{lines}</ul>'
-        recommendation = (
-            record.recommendation
-            or (incident.recommendation if incident else "")
-            or (default_recommendation(record.classification or Classification.CHECK_FAILED, [record.target]))
-        )
-        body += _next_step(recommendation, next_step_commands([record], recommendation))
+        if (
+            incident is not None
+            and (record.recommendation or incident.recommendation) == incident.recommendation
+        ):
+            body += (
+                f'<div class="next"><strong>Next step — shared by incident <a href="#{_e(incident.id)}">'
+                f"{_e(incident.id)}</a> (commands there)</strong>{_e(incident.recommendation)}</div>"
+            )
+        else:
+            recommendation = record.recommendation or default_recommendation(
+                record.classification or Classification.CHECK_FAILED, [record.target]
+            )
+            body += _next_step(recommendation, next_step_commands([record], recommendation))
     facts = f"attempts: {record.attempts}" + (f" · cause: {record.cause}" if record.cause else "")
     evidence = json.dumps(record.evidence, indent=2, ensure_ascii=False, sort_keys=True)
     folded = (
