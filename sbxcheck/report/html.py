@@ -287,18 +287,22 @@ def _incidents(ctx: _Ctx) -> str:
         )
     resolved = history.resolved if history else []
     head = f'<h2 id="incidents">Incidents ({len(report.incidents)})</h2>'
+    grouped = {n for incident in report.incidents for n in incident.checks}
+    loose = [r for r in problems if r.nodeid not in grouped]
+    if loose:
+        rows = "".join(
+            f'<li><a href="#{item_anchor(r.nodeid)}"><span class="o-{r.outcome.value}">{_SYMBOL[r.outcome.value]}'
+            f"</span> {_e(r.check)} [{_e(r.target)}]</a> — {_e(_short(r.message, 160))}</li>"
+            for r in loose[:12]
+        )
+        more = f"<li>… and {len(loose) - 12} more under Items</li>" if len(loose) > 12 else ""
+        lead = "Not passed, outside any incident" if blocks else "No failures share a cause; not passed"
+        blocks.append(
+            f'<section class="loose"><h3>{lead} ({len(loose)}) — each shows its next step under Items</h3>'
+            f"<ul>{rows}{more}</ul></section>"
+        )
     if not blocks:
-        if problems:
-            links = ", ".join(
-                f'<a href="#{item_anchor(r.nodeid)}">{_e(r.check)} [{_e(r.target)}]</a>' for r in problems[:8]
-            )
-            body = (
-                f"<p><strong>No failures share a cause</strong>, but {len(problems)} "
-                f"item{'s' if len(problems) != 1 else ''} did not pass: {links}. Each shows its next step below.</p>"
-            )
-        else:
-            body = '<p class="muted">No incidents.</p>'
-        blocks.append(body)
+        blocks.append('<p class="muted">No incidents: every check passed or was skipped.</p>')
     if resolved:
         items = "".join(
             f'<li>{_status_tag(s)} <span class="tag">{_e(s.incident.classification.value)}</span> '
