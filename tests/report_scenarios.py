@@ -69,7 +69,11 @@ def host_key_changed(record: CheckRecord, run: str) -> CheckRecord | None:
         outcome=Outcome.ERROR,
         classification=C.HOST_KEY_MISMATCH,
         message=f"{host} presented a host key that does not match known_hosts — refused, nothing ran",
-        evidence={"alias": host, "known_hosts": "~/.ssh/known_hosts", "presented": "SHA256:Qm9ndXNLZXlGb3JUZXN0"},
+        evidence={
+            "alias": host,
+            "known_hosts": "~/.ssh/known_hosts",
+            "presented": "SHA256:Qm9ndXNLZXlGb3JUZXN0",
+        },
         cause=f"host_key_mismatch:{host}",
         recommendation=None,
     )
@@ -158,7 +162,9 @@ def tailscaled_disabled(record: CheckRecord) -> CheckRecord | None:
             record,
             outcome=Outcome.ERROR,
             classification=C.INFRA_UNREACHABLE,
-            message="no pong from dgx-spark within 10 s" if record.check == "tailscale_ping" else "ssh: timed out",
+            message="no pong from dgx-spark within 10 s"
+            if record.check == "tailscale_ping"
+            else "ssh: timed out",
             evidence={"exit_code": 1, "stderr": "timeout waiting for pong"},
             cause="dgx-unreachable:tailscaled-down:agent-core",
             recommendation=DGX_RECOVERY,

@@ -42,8 +42,10 @@ sync_api = pytest.importorskip(
     "playwright.sync_api", reason="playwright is not installed (pip install -e '.[test]')"
 )
 if not Path(CHROMIUM).exists():
-    pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set SBXCHECK_CHROMIUM)",
-                allow_module_level=True)
+    pytest.skip(
+        f"no Chromium at {CHROMIUM} (apt-get install chromium, or set SBXCHECK_CHROMIUM)",
+        allow_module_level=True,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +100,9 @@ def _write_page(name: str, report: RunReport, history: list[RunReport] | None) -
 def open_page(browser: Any) -> Iterator[Any]:
     contexts: list[Any] = []
 
-    def load(name: str, report: RunReport, history: list[RunReport] | None = None, *, js: bool = True) -> Page:
+    def load(
+        name: str, report: RunReport, history: list[RunReport] | None = None, *, js: bool = True
+    ) -> Page:
         path = _write(name, report, history)
         context = browser.new_context(viewport={"width": 1280, "height": 900}, java_script_enabled=js)
         contexts.append(context)
@@ -168,7 +172,9 @@ def test_filter_hides_passed_items(open_page: Any) -> None:
     assert first_passed.is_hidden()
     page.select_option("#filter-outcome", "problems")
     page.select_option("#filter-suite", "gate")
-    visible = items.evaluate_all("els => els.filter(e => !e.hidden).map(e => [e.dataset.outcome, e.dataset.suite])")
+    visible = items.evaluate_all(
+        "els => els.filter(e => !e.hidden).map(e => [e.dataset.outcome, e.dataset.suite])"
+    )
     assert len(visible) == report.summary["failed"] + report.summary["error"]
     assert {suite for _, suite in visible} == {"gate"}
     page.select_option("#filter-outcome", "")
@@ -185,7 +191,9 @@ def test_incident_commands_appear_verbatim(open_page: Any) -> None:
             assert command in codes
         assert any(code.startswith("pytest ") for code in codes)  # and the re-run of its items
     dgx = next(i for i in report.incidents if "tailscaled" in i.recommendation)
-    assert "systemctl enable --now tailscaled" in page.locator(f'section.incident[id="{dgx.id}"]').inner_text()
+    assert (
+        "systemctl enable --now tailscaled" in page.locator(f'section.incident[id="{dgx.id}"]').inner_text()
+    )
 
     gate = scenarios.gate_fault()
     page = open_page("gate-fault", gate).page

@@ -35,7 +35,11 @@ def test_gate_identity_drops_the_nightly_parts_of_the_run_id() -> None:
         "demo-20261130-abc123-google/gemini-3.6-flash",
     )
     tomorrow = tonight.model_copy(update={"target": "demo-20261201-9f0e11-google/gemini-3.6-flash"})
-    assert item_identity(tonight) == item_identity(tomorrow) == "gate/C_model_answers/google/gemini-3.6-flash@demo"
+    assert (
+        item_identity(tonight)
+        == item_identity(tomorrow)
+        == "gate/C_model_answers/google/gemini-3.6-flash@demo"
+    )
     a_item = _record("x", "gate", "A_git_integrity", "demo-20261130-abc123")
     assert item_identity(a_item) == "gate/A_git_integrity@demo"
     other_run = a_item.model_copy(update={"target": "fix-login-20261130-abc123"})
@@ -43,9 +47,13 @@ def test_gate_identity_drops_the_nightly_parts_of_the_run_id() -> None:
 
 
 def test_canary_identity_is_suite_check_target_without_reprs_or_temp_paths() -> None:
-    route = _record("canaries/test_routes.py::test_route_dispatched[codex-terra]", "canary", "dispatched", "codex-terra")
+    route = _record(
+        "canaries/test_routes.py::test_route_dispatched[codex-terra]", "canary", "dispatched", "codex-terra"
+    )
     assert item_identity(route) == "canary/dispatched/codex-terra"
-    odd = _record("x", "canary", "probe", "<Thing object at 0x7f3a2b1c9d00>-/tmp/pytest-of-root/pytest-7/x0/fleet")
+    odd = _record(
+        "x", "canary", "probe", "<Thing object at 0x7f3a2b1c9d00>-/tmp/pytest-of-root/pytest-7/x0/fleet"
+    )
     identity = item_identity(odd)
     assert "0x7f3a" not in identity and "/tmp/" not in identity and "pytest-7" not in identity
     assert stable_text("cause alpha-20261130-2265b1 on /tmp/abc/def") == "cause alpha on <tmp>"
@@ -89,7 +97,9 @@ def test_ten_runs_flaky_item_and_incidents_new_ongoing_resolved() -> None:
     assert (status["ongoing"].since, status["ongoing"].runs) == (runs[7].started_at, 3)
     assert "adapter-crash:opencode" in status["resolved"].key and status["resolved"].runs == 5
     # matched by classification + stable cause, not by the incident id (which changes with the run id)
-    host_key = [next(i for i in r.incidents if i.classification.value == "host_key_mismatch") for r in runs[7:]]
+    host_key = [
+        next(i for i in r.incidents if i.classification.value == "host_key_mismatch") for r in runs[7:]
+    ]
     assert len({i.id for i in host_key}) == 3  # a new VM each night gives a new incident id
     keys = {incident_key(i, runs[9]) for i in runs[9].incidents}
     assert "host_key_mismatch:host_key_mismatch:bravo.exe.xyz" in keys

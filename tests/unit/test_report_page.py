@@ -19,11 +19,14 @@ def _page(report: RunReport, redactor: Redactor | None = None) -> str:
 
 def test_commands_are_taken_from_the_next_step_text_in_order() -> None:
     advice = scenarios.gate_advice("demo-20261130-abc123")
-    assert extract_commands(advice) == ["ssh demo-20261130-abc123.exe.xyz", "just sbx lifecycle setup demo-20261130-abc123"]
-    assert extract_commands(scenarios.DGX_RECOVERY) == ["systemctl enable --now tailscaled"]
-    assert extract_commands("check the host is up and reachable (ssh -o ConnectTimeout=10 h true); nothing") == [
-        "ssh -o ConnectTimeout=10 h true"
+    assert extract_commands(advice) == [
+        "ssh demo-20261130-abc123.exe.xyz",
+        "just sbx lifecycle setup demo-20261130-abc123",
     ]
+    assert extract_commands(scenarios.DGX_RECOVERY) == ["systemctl enable --now tailscaled"]
+    assert extract_commands(
+        "check the host is up and reachable (ssh -o ConnectTimeout=10 h true); nothing"
+    ) == ["ssh -o ConnectTimeout=10 h true"]
     assert extract_commands(scenarios.CRASH_ADVICE) == []  # prose is not a command
 
 
@@ -38,7 +41,9 @@ def test_rerun_command_names_gate_runs_or_node_ids() -> None:
 def test_page_is_self_contained_and_escaped() -> None:
     report = scenarios.gate_fault()
     record = report.checks[0]
-    report.checks[0] = record.model_copy(update={"message": '<img src="http://evil.example/x.png" onerror=alert(1)>'})
+    report.checks[0] = record.model_copy(
+        update={"message": '<img src="http://evil.example/x.png" onerror=alert(1)>'}
+    )
     page = _page(report)
     assert not re.search(r'(?:src|href)="(?:https?:)?//', page)  # nothing loaded from anywhere
     assert "@import" not in page and "url(" not in page
