@@ -364,7 +364,7 @@ def render_history_text(view: HistoryView) -> str:
         return "\n".join(lines) + "\n"
     last = view.runs[-1]
     lines.append(
-        f"{len(view.runs)} runs, {view.runs[0].started_at} → {last.started_at}; "
+        f"{_runs(len(view.runs))}, {view.runs[0].started_at} → {last.started_at}; "
         f"last verdict: {last.verdict} ({_counts(last.summary)})"
     )
     lines.append(
@@ -395,7 +395,7 @@ def render_history_text(view: HistoryView) -> str:
             f"{item.failing_since} ({_runs(item.failing_runs)})"
         )
     flaky = view.flaky
-    lines.append(f"flaky ({len(flaky)}; flipped at least twice in {len(view.runs)} runs):")
+    lines.append(f"flaky ({len(flaky)}; flipped at least twice in {_runs(len(view.runs))}):")
     for item in flaky:
         lines.append(f"  {strip_text(item.outcomes)}  {item.identity}  — {item.flips} flips")
     slow = sorted(
