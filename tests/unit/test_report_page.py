@@ -64,3 +64,14 @@ def test_failed_items_come_before_passed_in_the_page() -> None:
     outcomes = re.findall(r'<article class="item o-(\w+)"', page)
     first_passed = outcomes.index("passed")
     assert set(outcomes[:first_passed]) == {"failed", "error"} and "failed" not in outcomes[first_passed:]
+
+
+def test_empty_and_error_only_runs_say_so() -> None:
+    healthy = scenarios.healthy()
+    empty = healthy.model_copy(update={"checks": [], "incidents": [], "summary": {"total": 0}})
+    page = _page(empty)
+    assert 'data-verdict="empty"' in page and "NO CHECKS RAN" in page
+    only_errors = scenarios.gate_fault()
+    only_errors.checks[:] = [r for r in only_errors.checks if r.outcome.value != "failed"]
+    page = _page(only_errors)
+    assert 'data-verdict="error"' in page and "COULD NOT TELL" in page
