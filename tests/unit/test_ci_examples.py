@@ -80,11 +80,10 @@ def _pytest_argv(commands: list[str]) -> list[str]:
 
 
 def _option_values(argv: list[str]) -> dict[str, str]:
-    return {
-        a: argv[i + 1]
-        for i, a in enumerate(argv[:-1])
-        if a.startswith("-") and not argv[i + 1].startswith("-")
-    }
+    """``--opt=value`` (a separate value naming an existing directory sways pytest's rootdir) and ``-m X``."""
+    values = dict(a.split("=", 1) for a in argv if a.startswith("--") and "=" in a)
+    values.update({a: argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-m"})
+    return values
 
 
 @pytest.mark.parametrize("path", [GITHUB, GITLAB], ids=["github", "gitlab"])
@@ -93,7 +92,8 @@ def test_every_option_command_and_path_exists(path: Path) -> None:
     commands = _commands(doc)
     argv = _pytest_argv(commands)
     known = _registered_options()
-    used = {a for a in argv if a.startswith("--")}
+    used = {a.split("=", 1)[0] for a in argv if a.startswith("--")}
+    assert all("=" in a for a in argv if a.startswith("--sbx-")), argv
     assert {o for o in used if o.startswith("--sbx-")} >= {"--sbx-report", "--sbx-history", "--sbx-metrics"}
     assert used <= known, used - known
     values = _option_values(argv)
