@@ -4,6 +4,7 @@ sbxcheck sim up --dir DIR [--fault NAME ...]   start the fleet, write DIR/sbxche
 sbxcheck sim down --dir DIR                    stop it
 sbxcheck sim faults                            every fault name, one line each
 sbxcheck report [DIR]                          summarise DIR/results.json
+sbxcheck history DIR [--keep N]                flaky items, since-when failing, incidents new/ongoing/resolved
 sbxcheck version
 """
 
@@ -49,6 +50,11 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_parser("faults", help="list every fault name with one line each")
     report = sub.add_parser("report", help="summarise a results.json")
     report.add_argument("dir", nargs="?", default="sbxcheck-report", type=Path)
+    history = sub.add_parser(
+        "history", help="summarise a --sbx-history directory: flaky, failing since, incidents, trends"
+    )
+    history.add_argument("dir", type=Path)
+    history.add_argument("--keep", type=int, default=None, metavar="N", help="only the last N runs")
     sub.add_parser("version", help="print the version")
     return parser
 
@@ -61,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "report":
             return _report(args.dir)
+        if args.command == "history":
+            return _history(args.dir, args.keep)
         if args.sim_command == "faults":
             from sbxcheck.sim.faults import describe_faults
 
@@ -186,6 +194,25 @@ def _report(directory: Path) -> int:
         )
     failing = report.summary.get("failed", 0) + report.summary.get("error", 0)
     return 1 if failing else 0
+
+
+def _history(directory: Path, keep: int | None) -> int:
+    """Print the history summary; exit 0 when the last run passed, 1 when not, 2 when there is none."""
+    from sbxcheck.report.history import DEFAULT_KEEP, HistoryStore, analyse, render_history_text
+
+    if not directory.is_dir():
+        print(f"sbxcheck history: {directory} is not a directory", file=sys.stderr)
+        return 2
+    if keep is not None and keep < 1:
+        print(f"sbxcheck history: --keep must be at least 1, got {keep}", file=sys.stderr)
+        return 2
+    store = HistoryStore(directory, keep or max(DEFAULT_KEEP, len(HistoryStore(directory).entries())))
+    runs, warnings = store.load()
+    view = analyse(runs[-keep:] if keep else runs, warnings)
+    sys.stdout.write(render_history_text(view))
+    if not view.runs:
+        return 2
+    return 0 if view.runs[-1].verdict == "passed" else 1
 
 
 if __name__ == "__main__":

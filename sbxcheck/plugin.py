@@ -104,6 +104,68 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="sbxcheck-report",
         help="write results.json, junit.xml and report.html here (default: sbxcheck-report/)",
     )
+    _add_history_options(parser, group)
+
+
+# History and metrics (issue 9). Resolved CLI, then ini, then default; kept apart so the general
+# CLI > env > ini > default resolver can take them over as they are.
+HISTORY_KEEP_DEFAULT = 30
+
+
+def _add_history_options(parser: pytest.Parser, group: Any) -> None:
+    group.addoption(
+        "--sbx-history",
+        metavar="DIR",
+        default=None,
+        help="keep this run's results.json in DIR (the last --sbx-history-keep runs) and show flaky items, "
+        "since-when failing and new/ongoing/resolved incidents on the page (ini: sbx_history)",
+    )
+    group.addoption(
+        "--sbx-history-keep",
+        metavar="N",
+        default=None,
+        help=f"how many runs the history keeps (default {HISTORY_KEEP_DEFAULT}; ini: sbx_history_keep)",
+    )
+    group.addoption(
+        "--sbx-metrics",
+        metavar="FILE",
+        default=None,
+        help="write Prometheus text exposition here (node_exporter textfile collector; ini: sbx_metrics)",
+    )
+    parser.addini("sbx_history", "history directory (as --sbx-history), relative to the ini file", default="")
+    parser.addini("sbx_history_keep", "runs the history keeps (as --sbx-history-keep)", default="")
+    parser.addini("sbx_metrics", "Prometheus textfile (as --sbx-metrics), relative to the ini file", default="")
+
+
+def _resolved_path(config: pytest.Config, option: str, ini: str) -> Path | None:
+    """A path option: the CLI value (relative to where pytest was invoked), else the ini value (relative
+    to the ini file), else None."""
+    value = config.getoption(option)
+    if value:
+        path = Path(str(value)).expanduser()
+        return path if path.is_absolute() else Path(str(config.invocation_params.dir)) / path
+    text = str(config.getini(ini) or "").strip()
+    if not text:
+        return None
+    path = Path(text).expanduser()
+    base = config.inipath.parent if config.inipath else config.rootpath
+    return path if path.is_absolute() else Path(str(base)) / path
+
+
+def _history_keep(config: pytest.Config) -> int:
+    """--sbx-history-keep, else ini sbx_history_keep, else the default; a bad value is a usage error (exit 4)."""
+    raw, source = config.getoption("sbx_history_keep"), "--sbx-history-keep"
+    if raw is None:
+        raw, source = str(config.getini("sbx_history_keep") or "").strip() or None, "ini sbx_history_keep"
+    if raw is None:
+        return HISTORY_KEEP_DEFAULT
+    try:
+        keep = int(str(raw))
+    except ValueError:
+        keep = 0
+    if keep < 1:
+        raise pytest.UsageError(f"{source}: expected a whole number of runs, at least 1; got {raw!r}")
+    return keep
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -129,6 +191,7 @@ def pytest_configure(config: pytest.Config) -> None:
     session.mount_names = list(config.getoption("sbx_mount"))
     session.sweep = bool(config.getoption("sbx_sweep"))
     config.stash[SESSION_KEY] = session
+    _history_keep(config)  # a bad value stops the run before anything is mounted
     _terminate_as_interrupt()
     if workerinput is None:  # registered before any mount, so an interrupted mount still gets its report
         collector = ResultCollector(config, session)
@@ -482,6 +545,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
                     "classification": result.classification or Classification.INTERNAL_ERROR,
                 }
             )
+        if not result.duration_s:  # the check did not time itself: the item's own phase time
+            result = result.model_copy(update={"duration_s": round(report.duration, 6)})
         record = CheckRecord(nodeid=_plain_nodeid(item), suite=suite, **result.model_dump())
         payload = redactor.redact_text(record.model_dump_json())
         report.user_properties.append((USER_PROPERTY, payload))
@@ -510,6 +575,7 @@ class ResultCollector:
         self.reported: set[str] = set()  # plain nodeids that ran (a call, or a failed/skipped phase)
         self.interrupted = False
         self.finished = False
+        self.history_warnings: list[str] = []
 
     def pytest_keyboard_interrupt(self) -> None:
         self.interrupted = True
@@ -570,7 +636,8 @@ class ResultCollector:
         stale = interrupted and (out_dir / "results.json").exists()
         if not (self.records or mounts or cleanup or left or stale):
             return
-        from sbxcheck.report import assemble_report, write_reports
+        from sbxcheck.report import assemble_report
+        from sbxcheck.report.writers import write_artifacts
 
         records = _link_triage(list(self.records.values()))
         info = InventoryInfo(
@@ -597,7 +664,15 @@ class ResultCollector:
                 "left": left,
             }
         )
-        self.written = write_reports(report, out_dir, default_redactor())
+        written = write_artifacts(
+            report,
+            out_dir,
+            default_redactor(),
+            history_dir=_resolved_path(self.config, "sbx_history", "sbx_history"),
+            history_keep=_history_keep(self.config),
+            metrics_path=_resolved_path(self.config, "sbx_metrics", "sbx_metrics"),
+        )
+        self.written, self.history_warnings = written.paths, written.warnings
         self.report = report
         if interrupted and not self.config.stash.get(PYTEST_SESSION_KEY, None):
             # no terminal summary follows an interrupt before the session started: say it here
@@ -656,6 +731,8 @@ class ResultCollector:
             )
         for note in self.session.interrupted_during:
             tr.write_line(f"interrupted during {note}")
+        for warning in self.history_warnings:
+            tr.write_line(f"warning: {warning}", yellow=True)
         tr.write_line("report: " + ", ".join(str(p) for p in self.written.values()))
 
 

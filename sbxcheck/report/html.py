@@ -1,173 +1,736 @@
-"""report.html: one plain, self-contained page (inline CSS, no JavaScript).
+"""report.html: a self-contained triage page (inline CSS, a small inline script, no network).
 
+Read top to bottom at 3 a.m.: the verdict and counts; incidents with their next step as commands
+to copy; kept VMs; the fleet grid (one cell per item, linking to it); the items, failed and errored
+first, each with its message, key evidence and next step in view and the full evidence folded;
+then history (flaky items, durations, credit) when ``--sbx-history`` is on.
+
+Everything is complete without JavaScript; the script only adds the filters and copy buttons.
 Rendered from the already redacted results document; every value goes through ``html.escape``
 and the final text passes through the redactor once more.
 """
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
-from collections.abc import Mapping
+import re
+import shlex
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 
 from sbxcheck.redact import Redactor
+from sbxcheck.report.history import (
+    CreditPoint,
+    HistoryView,
+    IncidentStatus,
+    ItemHistory,
+    credit_of,
+    item_identity,
+    run_duration_s,
+    verdict_of,
+)
+from sbxcheck.report.incidents import default_recommendation
+from sbxcheck.results import CheckRecord, Classification, Incident, Outcome, RunReport
 
-__all__ = ["render_html"]
 
-_CSS = """
-body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5rem; color: #1f2328; }
-h1 { font-size: 1.4rem; margin-bottom: .3rem; }
-h2 { font-size: 1.15rem; margin-top: 1.8rem; border-bottom: 1px solid #d0d7de; padding-bottom: .2rem; }
-table { border-collapse: collapse; width: 100%; font-size: .9rem; }
-th, td { border: 1px solid #d0d7de; padding: .3rem .5rem; text-align: left; vertical-align: top; }
-th { background: #f6f8fa; }
-dl.meta { display: grid; grid-template-columns: max-content auto; gap: .15rem 1rem; margin: .5rem 0; }
-dl.meta dt { font-weight: 600; }
-dl.meta dd { margin: 0; }
-pre { background: #f6f8fa; padding: .5rem; overflow-x: auto; white-space: pre-wrap;
-      word-break: break-word; font-size: .8rem; margin: .3rem 0 0; }
-code { font-size: .85rem; }
-.outcome { font-weight: 700; text-transform: uppercase; font-size: .8rem; white-space: nowrap; }
-.passed { color: #1a7f37; } .failed { color: #cf222e; }
-.error { color: #bc4c00; } .skipped { color: #6e7781; }
-tr.row-failed { background: #fff5f5; } tr.row-error { background: #fff8f0; }
-.counts span { margin-right: 1rem; }
-.incident { border: 1px solid #d0d7de; border-left: 4px solid #bc4c00;
-            padding: .5rem .8rem; margin: .6rem 0; }
-.incident p { margin: .25rem 0; }
-.muted { color: #6e7781; }
-"""
+def _asset(name: str) -> str:
+    return resources.files("sbxcheck.report").joinpath("assets", name).read_text(encoding="utf-8")
 
-_OUTCOMES = ("passed", "failed", "error", "skipped")
+
+_CSS = _asset("report.css")
+_SCRIPT = _asset("report.js")
+
+__all__ = ["extract_commands", "item_anchor", "next_step_commands", "render_html", "rerun_command"]
+
+
+_ORDER = {"failed": 0, "error": 1, "skipped": 2, "passed": 3}
+_SYMBOL = {"passed": "✓", "failed": "✗", "error": "?", "skipped": "–"}
+_LABEL = {"passed": "PASSED", "failed": "FAILED", "error": "COULD NOT TELL", "skipped": "SKIPPED"}
+_HEADLINE = {
+    "failed": "FAILED — something in the fleet is wrong",
+    "error": "COULD NOT TELL — some checks could not reach a verdict",
+    "passed": "HEALTHY — every check passed",
+    "empty": "NO CHECKS RAN",
+}
+
+_GATE_COLUMNS = (
+    ("run_record", "record"),
+    ("A_git_integrity", "A git"),
+    ("B_pi_models", "B pi"),
+    ("C_roster_matches", "C roster"),
+)
+_GATE_TAIL = (("D_cost_reported", "D cost"), ("E_credit_remaining", "E credit"))
+_ROUTE_STAGES = (
+    ("dispatched", "dispatched"),
+    ("record_echoes_request", "echo"),
+    ("reaches_execution", "execution"),
+)
+_DGX_CHAIN = (
+    ("tailscaled_enabled", "tailscaled enabled"),
+    ("tailscaled_active", "active"),
+    ("tailscale_ping", "ping"),
+    ("dgx_ssh", "SSH"),
+)
+_KEY_EVIDENCE = (
+    "error", "stderr", "state", "status", "http_status", "porcelain_sample", "signature", "remaining_usd",
+    "floor_usd", "limit_usd", "usage_usd", "model", "finish_reason", "rate_problems", "waited_s",
+    "deadline_s", "events_seen", "notes", "stdout", "head", "recorded_commit_sha", "ran", "exit_code", "host",
+)  # fmt: skip
+_MAX_EVIDENCE_LINES = 6
+_GATE_RUN = re.compile(r"^(?P<run>[a-z0-9][a-z0-9-]*?-\d{8}-[0-9a-f]{6})(?:-.+)?$")
+_COMMAND_VERBS = (
+    r"(?:ssh|just|systemctl|sudo|tailscale|journalctl|pytest|sbxcheck|curl|git|gh|docker|kubectl)"
+)
+_BACKTICKS = re.compile(r"`([^`\n]{2,300})`")
+_PARENTHESISED = re.compile(r"\((" + _COMMAND_VERBS + r"\s[^()\n]{1,300})\)")
+_LEADING = re.compile(
+    r"(?:^|[;:]\s+)((?:ssh|just|systemctl|sudo|tailscale|journalctl|pytest|sbxcheck|curl)\s[^,;()`\n]+?)"
+    r"(?=\s*(?:[,;]|$|\bthen\b))"
+)
 
 
 def _e(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
-def _counts(summary: Mapping[str, Any]) -> str:
-    parts = [f'<span class="{o}">{_e(o)}: {_e(summary.get(o, 0))}</span>' for o in _OUTCOMES]
-    parts.append(f"<span>total: {_e(summary.get('total', 0))}</span>")
-    return '<p class="counts">' + "".join(parts) + "</p>"
+def item_anchor(nodeid: str) -> str:
+    """The id of an item's card: stable per node id, safe in a URL fragment."""
+    return "item-" + hashlib.sha1(nodeid.encode(), usedforsecurity=False).hexdigest()[:12]
 
 
-def _header(document: Mapping[str, Any]) -> str:
-    inventory = document.get("inventory", {})
-    rows = [
-        ("inventory", inventory.get("source", "")),
-        ("simulated fleet", "yes" if inventory.get("sim") else "no"),
-        ("started", document.get("started_at", "")),
-        ("finished", document.get("finished_at", "")),
-        ("schema", document.get("schema", "")),
+def extract_commands(text: str) -> list[str]:
+    """Commands a next-step text names: `backticked`, (parenthesised), or leading a clause (``; ssh host``)."""
+    hits: list[tuple[int, str]] = []
+    for pattern in (_BACKTICKS, _PARENTHESISED, _LEADING):
+        for match in pattern.finditer(text):
+            command = match.group(1).strip().rstrip(".")
+            if command and not any(command in seen or seen in command for _, seen in hits):
+                hits.append((match.start(1), command))
+    return [command for _, command in sorted(hits)]
+
+
+def rerun_command(records: Sequence[CheckRecord]) -> str | None:
+    """The command that re-runs these items: the gate per run id, anything else by node id."""
+    if not records:
+        return None
+    runs = [m.group("run") for r in records if r.suite == "gate" and (m := _GATE_RUN.match(r.target))]
+    if len(runs) == len(records):
+        return "pytest -m gate " + " ".join(f"--sbx-run-id {shlex.quote(r)}" for r in dict.fromkeys(runs))
+    nodeids = [r.nodeid for r in records]
+    shown = " ".join(shlex.quote(n) for n in nodeids[:6])
+    return f"pytest {shown}" if len(nodeids) <= 6 else f"pytest -m {shlex.quote(records[0].suite)} {shown}"
+
+
+def next_step_commands(records: Sequence[CheckRecord], recommendation: str) -> list[str]:
+    """What to type: the commands the recommendation names, then the re-run of the affected items."""
+    commands = extract_commands(recommendation)
+    rerun = rerun_command(records)
+    if rerun and rerun not in commands:
+        commands.append(rerun)
+    return commands
+
+
+def _fmt_seconds(value: float | None) -> str:
+    if value is None:
+        return "?"
+    if value < 60:
+        return f"{value:.2f} s" if value < 10 else f"{value:.1f} s"
+    minutes, seconds = divmod(round(value), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {seconds:02d}s"
+
+
+def _strip(outcomes: Iterable[str | None], dates: Sequence[str], *, big: bool = False) -> str:
+    cells = []
+    for when, outcome in zip(dates, outcomes, strict=False):
+        css = outcome if outcome in _SYMBOL else "empty"
+        cells.append(f'<i class="o-{css}" title="{_e(when)}: {_e(outcome or "not run")}"></i>')
+    css = "strip big" if big else "strip"
+    return f'<span class="{css}" aria-label="last runs, oldest first">{"".join(cells)}</span>'
+
+
+def _spark(
+    values: Sequence[float | None], *, width: int = 120, height: int = 22, floor: float | None = None
+) -> str:
+    known = [v for v in values if v is not None]
+    if len(known) < 2:
+        return ""
+    top = max([*known, floor or 0.0]) or 1.0
+    step = width / max(1, len(values) - 1)
+    points = " ".join(
+        f"{i * step:.1f},{height - 2 - (v / top) * (height - 4):.1f}"
+        for i, v in enumerate(values)
+        if v is not None
+    )
+    floor_line = ""
+    if floor is not None:
+        y = height - 2 - (floor / top) * (height - 4)
+        floor_line = (
+            f'<line x1="0" x2="{width}" y1="{y:.1f}" y2="{y:.1f}" stroke="#cf222e" stroke-dasharray="3 2"/>'
+        )
+    return (
+        f'<svg class="spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">'
+        f'{floor_line}<polyline fill="none" stroke="#0969da" stroke-width="1.5" points="{points}"/></svg>'
+    )
+
+
+@dataclass
+class _Ctx:
+    report: RunReport
+    history: HistoryView | None
+    incident_of: dict[str, Incident]
+    max_duration: float
+
+    def dates(self) -> list[str]:
+        return [r.started_at for r in self.history.runs] if self.history else []
+
+    def hist(self, record: CheckRecord) -> ItemHistory | None:
+        return self.history.items.get(item_identity(record)) if self.history else None
+
+
+def _cell(record: CheckRecord, label: str) -> str:
+    outcome = record.outcome.value
+    title = f"{record.check} [{record.target}]: {outcome} — {record.message}"
+    return (
+        f'<a class="cell o-{outcome}" href="#{item_anchor(record.nodeid)}" title="{_e(title[:300])}">'
+        f"{_SYMBOL.get(outcome, '?')} {_e(label)}</a>"
+    )
+
+
+# ------------------------------------------------------------------ sections
+
+
+def _top(ctx: _Ctx) -> str:
+    report = ctx.report
+    verdict = verdict_of(report)
+    summary = report.summary
+    total = summary.get("total", len(report.checks))
+    pills = "".join(
+        f'<span class="pill o-{o}">{_SYMBOL[o]} {summary.get(o, 0)} {_e(_LABEL[o].lower())}</span>'
+        for o in ("failed", "error", "skipped", "passed")
+        if summary.get(o, 0) or o in ("failed", "passed")
+    )
+    suites = Counter(r.suite for r in report.checks)
+    inventory = report.inventory
+    source = inventory.source
+    if inventory.sim and "simulated" not in source:
+        source += " (embedded simulated fleet)"
+    meta = [
+        ("inventory", source),
+        ("started (UTC)", report.started_at),
+        ("took", _fmt_seconds(run_duration_s(report))),
+        ("suites", ", ".join(f"{k} ({v})" for k, v in sorted(suites.items())) or "none"),
+        ("incidents", str(len(report.incidents))),
     ]
-    meta = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in rows)
-    details = inventory.get("details") or {}
-    extra = ""
-    if details:
-        extra = (
+    meta_html = "".join(f"<div><span>{_e(k)}</span>{_e(v)}</div>" for k, v in meta)
+    history = ""
+    if ctx.history and ctx.history.runs:
+        runs = ctx.history.runs
+        history = (
+            f"<div><span>last {len(runs)} runs (oldest → now)</span>"
+            f"{_strip([r.verdict if r.verdict != 'empty' else None for r in runs], ctx.dates(), big=True)}</div>"
+        )
+    details = ""
+    if inventory.details:
+        details = (
             "<details><summary>inventory details</summary><pre>"
-            + _e(json.dumps(details, indent=2, ensure_ascii=False, sort_keys=True))
+            + _e(json.dumps(inventory.details, indent=2, ensure_ascii=False, sort_keys=True))
             + "</pre></details>"
         )
-    counts = _counts(document.get("summary", {}))
-    return f'<h1>sbxcheck report</h1><dl class="meta">{meta}</dl>{extra}{counts}'
-
-
-def _incidents(document: Mapping[str, Any]) -> str:
-    incidents = document.get("incidents") or []
-    if not incidents:
-        return '<h2>Incidents</h2><p class="muted">No incidents: no failures share a cause.</p>'
-    blocks = []
-    for inc in incidents:
-        members = "".join(f"<li><code>{_e(n)}</code></li>" for n in inc.get("checks", []))
-        blocks.append(
-            f'<div class="incident" id="{_e(inc.get("id"))}">'
-            f"<p><strong>{_e(inc.get('id'))}</strong> · <code>{_e(inc.get('classification'))}</code></p>"
-            f"<p>{_e(inc.get('summary'))}</p>"
-            f"<p><strong>Recommendation:</strong> {_e(inc.get('recommendation'))}</p>"
-            f"<details><summary>{len(inc.get('checks', []))} checks</summary><ul>{members}</ul></details>"
-            "</div>"
-        )
-    return f"<h2>Incidents ({len(incidents)})</h2>" + "".join(blocks)
-
-
-def _machines(document: Mapping[str, Any]) -> str:
-    """The machine inventory: SSH-reachable machines and registered compute, each row dated."""
-    rows = document.get("machine_inventory") or []
-    if not rows:
-        return ""
-    keys = sorted({k for row in rows if isinstance(row, Mapping) for k in row})
-    head = "".join(f"<th>{_e(k)}</th>" for k in keys)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{_e(row.get(k, ''))}</td>" for k in keys) + "</tr>"
-        for row in rows
-        if isinstance(row, Mapping)
+    problems = summary.get("failed", 0) + summary.get("error", 0)
+    toc = [("#incidents", f"Incidents ({len(report.incidents)})"), ("#fleet", "Fleet grid")]
+    toc.append(("#items", f"Items ({problems} not passed first)" if problems else "Items"))
+    if ctx.history is not None:
+        toc.append(("#history", f"History (flaky: {len(ctx.history.flaky)})"))
+    nav = '<nav class="toc">' + "".join(f'<a href="{h}">{_e(t)}</a>' for h, t in toc) + "</nav>"
+    return (
+        f'<header class="verdict v-{verdict}" id="verdict" data-verdict="{verdict}">'
+        f"<h1>{_e(_HEADLINE[verdict])}</h1><p>{_e(total)} checks: {pills_text(summary)}</p></header>"
+        f'<main><div class="meta">{meta_html}{history}</div><p>{pills}</p>{nav}{details}'
     )
-    return f"<h2>Machine inventory ({len(rows)})</h2><table><tr>{head}</tr>{body}</table>"
 
 
-def _mounts(document: Mapping[str, Any]) -> str:
-    """Mounted runs and what became of each: kept runs name the command to get in."""
-    rows = document.get("mounts") or []
+def pills_text(summary: Mapping[str, int]) -> str:
+    parts = [f"{summary.get(o, 0)} {_LABEL[o].lower()}" for o in ("failed", "error", "skipped", "passed")]
+    return ", ".join(parts)
+
+
+def _incidents(ctx: _Ctx) -> str:
+    report, history = ctx.report, ctx.history
+    by_nodeid = {r.nodeid: r for r in report.checks}
+    problems = [r for r in report.checks if r.outcome in (Outcome.FAILED, Outcome.ERROR)]
+    blocks = []
+    rank = {"new": 0, "ongoing": 1}
+    ordered = sorted(
+        report.incidents,
+        key=lambda i: rank.get(s.status, 2) if history and (s := history.status_of(i)) else 2,
+    )
+    for incident in ordered:
+        members = [by_nodeid[n] for n in incident.checks if n in by_nodeid]
+        status = history.status_of(incident) if history else None
+        tag = _status_tag(status)
+        commands = next_step_commands(members, incident.recommendation)
+        links = _member_links(members)
+        only_errors = all(m.outcome is Outcome.ERROR for m in members)
+        blocks.append(
+            f'<section class="incident{" c-error" if only_errors else ""}" id="{_e(incident.id)}" '
+            f'data-classification="{_e(incident.classification.value)}">'
+            f'<h3>{tag} <span class="tag">{_e(incident.classification.value)}</span> {_e(incident.id)}</h3>'
+            f"<p>{_e(incident.summary)}</p>"
+            f"{_next_step(incident.recommendation, commands)}"
+            f"{links}</section>"
+        )
+    resolved = history.resolved if history else []
+    head = f'<h2 id="incidents">Incidents ({len(report.incidents)})</h2>'
+    grouped = {n for incident in report.incidents for n in incident.checks}
+    loose = [r for r in problems if r.nodeid not in grouped]
+    if loose:
+        rows = "".join(
+            f'<li><a href="#{item_anchor(r.nodeid)}"><span class="o-{r.outcome.value}">{_SYMBOL[r.outcome.value]}'
+            f"</span> {_e(r.check)} [{_e(r.target)}]</a> — {_e(_short(r.message, 160))}</li>"
+            for r in loose[:12]
+        )
+        more = f"<li>… and {len(loose) - 12} more under Items</li>" if len(loose) > 12 else ""
+        lead = "Not passed, outside any incident" if blocks else "No failures share a cause; not passed"
+        blocks.append(
+            f'<section class="loose"><h3>{lead} ({len(loose)}) — each shows its next step under Items</h3>'
+            f"<ul>{rows}{more}</ul></section>"
+        )
+    if not blocks:
+        blocks.append('<p class="muted">No incidents: every check passed or was skipped.</p>')
+    if resolved:
+        items = "".join(
+            f'<li>{_status_tag(s)} <span class="tag">{_e(s.incident.classification.value)}</span> '
+            f'{_e(s.incident.summary)} <span class="muted">(open {s.runs} run{"s" if s.runs != 1 else ""} '
+            f"from {_e(s.since)})</span></li>"
+            for s in resolved
+        )
+        blocks.append(f"<h3>Resolved since the previous run ({len(resolved)})</h3><ul>{items}</ul>")
+    return head + "".join(blocks)
+
+
+def _member_links(members: Sequence[CheckRecord]) -> str:
+    """The affected items; a message they all share is said once."""
+    messages = {m.message for m in members}
+    shared = len(members) > 1 and len(messages) == 1
+
+    def link(m: CheckRecord) -> str:
+        return (
+            f'<a href="#{item_anchor(m.nodeid)}"><span class="o-{m.outcome.value}">{_SYMBOL[m.outcome.value]}</span> '
+            f"{_e(m.check)} [{_e(m.target)}]</a>"
+        )
+
+    if shared:
+        return (
+            f"<p><strong>{len(members)} items</strong>, all: {_e(_short(next(iter(messages)), 240))}</p>"
+            f'<p class="members">{", ".join(link(m) for m in members)}</p>'
+        )
+    rows = "".join(f"<li>{link(m)} — {_e(_short(m.message, 160))}</li>" for m in members)
+    return f"<ul>{rows}</ul>"
+
+
+def _status_tag(status: IncidentStatus | None) -> str:
+    if status is None:
+        return ""
+    if status.status == "ongoing":
+        runs = f"{status.runs} run" + ("s" if status.runs != 1 else "")
+        return f'<span class="tag ongoing">ONGOING since {_e(status.since)} ({runs})</span>'
+    return f'<span class="tag {_e(status.status)}">{_e(status.status.upper())}</span>'
+
+
+def _next_step(recommendation: str, commands: Sequence[str]) -> str:
+    cmds = "".join(
+        f'<div class="cmd"><pre><code>{_e(c)}</code></pre><button class="copy" type="button" hidden>copy</button></div>'
+        for c in commands
+    )
+    return f'<div class="next"><strong>Next step</strong>{_e(recommendation)}{cmds}</div>'
+
+
+def _mounts(report: RunReport) -> str:
+    rows = [m for m in report.mounts if isinstance(m, Mapping)]
     if not rows:
         return ""
     body = "".join(
         f"<tr><td>{_e(m.get('name'))}</td><td>{_e(m.get('run_id'))}</td><td>{_e(m.get('action'))}</td>"
         f"<td><code>{_e(m.get('ssh') or '')}</code></td><td>{_e(m.get('why'))}</td></tr>"
         for m in rows
-        if isinstance(m, Mapping)
     )
     head = "<tr><th>mount</th><th>run id</th><th>action</th><th>get in</th><th>why</th></tr>"
-    return f"<h2>Mounted runs ({len(rows)})</h2><table>{head}{body}</table>"
+    return f'<h2 id="mounts">Mounted runs ({len(rows)})</h2><table>{head}{body}</table>'
 
 
-def _checks(document: Mapping[str, Any]) -> str:
-    incident_of: dict[str, str] = {}
-    for inc in document.get("incidents") or []:
-        for nodeid in inc.get("checks", []):
-            incident_of.setdefault(nodeid, inc.get("id", ""))
-    head = (
-        "<tr><th>outcome</th><th>check</th><th>target</th><th>classification</th>"
-        "<th>message</th><th>duration (s)</th></tr>"
-    )
-    rows = []
-    for check in document.get("checks") or []:
-        outcome = str(check.get("outcome", ""))
-        css = outcome if outcome in _OUTCOMES else ""
-        nodeid = check.get("nodeid", "")
-        incident = incident_of.get(nodeid)
-        incident_link = f' · <a href="#{_e(incident)}">{_e(incident)}</a>' if incident else ""
-        evidence = json.dumps(check.get("evidence") or {}, indent=2, ensure_ascii=False, sort_keys=True)
-        extra_facts = f"attempts: {check.get('attempts', 1)}"
-        if check.get("cause"):
-            extra_facts += f" · cause: {check['cause']}"
-        duration = check.get("duration_s") or 0.0
-        rows.append(
-            f'<tr class="row-{_e(css)}">'
-            f'<td class="outcome {_e(css)}">{_e(outcome)}</td>'
-            f'<td>{_e(check.get("check"))}<br><code class="muted">{_e(nodeid)}</code></td>'
-            f"<td>{_e(check.get('target'))}</td>"
-            f"<td>{_e(check.get('classification') or '')}{incident_link}</td>"
-            f"<td>{_e(check.get('message'))}"
-            f"<details><summary>evidence</summary>"
-            f'<p class="muted">{_e(extra_facts)}</p><pre>{_e(evidence)}</pre></details></td>'
-            f"<td>{_e(f'{float(duration):.3f}')}</td>"
-            "</tr>"
+def _split_gate_target(target: str, run_ids: Sequence[str]) -> tuple[str, str | None]:
+    for run_id in sorted(run_ids, key=len, reverse=True):
+        if target == run_id:
+            return run_id, None
+        if target.startswith(run_id + "-"):
+            return run_id, target[len(run_id) + 1 :]
+    return target, None
+
+
+def _grid(ctx: _Ctx) -> str:
+    records = ctx.report.checks
+    used: set[str] = set()
+    parts: list[str] = []
+
+    gate = [
+        r
+        for r in records
+        if r.suite == "gate" and r.check in dict(_GATE_COLUMNS + _GATE_TAIL) | {"C_model_answers": ""}
+    ]
+    if gate:
+        run_ids = sorted({r.target for r in gate if r.check != "C_model_answers"})
+        cells: dict[tuple[str, str], list[CheckRecord]] = defaultdict(list)
+        models: list[str] = []
+        for r in gate:
+            run, rest = _split_gate_target(r.target, run_ids)
+            column = r.check if r.check != "C_model_answers" else f"C:{rest or r.target}"
+            if r.check == "C_model_answers" and column[2:] not in models:
+                models.append(column[2:])
+            if run not in run_ids:
+                run_ids.append(run)
+            cells[(run, column)].append(r)
+            used.add(r.nodeid)
+        columns = list(_GATE_COLUMNS) + [(f"C:{m}", f"C {m}") for m in sorted(models)] + list(_GATE_TAIL)
+        columns = [(key, label) for key, label in columns if any(k[1] == key for k in cells)]
+        parts.append(_table("Gate: runs × items", "run", run_ids, columns, cells, short_labels=True))
+
+    routes = [r for r in records if r.check in dict(_ROUTE_STAGES)]
+    if routes:
+        cells = defaultdict(list)
+        for r in routes:
+            cells[(r.target, r.check)].append(r)
+            used.add(r.nodeid)
+        rows = sorted({r.target for r in routes})
+        parts.append(_table("Routes × stages", "route", rows, list(_ROUTE_STAGES), cells))
+
+    workspaces = [r for r in records if r.check == "workspace_visible"]
+    if workspaces:
+        cells = defaultdict(list)
+        backends: set[str] = set()
+        for r in workspaces:
+            backend = str(r.evidence.get("backend") or r.target.split("-", 1)[0])
+            workspace = str(r.evidence.get("workspace") or r.target.removeprefix(backend + "-"))
+            backends.add(backend)
+            cells[(workspace, backend)].append(r)
+            used.add(r.nodeid)
+        rows = sorted({k[0] for k in cells})
+        parts.append(
+            _table("Workspaces × backends", "workspace", rows, [(b, b) for b in sorted(backends)], cells)
         )
-    return f"<h2>Checks ({len(rows)})</h2><table>{head}{''.join(rows)}</table>"
+
+    nodes = [r for r in records if r.check == "remote_node"]
+    if nodes:
+        used.update(r.nodeid for r in nodes)
+        parts.append(
+            '<h3>Nodes</h3><div class="flow">' + "".join(_cell(r, r.target) for r in nodes) + "</div>"
+        )
+
+    dgx = [r for r in records if r.check in dict(_DGX_CHAIN)]
+    if dgx:
+        by_host: dict[str, dict[str, CheckRecord]] = defaultdict(dict)
+        for r in dgx:
+            param = r.nodeid.rsplit("[", 1)[1].rstrip("]") if "[" in r.nodeid else r.target
+            by_host[param][r.check] = r
+            used.add(r.nodeid)
+        rows_html = []
+        for host, steps in sorted(by_host.items()):
+            chain = '<span class="arrow">→</span>'.join(
+                _cell(steps[check], label)
+                if check in steps
+                else f'<span class="muted">{_e(label)}: not run</span>'
+                for check, label in _DGX_CHAIN
+            )
+            rows_html.append(f'<p class="chain"><strong>{_e(host)}</strong>: {chain}</p>')
+        parts.append("<h3>DGX chain</h3>" + "".join(rows_html))
+
+    leftover = [r for r in records if r.nodeid not in used]
+    if leftover:
+        by_suite: dict[str, list[CheckRecord]] = defaultdict(list)
+        for r in leftover:
+            by_suite[r.suite].append(r)
+        for suite, members in sorted(by_suite.items()):
+            cells_html = "".join(
+                _cell(r, f"{r.check}" + (f" [{r.target}]" if r.target else "")) for r in members
+            )
+            parts.append(f'<h3>Other {_e(suite)} checks</h3><div class="flow">{cells_html}</div>')
+    return '<h2 id="fleet">Fleet</h2><div class="grid-wrap" id="grid">' + "".join(parts) + "</div>"
 
 
-def render_html(document: Mapping[str, Any], redactor: Redactor) -> str:
+def _table(
+    title: str,
+    corner: str,
+    rows: Sequence[str],
+    columns: Sequence[tuple[str, str]],
+    cells: Mapping[tuple[str, str], list[CheckRecord]],
+    *,
+    short_labels: bool = False,
+) -> str:
+    head = f"<tr><th>{_e(corner)}</th>" + "".join(f"<th>{_e(label)}</th>" for _, label in columns) + "</tr>"
+    body = []
+    for row in rows:
+        tds = []
+        for key, label in columns:
+            members = cells.get((row, key), [])
+            text = label.split(" ", 1)[0] if short_labels else label
+            tds.append("<td>" + "".join(_cell(m, text) for m in members) + "</td>")
+        body.append(f"<tr><th>{_e(row)}</th>{''.join(tds)}</tr>")
+    return f"<h3>{_e(title)}</h3><table>{head}{''.join(body)}</table>"
+
+
+def _credit(ctx: _Ctx) -> str:
+    points = credit_of(ctx.report)
+    read = {p.nodeid for p in points}
+    unread = [r for r in ctx.report.checks if r.check == "E_credit_remaining" and r.nodeid not in read]
+    if not points and not unread:
+        return ""
+    trend = ctx.history.credit if ctx.history else {}
+    rows = [
+        f'<div><a href="#{item_anchor(r.nodeid)}">{_e(r.target)}</a></div><div class="cbar" title="not read"></div>'
+        f'<div class="o-{r.outcome.value}">not read: {_e(_short(r.message, 120))}</div>'
+        for r in unread
+    ]
+    for p in points:
+        bar = _credit_bar(p)
+        series = [pt.remaining_usd if pt else None for _, pt in trend.get(p.key, [])]
+        spark = _spark(series, floor=p.floor_usd) if len(series) > 1 else ""
+        if p.remaining_usd is None:
+            text = "uncapped (limit null)"
+        else:
+            text = f"${p.remaining_usd:.2f} left of ${p.limit_usd or 0:.2f}; floor ${p.floor_usd or 0:.2f}"
+        rows.append(
+            f'<div><a href="#{item_anchor(p.nodeid)}">{_e(p.run_id)}</a></div>{bar}'
+            f"<div>{_e(text)} {spark}</div>"
+        )
+    return (
+        '<h3 id="credit">Credit remaining per runtime key (gate E; black mark = floor)</h3>'
+        f'<div class="credit">{"".join(rows)}</div>'
+    )
+
+
+def _credit_bar(p: CreditPoint) -> str:
+    if p.remaining_usd is None or not p.limit_usd:
+        return '<div class="cbar" title="uncapped"></div>'
+    share = max(0.0, min(1.0, p.remaining_usd / p.limit_usd))
+    low = p.floor_usd is not None and p.remaining_usd < p.floor_usd
+    floor = ""
+    if p.floor_usd is not None:
+        floor = f'<b style="left:{max(0.0, min(1.0, p.floor_usd / p.limit_usd)) * 100:.1f}%"></b>'
+    return (
+        f'<div class="cbar" title="remaining {p.remaining_usd:.2f} of {p.limit_usd:.2f}">'
+        f'<i class="{"low" if low else ""}" style="width:{share * 100:.1f}%"></i>{floor}</div>'
+    )
+
+
+def _filters(report: RunReport) -> str:
+    def select(name: str, label: str, values: Iterable[str], extra: Sequence[tuple[str, str]] = ()) -> str:
+        options = '<option value="">all</option>' + "".join(
+            f'<option value="{_e(v)}">{_e(t)}</option>' for v, t in extra
+        )
+        options += "".join(f'<option value="{_e(v)}">{_e(v)}</option>' for v in sorted(set(values)) if v)
+        return (
+            f'<label>{_e(label)} <select name="{_e(name)}" id="filter-{_e(name)}">{options}</select></label>'
+        )
+
+    checks = report.checks
+    return (
+        '<form id="filters" hidden onsubmit="return false">'
+        + select(
+            "outcome",
+            "outcome",
+            [],
+            [
+                ("problems", "failed or could not tell"),
+                ("failed", "failed"),
+                ("error", "could not tell (error)"),
+                ("skipped", "skipped"),
+                ("passed", "passed"),
+            ],
+        )
+        + select("suite", "suite", [r.suite for r in checks])
+        + select("target", "target", [r.target for r in checks])
+        + select(
+            "classification", "classification", [r.classification.value for r in checks if r.classification]
+        )
+        + '<span class="muted" id="shown"></span></form>'
+    )
+
+
+def _key_evidence(evidence: Mapping[str, Any]) -> list[tuple[str, str]]:
+    keys = [k for k in _KEY_EVIDENCE if k in evidence] + [k for k in evidence if k not in _KEY_EVIDENCE]
+    lines = []
+    for key in keys:
+        value = evidence[key]
+        if value is None or value == "" or value == [] or value == {}:
+            continue
+        if isinstance(value, (dict, list)):
+            text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+            if len(text) > 200:
+                continue
+        else:
+            text = str(value)
+        lines.append((key, _short(text, 200)))
+        if len(lines) >= _MAX_EVIDENCE_LINES:
+            break
+    return lines
+
+
+def _short(text: str, limit: int) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _item(ctx: _Ctx, record: CheckRecord) -> str:
+    outcome = record.outcome.value
+    classification = record.classification.value if record.classification else ""
+    incident = ctx.incident_of.get(record.nodeid)
+    hist = ctx.hist(record)
+    tags = []
+    if classification:
+        tags.append(f'<span class="tag">{_e(classification)}</span>')
+    if incident is not None:
+        tags.append(f'<a class="tag" href="#{_e(incident.id)}">incident {_e(incident.id)}</a>')
+    if hist is not None:
+        if hist.flaky:
+            tags.append(
+                f'<span class="tag flaky">FLAKY: {hist.flips} flips in {len(hist.outcomes)} runs</span>'
+            )
+        if hist.failing_since:
+            since = "at least since" if hist.streak_reaches_window_start else "since"
+            tags.append(
+                f'<span class="tag ongoing">{_e(_LABEL[outcome].lower())} {since} {_e(hist.failing_since)} '
+                f"({hist.failing_runs} run{'s' if hist.failing_runs != 1 else ''})</span>"
+            )
+    width = (record.duration_s / ctx.max_duration * 100) if ctx.max_duration else 0.0
+    duration = (
+        f'<span class="dur" title="duration"><span class="bar"><i style="width:{width:.1f}%"></i></span>'
+        f"{_e(_fmt_seconds(record.duration_s))}</span>"
+    )
+    strip = _strip(hist.outcomes, ctx.dates()) if hist is not None and len(hist.outcomes) > 1 else ""
+    header = (
+        f'<header><span class="badge o-{outcome}">{_SYMBOL.get(outcome, "?")} {_e(_LABEL.get(outcome, outcome))}'
+        f"</span><strong>{_e(record.check)}</strong><code>{_e(record.target)}</code>{''.join(tags)}{strip}"
+        f"{duration}</header>"
+    )
+    body = f'<p class="msg">{_e(record.message)}</p>'
+    if record.outcome in (Outcome.FAILED, Outcome.ERROR):
+        lines = "".join(f"<li><code>{_e(k)}</code>: {_e(v)}</li>" for k, v in _key_evidence(record.evidence))
+        if lines:
+            body += f'<ul class="ev">{lines}</ul>'
+        if (
+            incident is not None
+            and (record.recommendation or incident.recommendation) == incident.recommendation
+        ):
+            body += (
+                f'<div class="next"><strong>Next step — shared by incident <a href="#{_e(incident.id)}">'
+                f"{_e(incident.id)}</a> (commands there)</strong>{_e(incident.recommendation)}</div>"
+            )
+        else:
+            recommendation = record.recommendation or default_recommendation(
+                record.classification or Classification.CHECK_FAILED, [record.target]
+            )
+            body += _next_step(recommendation, next_step_commands([record], recommendation))
+    facts = f"attempts: {record.attempts}" + (f" · cause: {record.cause}" if record.cause else "")
+    evidence = json.dumps(record.evidence, indent=2, ensure_ascii=False, sort_keys=True)
+    folded = (
+        f"<details><summary>full evidence · <code>{_e(record.nodeid)}</code></summary>"
+        f'<p class="muted">{_e(facts)} · identity {_e(item_identity(record))}</p><pre>{_e(evidence)}</pre></details>'
+    )
+    return (
+        f'<article class="item o-{outcome}" id="{item_anchor(record.nodeid)}" data-outcome="{_e(outcome)}" '
+        f'data-suite="{_e(record.suite)}" data-target="{_e(record.target)}" '
+        f'data-classification="{_e(classification)}">{header}{body}{folded}</article>'
+    )
+
+
+def _items(ctx: _Ctx) -> str:
+    ordered = sorted(ctx.report.checks, key=lambda r: (_ORDER.get(r.outcome.value, 9), r.nodeid))
+    problems = sum(1 for r in ordered if r.outcome in (Outcome.FAILED, Outcome.ERROR))
+    note = f"{problems} not passed, listed first" if problems else "all passed"
+    return (
+        f'<h2 id="items">Items ({len(ordered)}; {note})</h2>{_filters(ctx.report)}'
+        f'<div id="item-list">{"".join(_item(ctx, r) for r in ordered)}</div>'
+    )
+
+
+def _history(ctx: _Ctx) -> str:
+    history = ctx.history
+    if history is None:
+        return ""
+    dates = ctx.dates()
+    parts = [f'<h2 id="history">History ({len(history.runs)} runs kept)</h2>']
+    for warning in history.warnings:
+        parts.append(f'<p class="warn">{_e(warning)}</p>')
+    flaky = history.flaky
+    if flaky:
+        rows = "".join(
+            f"<tr><td>{_e(i.identity)}</td><td>{_strip(i.outcomes, dates)}</td><td>{i.flips}</td></tr>"
+            for i in flaky
+        )
+        parts.append(
+            f"<h3>Flaky items ({len(flaky)}; flipped at least twice)</h3>"
+            f"<table><tr><th>item</th><th>outcomes (oldest → now)</th><th>flips</th></tr>{rows}</table>"
+        )
+    else:
+        parts.append('<p class="muted">No flaky items in the window.</p>')
+    failing = history.failing
+    if failing:
+        rows = "".join(
+            f"<tr><td>{_e(i.identity)}</td><td>{_strip(i.outcomes, dates)}</td>"
+            f"<td>{'≥ ' if i.streak_reaches_window_start else ''}{_e(i.failing_since)}</td>"
+            f"<td>{i.failing_runs}</td></tr>"
+            for i in failing
+        )
+        parts.append(
+            "<h3>Failing now, since</h3><table><tr><th>item</th><th>outcomes</th><th>since</th><th>runs</th></tr>"
+            f"{rows}</table>"
+        )
+    slow = sorted(history.items.values(), key=lambda i: -(i.durations[-1] or 0.0))[:8]
+    slow = [i for i in slow if i.durations and i.durations[-1]]
+    if slow:
+        rows = "".join(
+            f"<tr><td>{_e(i.identity)}</td><td>{_e(_fmt_seconds(i.durations[-1]))}</td><td>{_spark(i.durations)}</td></tr>"
+            for i in slow
+        )
+        parts.append(
+            "<h3>Duration trend (slowest now)</h3><table><tr><th>item</th><th>now</th><th>trend</th></tr>"
+            f"{rows}</table>"
+        )
+    return "".join(parts)
+
+
+def _machines(report: RunReport) -> str:
+    rows = [row for row in report.machine_inventory if isinstance(row, Mapping)]
+    if not rows:
+        return ""
+    keys = sorted({k for row in rows for k in row})
+    head = "".join(f"<th>{_e(k)}</th>" for k in keys)
+    body = "".join("<tr>" + "".join(f"<td>{_e(row.get(k, ''))}</td>" for k in keys) + "</tr>" for row in rows)
+    return f"<details><summary>Machine inventory ({len(rows)})</summary><table><tr>{head}</tr>{body}</table></details>"
+
+
+def render_html(document: Mapping[str, Any], redactor: Redactor, history: HistoryView | None = None) -> str:
     """report.html text for a (redacted) results document as produced by ``report_dict``."""
-    inventory = document.get("inventory", {})
-    title = f"sbxcheck report — {inventory.get('source', '')}"
+    report = RunReport.model_validate(dict(document))
+    incident_of: dict[str, Incident] = {}
+    for incident in report.incidents:
+        for nodeid in incident.checks:
+            incident_of.setdefault(nodeid, incident)
+    ctx = _Ctx(report, history, incident_of, max((r.duration_s for r in report.checks), default=0.0))
+    verdict = verdict_of(report)
+    title = f"{_HEADLINE[verdict].split(' —')[0]} · sbxcheck · {report.inventory.source}"
     page = (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        '<link rel="icon" href="data:,">'
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
-        f"{_header(document)}{_incidents(document)}{_mounts(document)}{_machines(document)}{_checks(document)}"
-        "</body></html>\n"
+        f"{_top(ctx)}{_incidents(ctx)}{_mounts(report)}{_grid(ctx)}{_credit(ctx)}{_items(ctx)}{_history(ctx)}"
+        f"{_machines(report)}</main><script>{_SCRIPT}</script></body></html>\n"
     )
     return redactor.redact_text(page)

@@ -47,7 +47,13 @@ def test_no_secret_in_any_artifact(
             "--log-level=DEBUG",
             "--junitxml",
             str(outcome_dir(pytester) / "pytest-junit.xml"),
+            "--sbx-history",
+            str(pytester.path / "report" / "history"),  # inside the report dir: scanned below
+            "--sbx-metrics",
+            str(pytester.path / "report" / "sbxcheck.prom"),
         )
+    assert list((outcome.report_dir / "history").glob("run-*.json"))
+    assert (outcome.report_dir / "sbxcheck.prom").read_text(encoding="utf-8").count("sbxcheck_item_outcome") > 27
     # the scan can find what it looks for: the keys really sit on the VMs
     vm_env = (fleet.runs[0].home / "app" / ".env").read_text() if "vm.no-app" not in faults else ""
     assert _scan(vm_env, secrets)

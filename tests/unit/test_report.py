@@ -326,13 +326,14 @@ def test_html_contains_every_nodeid_and_escapes(written: dict[str, Path]) -> Non
     page = written["report.html"].read_text(encoding="utf-8")
     for check in make_report().checks:
         assert check.nodeid in page
-    assert "<script>" not in page
+    assert page.count("<script>") == 1  # only the page's own filter script; check text is escaped
+    assert "<script>alert(1)" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "sim (embedded)" in page
     for inc in make_report().incidents:
         assert inc.id in page
     assert "<details>" in page
-    assert page.count('class="outcome failed"') == 4
+    assert page.count('<article class="item o-failed"') == 4
 
 
 # --- redaction -----------------------------------------------------------------------------------

@@ -1,0 +1,141 @@
+"""Prometheus text exposition of a run (``--sbx-metrics FILE``), for node_exporter's textfile
+collector or a push gateway.
+
+Series (every label value passed the redactor; items are named by their stable identity):
+
+- ``sbxcheck_item_outcome{item, suite, outcome}`` 1 for the item's outcome, 0 for the other three
+- ``sbxcheck_item_duration_seconds{item, suite}``
+- ``sbxcheck_item_flaky_flips{item, suite}`` flips in the history window (only with ``--sbx-history``)
+- ``sbxcheck_credit_remaining_usd{key, run_id}`` and ``sbxcheck_credit_floor_usd{key, run_id}`` (gate E;
+  an uncapped key has no remaining series)
+- ``sbxcheck_incidents_open{classification}`` and ``sbxcheck_incidents_open_total``
+- ``sbxcheck_last_run_timestamp_seconds``, ``sbxcheck_last_run_duration_seconds``
+- ``sbxcheck_last_run_verdict{verdict}`` 1 for the verdict (passed, failed, error, empty), else 0
+- ``sbxcheck_last_run_checks{outcome}`` counts
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
+
+from sbxcheck.redact import Redactor
+from sbxcheck.report.history import HistoryView, credit_of, item_identity, run_duration_s, verdict_of
+from sbxcheck.results import Outcome, RunReport
+
+__all__ = ["VERDICTS", "build_registry", "write_metrics"]
+
+VERDICTS = ("passed", "failed", "error", "empty")
+
+
+def build_registry(
+    report: RunReport, redactor: Redactor, history: HistoryView | None = None
+) -> CollectorRegistry:
+    """A registry holding the run's series (see the module doc)."""
+    registry = CollectorRegistry()
+    r = redactor.redact_text
+
+    outcome = Gauge(
+        "sbxcheck_item_outcome",
+        "1 for the item's outcome in the last run, 0 for the others",
+        ["item", "suite", "outcome"],
+        registry=registry,
+    )
+    duration = Gauge(
+        "sbxcheck_item_duration_seconds",
+        "how long the item took in the last run",
+        ["item", "suite"],
+        registry=registry,
+    )
+    for record in report.checks:
+        item, suite = r(item_identity(record)), r(record.suite)
+        for value in Outcome:
+            outcome.labels(item, suite, value.value).set(1 if record.outcome is value else 0)
+        duration.labels(item, suite).set(record.duration_s)
+    if history is not None:
+        flips = Gauge(
+            "sbxcheck_item_flaky_flips",
+            "pass/fail flips of the item in the history window (flaky at 2 or more)",
+            ["item", "suite"],
+            registry=registry,
+        )
+        suites = {item_identity(rec): rec.suite for rec in report.checks}
+        for identity, hist in history.items.items():
+            flips.labels(r(identity), r(suites.get(identity, identity.split("/", 1)[0]))).set(hist.flips)
+
+    remaining = Gauge(
+        "sbxcheck_credit_remaining_usd",
+        "remaining credit of the runtime key (gate E)",
+        ["key", "run_id"],
+        registry=registry,
+    )
+    floor = Gauge(
+        "sbxcheck_credit_floor_usd",
+        "the credit floor gate E compares against",
+        ["key", "run_id"],
+        registry=registry,
+    )
+    for point in credit_of(report):
+        labels = (r(point.key), r(point.run_id))
+        if point.remaining_usd is not None:
+            remaining.labels(*labels).set(point.remaining_usd)
+        if point.floor_usd is not None:
+            floor.labels(*labels).set(point.floor_usd)
+
+    per_class = Counter(i.classification.value for i in report.incidents)
+    open_by_class = Gauge(
+        "sbxcheck_incidents_open",
+        "incidents open after the last run, per classification",
+        ["classification"],
+        registry=registry,
+    )
+    for name, count in per_class.items():
+        open_by_class.labels(name).set(count)
+    Gauge("sbxcheck_incidents_open_total", "incidents open after the last run", registry=registry).set(
+        len(report.incidents)
+    )
+
+    finished = _timestamp(report.finished_at)
+    if finished is not None:
+        Gauge(
+            "sbxcheck_last_run_timestamp_seconds", "when the last run finished (unix time)", registry=registry
+        ).set(finished)
+    wall = run_duration_s(report)
+    if wall is not None:
+        Gauge("sbxcheck_last_run_duration_seconds", "wall time of the last run", registry=registry).set(wall)
+    verdict = verdict_of(report)
+    verdict_gauge = Gauge(
+        "sbxcheck_last_run_verdict",
+        "1 for the last run's verdict: passed, failed, error (could not tell), empty",
+        ["verdict"],
+        registry=registry,
+    )
+    for name in VERDICTS:
+        verdict_gauge.labels(name).set(1 if name == verdict else 0)
+    checks = Gauge(
+        "sbxcheck_last_run_checks", "items of the last run per outcome", ["outcome"], registry=registry
+    )
+    for value in Outcome:
+        checks.labels(value.value).set(report.summary.get(value.value, 0))
+    return registry
+
+
+def write_metrics(
+    path: Path, report: RunReport, redactor: Redactor, history: HistoryView | None = None
+) -> Path:
+    """Write the exposition to ``path`` (prometheus_client writes a temporary file and renames it)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_to_textfile(str(path), build_registry(report, redactor, history))
+    return path
+
+
+def _timestamp(text: str) -> float | None:
+    try:
+        parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)).timestamp()

@@ -1,0 +1,59 @@
+"""--sbx-metrics: Prometheus text exposition a textfile collector or push gateway can read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import report_scenarios as scenarios
+from prometheus_client.parser import text_string_to_metric_families
+
+from sbxcheck.redact import MASK, Redactor
+from sbxcheck.report.history import analyse
+from sbxcheck.report.metrics import write_metrics
+from sbxcheck.results import Outcome
+
+
+def _samples(path: Path) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = path.read_text(encoding="utf-8")
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_metrics_series_of_a_gate_fault(tmp_path: Path) -> None:
+    report = scenarios.gate_fault()
+    path = write_metrics(tmp_path / "textfile" / "sbxcheck.prom", report, Redactor())
+    samples = _samples(path)
+
+    def value(name: str, **labels: str) -> float:
+        return samples[(name, tuple(sorted(labels.items())))]
+
+    dirty = "gate/A_git_integrity@charlie"
+    assert value("sbxcheck_item_outcome", item=dirty, suite="gate", outcome="failed") == 1
+    assert value("sbxcheck_item_outcome", item=dirty, suite="gate", outcome="passed") == 0
+    assert value("sbxcheck_item_duration_seconds", item=dirty, suite="gate") > 0
+    assert value("sbxcheck_credit_remaining_usd", key="alpha", run_id=scenarios.RUNS[0]) == 0.42
+    assert value("sbxcheck_credit_floor_usd", key="alpha", run_id=scenarios.RUNS[0]) == 1.0
+    assert value("sbxcheck_incidents_open_total") == len(report.incidents) == 1
+    assert value("sbxcheck_incidents_open", classification="host_key_mismatch") == 1
+    assert value("sbxcheck_last_run_verdict", verdict="failed") == 1
+    assert value("sbxcheck_last_run_verdict", verdict="passed") == 0
+    assert value("sbxcheck_last_run_timestamp_seconds") > 1.7e9
+    assert value("sbxcheck_last_run_checks", outcome="error") == report.summary["error"]
+    per_item = [k for k in samples if k[0] == "sbxcheck_item_outcome"]
+    assert len(per_item) == len(report.checks) * len(Outcome)
+
+
+def test_metrics_with_history_and_redaction(tmp_path: Path) -> None:
+    runs = scenarios.history_runs(10)
+    secret = "s3cr3t-value-in-a-target"
+    current = runs[-1]
+    current.checks[0] = current.checks[0].model_copy(update={"target": f"node-{secret}"})
+    redactor = Redactor([secret])
+    path = write_metrics(tmp_path / "m.prom", current, redactor, analyse(runs))
+    text = path.read_text(encoding="utf-8")
+    assert secret not in text and MASK in text
+    samples = _samples(path)
+    assert samples[("sbxcheck_item_flaky_flips", (("item", scenarios.FLAKY_ITEM), ("suite", "canary")))] == 5

@@ -1,0 +1,77 @@
+"""report.html without a browser: commands to copy, self-containment, escaping (Chromium tests: tests/browser)."""
+
+from __future__ import annotations
+
+import re
+
+import report_scenarios as scenarios
+
+from sbxcheck.redact import MASK, Redactor
+from sbxcheck.report.html import extract_commands, render_html, rerun_command
+from sbxcheck.report.results_json import report_dict
+from sbxcheck.results import RunReport
+
+
+def _page(report: RunReport, redactor: Redactor | None = None) -> str:
+    redactor = redactor or Redactor()
+    return render_html(report_dict(report, redactor), redactor)
+
+
+def test_commands_are_taken_from_the_next_step_text_in_order() -> None:
+    advice = scenarios.gate_advice("demo-20261130-abc123")
+    assert extract_commands(advice) == [
+        "ssh demo-20261130-abc123.exe.xyz",
+        "just sbx lifecycle setup demo-20261130-abc123",
+    ]
+    assert extract_commands(scenarios.DGX_RECOVERY) == ["systemctl enable --now tailscaled"]
+    assert extract_commands(
+        "check the host is up and reachable (ssh -o ConnectTimeout=10 h true); nothing"
+    ) == ["ssh -o ConnectTimeout=10 h true"]
+    assert extract_commands(scenarios.CRASH_ADVICE) == []  # prose is not a command
+
+
+def test_rerun_command_names_gate_runs_or_node_ids() -> None:
+    gate = scenarios.gate_fault()
+    bravo = [r for r in gate.checks if r.target.startswith(scenarios.RUNS[1]) and r.outcome.value == "error"]
+    assert rerun_command(bravo) == f"pytest -m gate --sbx-run-id {scenarios.RUNS[1]}"
+    route = [r for r in scenarios.canary_incident().checks if r.check == "reaches_execution"][:1]
+    assert rerun_command(route) == f"pytest '{route[0].nodeid}'"
+
+
+def test_page_is_self_contained_and_escaped() -> None:
+    report = scenarios.gate_fault()
+    record = report.checks[0]
+    report.checks[0] = record.model_copy(
+        update={"message": '<img src="http://evil.example/x.png" onerror=alert(1)>'}
+    )
+    page = _page(report)
+    assert not re.search(r'(?:src|href)="(?:https?:)?//', page)  # nothing loaded from anywhere
+    assert "@import" not in page and "url(" not in page
+    assert '<img src="http://evil.example' not in page and "&lt;img src=&quot;http://evil.example" in page
+    assert page.count('class="cell o-') == len(report.checks)  # the grid: one cell per item
+
+
+def test_page_passes_the_redactor() -> None:
+    secret = "registered-secret-value-42"
+    report = scenarios.canary_incident()
+    report.checks[1] = report.checks[1].model_copy(update={"evidence": {"stderr": f"token={secret}"}})
+    page = _page(report, Redactor([secret]))
+    assert secret not in page and MASK in page
+
+
+def test_failed_items_come_before_passed_in_the_page() -> None:
+    page = _page(scenarios.gate_fault())
+    outcomes = re.findall(r'<article class="item o-(\w+)"', page)
+    first_passed = outcomes.index("passed")
+    assert set(outcomes[:first_passed]) == {"failed", "error"} and "failed" not in outcomes[first_passed:]
+
+
+def test_empty_and_error_only_runs_say_so() -> None:
+    healthy = scenarios.healthy()
+    empty = healthy.model_copy(update={"checks": [], "incidents": [], "summary": {"total": 0}})
+    page = _page(empty)
+    assert 'data-verdict="empty"' in page and "NO CHECKS RAN" in page
+    only_errors = scenarios.gate_fault()
+    only_errors.checks[:] = [r for r in only_errors.checks if r.outcome.value != "failed"]
+    page = _page(only_errors)
+    assert 'data-verdict="error"' in page and "COULD NOT TELL" in page
