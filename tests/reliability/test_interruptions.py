@@ -306,3 +306,21 @@ def test_second_sigint_during_the_cancel_leaves_the_mission_open_then_sweep_sett
     [check] = swept["checks"]
     assert ret == 0 and check["outcome"] == "passed", out[-3000:]
     released_all(state)
+
+
+def test_one_sigint_during_the_mount_lets_it_finish_then_the_policy_applies(
+    clean: SimFleet, tmp_path: Path
+) -> None:
+    fleet, state = clean, tmp_path / "state"
+    fleet.set_knob("mount-slow", "2")
+    proc = mounted_gate(fleet, tmp_path, "once", "always")
+    wait_for(fleet.knobs_dir / "mount-started", proc)
+    out = interrupt(proc, signal.SIGINT)
+    assert proc.returncode == 2 and "SIGINT received during the mount of once" in out, out[-3000:]
+    report = read_report(tmp_path)
+    [mount] = report["mounts"]
+    assert report["interrupted"] is True and mount["action"] == "torn-down", out[
+        -3000:
+    ]  # always: no item failed
+    assert report["left"] == []
+    released_all(state)
