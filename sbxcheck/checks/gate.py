@@ -20,6 +20,7 @@ from typing import Any, Concatenate, ParamSpec
 from sbxcheck.checks.base import RemoteShell, trim
 from sbxcheck.clients.roster import parse_roster
 from sbxcheck.results import CheckResult, Classification, Outcome
+from sbxcheck.safeio import loads_bounded
 
 P = ParamSpec("P")
 
@@ -409,8 +410,8 @@ def check_model_answers(shell: RemoteShell, target: GateTarget, model: str) -> C
             cause=f"openrouter-unreachable:{target.run_id}",
         )
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError:
+        doc = loads_bounded(text)
+    except ValueError:  # not JSON, or refused as too deep or large
         ev["body_excerpt"] = trim(text, 300)
         return CheckResult.failed(
             check, tgt, f"{model}: unparseable response (HTTP {status})", ev, Classification.BAD_RESPONSE
@@ -506,8 +507,8 @@ def _section(lines: list[str], begin: str, end_prefix: str | None) -> list[str] 
 def _rate_problems(rates_text: str) -> tuple[int, list[str]]:
     """(models declared, problems) from the models.json summary printed by the VM."""
     try:
-        doc = json.loads(rates_text)
-    except json.JSONDecodeError:
+        doc = loads_bounded(rates_text)
+    except ValueError:  # not JSON, or refused as too deep or large
         return 0, [f"could not read models.json: {trim(rates_text, 200)}"]
     if not isinstance(doc, dict):
         return 0, ["could not read models.json"]
@@ -594,8 +595,8 @@ def _judge_pi_call(lines: list[str], ev: dict[str, Any], target: GateTarget) -> 
         if not ln.strip():
             continue
         try:
-            doc = json.loads(ln)
-        except json.JSONDecodeError:
+            doc = loads_bounded(ln)
+        except ValueError:  # not JSON, or refused as too deep or large
             non_json += 1
             continue
         events += 1
@@ -660,8 +661,8 @@ def check_credit_remaining(shell: RemoteShell, target: GateTarget) -> CheckResul
             cause=f"openrouter-unreachable:{target.run_id}",
         )
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError:
+        doc = loads_bounded(text)
+    except ValueError:  # not JSON, or refused as too deep or large
         ev["body_excerpt"] = trim(text, 200)
         return CheckResult.errored(
             check,

@@ -8,7 +8,6 @@ Pure functions over what the dispatcher saw (``RouteRun``/``CanaryRun``). A miss
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from typing import Any
 
@@ -16,6 +15,7 @@ from sbxcheck.checks.base import trim
 from sbxcheck.errors import SbxError
 from sbxcheck.lifecycle import TERMINAL, CanaryRun, RouteRun, adapter_crash_cause, crash_signature
 from sbxcheck.results import CheckResult, Classification, Outcome
+from sbxcheck.safeio import loads_bounded
 
 GOAL_LIMIT = 4000
 GOAL_WARN = 3500
@@ -312,7 +312,7 @@ def _step_results(run: RouteRun) -> list[tuple[dict[str, Any], dict[str, Any] | 
 def _call_text(call: dict[str, Any]) -> str:
     content = call.get("content")
     try:
-        doc = json.loads(content) if isinstance(content, str) else content
+        doc = loads_bounded(content) if isinstance(content, str) else content
     except ValueError:
         return str(content or "")
     if isinstance(doc, dict):
