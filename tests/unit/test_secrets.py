@@ -161,3 +161,37 @@ def test_duplicate_route_and_canary_names_are_rejected_at_load(tmp_path: Path) -
         match=r"duplicate route name\(s\) 'fast'.*duplicate canary name\(s\) 'opencode-verity'",
     ):
         load_inventory(path)
+
+
+def test_url_userinfo_is_never_echoed_by_the_http_clients() -> None:
+    import httpx
+
+    from sbxcheck.clients.sandboxed import SandboxedClient
+
+    password = seeded_secrets()["url-password"]
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+
+    client = SandboxedClient(
+        f"http://ops:{password}@cp.invalid", transport=httpx.MockTransport(refuse), retries=0
+    )
+    with pytest.raises(SbxError) as info:
+        client.health()
+    assert "cp.invalid" in info.value.message
+    assert password not in info.value.message + repr(info.value.evidence)
+
+
+def test_retry_after_as_an_http_date_is_bounded() -> None:
+    import email.utils
+    import time
+
+    import httpx
+
+    from sbxcheck.transports.http import RetryPolicy
+
+    later = email.utils.formatdate(time.time() + 3600, usegmt=True)
+    policy = RetryPolicy(max_wait_s=2.0)
+    assert policy.wait_s(0, httpx.Response(503, headers={"retry-after": later})) == 2.0
+    assert policy.wait_s(1, httpx.Response(503, headers={"retry-after": "0.25"})) == 0.25
+    assert policy.wait_s(1, httpx.Response(503)) == 0.5
