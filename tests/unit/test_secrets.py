@@ -196,3 +196,11 @@ def test_retry_after_as_an_http_date_is_bounded() -> None:
     assert policy.wait_s(0, httpx.Response(503, headers={"retry-after": later})) == 2.0
     assert policy.wait_s(1, httpx.Response(503, headers={"retry-after": "0.25"})) == 0.25
     assert policy.wait_s(1, httpx.Response(503)) == 0.5
+
+
+def test_a_numeric_value_in_an_env_field_is_not_printed_either(tmp_path: Path) -> None:
+    path = tmp_path / "sbxcheck.toml"
+    path.write_text('[sandboxed]\nurl = "http://cp"\ntoken_env = 73919461\n')
+    with pytest.raises(InventoryError) as info:
+        load_inventory(path)
+    assert "token_env" in info.value.message and "73919461" not in info.value.message
