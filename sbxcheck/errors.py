@@ -26,6 +26,7 @@ from pydantic import ValidationError
 
 from sbxcheck.redact import default_redactor
 from sbxcheck.results import Classification
+from sbxcheck.secrets import is_secret_name
 
 
 class SbxError(Exception):
@@ -117,7 +118,11 @@ def describe_validation_error(exc: ValidationError, source: str) -> str:
             parts.append(f"{source}: missing required field '{field}'")
         else:
             got = err.get("input")
-            shown = repr(got) if isinstance(got, (int, float, bool)) or got is None else type(got).__name__
+            last = str(err["loc"][-1]) if err["loc"] else ""
+            plain = isinstance(got, (int, float, bool)) or got is None
+            # never the value of a field that names or holds a secret, not even a number
+            secretish = last.endswith("_env") or is_secret_name(last)
+            shown = repr(got) if plain and not secretish else type(got).__name__
             parts.append(f"{source}: field '{field}': {err['msg']} (got {shown})")
     more = len(exc.errors()) - 5
     if more > 0:

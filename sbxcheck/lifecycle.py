@@ -347,7 +347,9 @@ class MissionDispatcher:
                 created = channel.create(spec)
             except MissionRejected as exc:
                 effort_error = "model_effort" in exc.reason
-                run.effort_attempts.append({"effort": effort, "accepted": False, "reason": clip(exc.reason, 300)})
+                run.effort_attempts.append(
+                    {"effort": effort, "accepted": False, "reason": clip(exc.reason, 300)}
+                )
                 if effort_error and effort != effort_fallbacks(route.model_effort)[-1]:
                     continue
                 run.rejection = exc

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -89,7 +90,11 @@ def json_depth_ok(value: Any, max_depth: int = MAX_JSON_DEPTH) -> bool:
 
 
 def loads_bounded(
-    text: str | bytes, *, max_bytes: int = MAX_JSON_BYTES, max_depth: int = MAX_JSON_DEPTH
+    text: str | bytes,
+    *,
+    max_bytes: int = MAX_JSON_BYTES,
+    max_depth: int = MAX_JSON_DEPTH,
+    parse_constant: Callable[[str], Any] | None = None,
 ) -> Any:
     """``json.loads`` that refuses oversized or deeply nested input with :class:`UnsafeInput`.
 
@@ -98,7 +103,7 @@ def loads_bounded(
     if len(text) > max_bytes:
         raise UnsafeInput(f"JSON of {len(text)} bytes, above the {_mib(max_bytes)} cap; not parsed")
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=parse_constant)
     except RecursionError:
         raise UnsafeInput(f"JSON nested deeper than {max_depth} levels; not parsed") from None
     if not json_depth_ok(value, max_depth):

@@ -61,6 +61,8 @@ def _generic_value(text: str) -> bool:
     value = text.strip("\"'")
     if value.lower() in _PLACEHOLDERS or value.startswith(("[REDACTED", "${", "$(", "<", "*")):
         return False
+    if value in CLASS_NAMES:  # discovery's own evidence: GH_TOKEN -> "github-token"
+        return False
     if re.fullmatch(r"[A-Z][A-Z0-9_]*", value):  # an env-var name (password_env = "SBX_PASSWORD")
         return False
     if re.fullmatch(r"[0-9.]+|[a-z]+", value) or value.startswith(("/", "~/", "./")):  # numbers, words, paths
@@ -158,6 +160,9 @@ SECRET_CLASSES: Final[tuple[SecretClass, ...]] = (
         accept=lambda m: is_secret_name(m.group(1)) and _generic_value(m.group(3)),
     ),
 )
+
+
+CLASS_NAMES: Final = frozenset(c.name for c in SECRET_CLASSES)
 
 
 def find_secrets(text: str) -> list[tuple[int, int, str]]:

@@ -22,7 +22,6 @@ Messages name the endpoint and the exposure class (counts, variable names); valu
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -33,6 +32,7 @@ from sbxcheck.clients.mcp import McpToolResult
 from sbxcheck.clients.sandboxed import Workspace, _validation_summary, excerpt
 from sbxcheck.errors import BadResponseError, SbxError
 from sbxcheck.results import CheckResult, Classification
+from sbxcheck.safeio import loads_bounded
 from sbxcheck.secrets import GENERIC
 
 REST_ENDPOINT: Final = "REST GET /api/workspaces"
@@ -169,7 +169,7 @@ def _reduce_mcp_result(result: McpToolResult) -> tuple[DiscoveredWorkspace, ...]
         how = f"code {result.error_code}" if result.error_code else "isError"
         return f"the tool failed ({how}): {excerpt(result.text)}"
     try:
-        doc = json.loads(result.text)
+        doc = loads_bounded(result.text)
     except ValueError:
         return f"the result is not JSON ({len(result.text)} characters; not shown: it may hold secrets)"
     items = doc.get("workspaces") if isinstance(doc, dict) else doc if isinstance(doc, list) else None

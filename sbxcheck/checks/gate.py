@@ -29,6 +29,7 @@ from typing import Any, Concatenate, ParamSpec
 from sbxcheck.checks.base import RemoteShell, trim
 from sbxcheck.clients.roster import parse_roster
 from sbxcheck.results import CheckResult, Classification, Outcome
+from sbxcheck.safeio import loads_bounded
 
 P = ParamSpec("P")
 
@@ -536,8 +537,8 @@ def _error_text(doc: Any) -> str:
 def _json_or_none(text: str) -> Any:
     """The parsed document, or None for anything that is not strict JSON (NaN/Infinity included)."""
     try:
-        return json.loads(text, parse_constant=_reject_constant)
-    except (ValueError, RecursionError):
+        return loads_bounded(text, parse_constant=_reject_constant)
+    except ValueError:  # not JSON, a NaN/Infinity, or refused as too deep or large
         return None
 
 

@@ -17,6 +17,7 @@ from sbxcheck.checks.base import trim
 from sbxcheck.errors import SbxError
 from sbxcheck.lifecycle import TERMINAL, CanaryRun, RouteRun, adapter_crash_cause, crash_signature
 from sbxcheck.results import CheckResult, Classification, Outcome
+from sbxcheck.safeio import loads_bounded
 
 GOAL_LIMIT = 4000
 GOAL_WARN = 3500
@@ -432,8 +433,8 @@ def tool_outcome(result: dict[str, Any] | None) -> StepOutcome:
     doc: Any = content if isinstance(content, dict) else None
     if doc is None and isinstance(content, str) and content.lstrip().startswith("{"):
         try:
-            doc = json.loads(content)
-        except ValueError:
+            doc = loads_bounded(content)
+        except ValueError:  # not JSON, or refused as too deep or large
             doc = None
     if not _is_envelope(doc):
         doc = None  # a file that happens to be JSON is output, not a result envelope
@@ -461,7 +462,7 @@ def tool_outcome(result: dict[str, Any] | None) -> StepOutcome:
 def _call_text(call: dict[str, Any]) -> str:
     content = call.get("content")
     try:
-        doc = json.loads(content) if isinstance(content, str) else content
+        doc = loads_bounded(content) if isinstance(content, str) else content
     except ValueError:
         return str(content or "")
     if isinstance(doc, dict):

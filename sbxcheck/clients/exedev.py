@@ -9,13 +9,13 @@ empty list: upstream's rule is that "unknown" must never show as "gone".
 
 from __future__ import annotations
 
-import json
 from typing import Any, Final, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from sbxcheck.clients.sandboxed import _validation_summary, excerpt
 from sbxcheck.errors import BadResponseError, TransportError
+from sbxcheck.safeio import loads_bounded
 from sbxcheck.transports.ssh import CommandResult
 
 LS_COMMAND: Final = "ls --json"
@@ -66,7 +66,7 @@ def list_vms(shell: ControlShell, *, timeout_s: float = 30.0) -> list[ExeVm]:
             f"ssh {shell.alias} {LS_COMMAND} exited {res.exit_code}: {excerpt(last)}", evidence=ev
         )
     try:
-        doc = json.loads(res.stdout)
+        doc = loads_bounded(res.stdout)
     except ValueError:
         ev["stdout"] = excerpt(res.stdout, 300)
         raise BadResponseError(f"ssh {shell.alias} {LS_COMMAND}: output is not JSON", evidence=ev) from None

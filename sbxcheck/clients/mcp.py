@@ -23,7 +23,6 @@ returns it redacted, for evidence.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shlex
@@ -49,6 +48,7 @@ from mcp.shared.message import SessionMessage
 
 from sbxcheck.errors import BadResponseError, CommandTimeout, HostUnreachable, SbxError
 from sbxcheck.redact import Redactor, default_redactor
+from sbxcheck.safeio import loads_bounded
 
 _T = TypeVar("_T")
 
@@ -91,12 +91,12 @@ class McpToolResult:
     def json(self, redact: Callable[[str], str] | None = None) -> Any:
         """The text parsed as JSON; BadResponseError (with a redacted excerpt) when it is not JSON."""
         try:
-            return json.loads(self.text)
+            return loads_bounded(self.text)
         except ValueError:
             if self.data is not None:
                 return self.data
             mask = redact or default_redactor().redact_text
-            excerpt = mask(self.text[:EXCERPT_CHARS])
+            excerpt = mask(self.text)[:EXCERPT_CHARS]  # redact first, then cut
             raise BadResponseError(
                 f"MCP tool {self.tool or '?'} returned text that is not JSON: {excerpt!r}",
                 evidence={"tool": self.tool, "excerpt": excerpt, "chars": len(self.text)},
@@ -221,7 +221,7 @@ def _result_text(result: mcp_types.CallToolResult) -> str:
 
 def _json_or_none(text: str) -> Any | None:
     try:
-        return json.loads(text)
+        return loads_bounded(text)
     except ValueError:
         return None
 

@@ -54,6 +54,7 @@ def test_discovery_names_the_class_never_the_value(var: str, key: str, expected:
     assert ws.credential_classes == {var: expected}
     dumped = ws.model_dump_json() + repr(ws)
     assert value not in dumped and var in dumped
+    assert Redactor().redact_text(dumped) == dumped  # the class survives the report's redaction
 
 
 @pytest.mark.parametrize(
@@ -164,3 +165,45 @@ def test_duplicate_route_and_canary_names_are_rejected_at_load(tmp_path: Path) -
         match=r"duplicate route name\(s\) 'fast'.*duplicate canary name\(s\) 'opencode-verity'",
     ):
         load_inventory(path)
+
+
+def test_url_userinfo_is_never_echoed_by_the_http_clients() -> None:
+    import httpx
+
+    from sbxcheck.clients.sandboxed import SandboxedClient
+
+    password = seeded_secrets()["url-password"]
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+
+    client = SandboxedClient(
+        f"http://ops:{password}@cp.invalid", transport=httpx.MockTransport(refuse), retries=0
+    )
+    with pytest.raises(SbxError) as info:
+        client.health()
+    assert "cp.invalid" in info.value.message
+    assert password not in info.value.message + repr(info.value.evidence)
+
+
+def test_retry_after_as_an_http_date_is_bounded() -> None:
+    import email.utils
+    import time
+
+    import httpx
+
+    from sbxcheck.transports.http import RetryPolicy
+
+    later = email.utils.formatdate(time.time() + 3600, usegmt=True)
+    policy = RetryPolicy(max_wait_s=2.0)
+    assert policy.wait_s(0, httpx.Response(503, headers={"retry-after": later})) == 2.0
+    assert policy.wait_s(1, httpx.Response(503, headers={"retry-after": "0.25"})) == 0.25
+    assert policy.wait_s(1, httpx.Response(503)) == 0.5
+
+
+def test_a_numeric_value_in_an_env_field_is_not_printed_either(tmp_path: Path) -> None:
+    path = tmp_path / "sbxcheck.toml"
+    path.write_text('[sandboxed]\nurl = "http://cp"\ntoken_env = 73919461\n')
+    with pytest.raises(InventoryError) as info:
+        load_inventory(path)
+    assert "token_env" in info.value.message and "73919461" not in info.value.message
