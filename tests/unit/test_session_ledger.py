@@ -57,6 +57,9 @@ def test_inventory_state_section_wins_over_the_default(tmp_path: Path) -> None:
 def _fleet_inventory(tmp_path: Path) -> Path:
     runs = tmp_path / "checkout" / ".sandbox" / "runs"
     runs.mkdir(parents=True)
+    roster = tmp_path / "checkout" / "adws" / "adw_sssf_config" / "sssf.config.yaml"  # checked at load
+    roster.parent.mkdir(parents=True)
+    roster.write_text("models: []\n")
     inventory = tmp_path / "fleet.toml"
     inventory.write_text(f'[sssf]\ncheckout = "{tmp_path / "checkout"}"\n')
     return inventory
