@@ -33,7 +33,8 @@ _WHERE = {
     "Redactor": "sbxcheck.redact",
     "default_redactor": "sbxcheck.redact",
     **dict.fromkeys(
-        ("CheckRecord", "CheckResult", "Classification", "Incident", "Outcome", "RunReport"), "sbxcheck.results"
+        ("CheckRecord", "CheckResult", "Classification", "Incident", "Outcome", "RunReport"),
+        "sbxcheck.results",
     ),
 }
 

@@ -50,7 +50,14 @@ SESSION_TAG_KEY = pytest.StashKey[str]()
 NOTHING_LEAKED = "sbxcheck:nothing-leaked"
 #: Parameters whose values are objects: they are parametrized indirectly by a stable key (run id, host,
 #: ledger entry id), so node ids, xdist and Allure's historyId never see a repr with paths or times.
-OBJECT_PARAMS = ("sbx_run_entry", "sbx_gate_run", "sbx_gate_model", "sbx_ledger_entry", "sbx_dgx", "sbx_github_probe")
+OBJECT_PARAMS = (
+    "sbx_run_entry",
+    "sbx_gate_run",
+    "sbx_gate_model",
+    "sbx_ledger_entry",
+    "sbx_dgx",
+    "sbx_github_probe",
+)
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -261,7 +268,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(SESSION_KEY, None)
     if session is not None:
         try:
-            if not hasattr(config, "workerinput"):  # interrupted before sessionfinish: the policy still applies
+            if not hasattr(
+                config, "workerinput"
+            ):  # interrupted before sessionfinish: the policy still applies
                 from sbxcheck.options import resolve
 
                 session.finish_mounts(resolve(config, "sbx_teardown").value or "never", {})
@@ -490,7 +499,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         params = [
             pytest.param(_keyed(config, "sbx_gate_run", r.run_id, r), id=r.run_id, marks=_vm_group(r))
             for r in gateable
-        ] or [pytest.param(None, id="no-runs", marks=pytest.mark.skip(reason=why_none or "no run can be gated"))]
+        ] or [
+            pytest.param(None, id="no-runs", marks=pytest.mark.skip(reason=why_none or "no run can be gated"))
+        ]
         metafunc.parametrize("sbx_gate_run", params, indirect=True)
     elif "sbx_gate_model" in names:
         params = []
@@ -645,7 +656,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         )
     record = CheckRecord(nodeid=_plain_nodeid(item), suite=suite, **result.model_dump())
     if not record.duration_s and report.duration:
-        record.duration_s = round(report.duration, 3)  # the check did not time itself: pytest did
+        record.duration_s = round(report.duration, 6)  # the check did not time itself: pytest did
     wait = record.evidence.get("wait_s")
     if isinstance(wait, (int, float)) and not isinstance(wait, bool):
         record.wait_s = float(wait)
@@ -719,7 +730,10 @@ class ResultCollector:
             as_dict = record.model_dump(mode="json")
             records.append(
                 record.model_copy(
-                    update={"next_step": next_step(as_dict), "key_evidence": key_evidence_lines(record.evidence)}
+                    update={
+                        "next_step": next_step(as_dict),
+                        "key_evidence": key_evidence_lines(record.evidence),
+                    }
                 )
             )
         info = InventoryInfo(

@@ -61,11 +61,15 @@ def steps_from_evidence(evidence: Mapping[str, Any]) -> list[tuple[str, float | 
             if title:
                 method = f"{call['method']} " if call.get("method") else ""
                 duration = call.get("duration_s")
-                steps.append((f"{method}{title}", float(duration) if isinstance(duration, (int, float)) else None))
+                steps.append(
+                    (f"{method}{title}", float(duration) if isinstance(duration, (int, float)) else None)
+                )
     elif evidence.get("ran"):
         host = f"ssh {evidence['host']}: " if evidence.get("host") else ""
         duration = evidence.get("duration_s")
-        steps.append((f"{host}{evidence['ran']}", float(duration) if isinstance(duration, (int, float)) else None))
+        steps.append(
+            (f"{host}{evidence['ran']}", float(duration) if isinstance(duration, (int, float)) else None)
+        )
     return steps
 
 

@@ -98,7 +98,9 @@ def _case(check: Mapping[str, Any], incident: str | None) -> ET.Element:
     elif outcome == "skipped":
         ET.SubElement(case, "skipped", {"message": user_text(str(check.get("message") or "skipped"))})
     out = ET.SubElement(case, "system-out")
-    evidence = json.dumps(trim_json(check.get("evidence") or {}), indent=2, ensure_ascii=False, sort_keys=True)
+    evidence = json.dumps(
+        trim_json(check.get("evidence") or {}), indent=2, ensure_ascii=False, sort_keys=True
+    )
     out.text = f"{detail_block(check, incident)}\n\nevidence (full):\n{evidence}\n"
     return case
 

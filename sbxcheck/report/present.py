@@ -79,8 +79,16 @@ def _scalar(value: Any) -> str | None:
         if not value.strip():
             return None
         first = value.strip().splitlines()[0]
-        return shorten(first, _MAX_VALUE) + (" …" if "\n" in value.strip() and len(first) < _MAX_VALUE else "")
+        return shorten(first, _MAX_VALUE) + (
+            " …" if "\n" in value.strip() and len(first) < _MAX_VALUE else ""
+        )
     return None
+
+
+def _item(value: Any) -> str:
+    """A list element as shown: kept as is (porcelain's leading space matters) unless long or multi-line."""
+    text = str(value).rstrip()
+    return text if len(text) <= _MAX_VALUE and "\n" not in text else shorten(text, _MAX_VALUE)
 
 
 def key_evidence_lines(evidence: Mapping[str, Any], limit: int = 12) -> list[str]:
@@ -100,7 +108,7 @@ def key_evidence_lines(evidence: Mapping[str, Any], limit: int = 12) -> list[str
         if key in _BULK_KEYS or key == "key_evidence":
             continue
         if isinstance(value, list) and value and all(isinstance(v, (str, int, float)) for v in value):
-            shown = [shorten(str(v), _MAX_VALUE) for v in value[:_MAX_LIST_ITEMS]]
+            shown = [_item(v) for v in value[:_MAX_LIST_ITEMS]]
             more = len(value) - len(shown)
             lists.append(f"{key}:")
             lists.extend(f"  {v}" for v in shown)
