@@ -221,8 +221,12 @@ def _attach_allure(request: pytest.FixtureRequest, result: CheckResult) -> None:
         "allure_report_dir", None
     ):
         return
-    from sbxcheck.plugin import suite_of
+    import time
+
+    from sbxcheck.plugin import CALL_START_KEY, suite_of
     from sbxcheck.report.allure import annotate
 
     params = getattr(getattr(request.node, "callspec", None), "params", {})
-    annotate(result, suite=suite_of(request.node) or "sbxcheck", params=params)
+    started = request.node.stash.get(CALL_START_KEY, None)
+    elapsed = result.duration_s or (time.monotonic() - started if started is not None else None)
+    annotate(result, suite=suite_of(request.node) or "sbxcheck", params=params, elapsed_s=elapsed)

@@ -46,6 +46,7 @@ COLLECTOR_KEY = pytest.StashKey["ResultCollector"]()
 PYTEST_SESSION_KEY = pytest.StashKey[pytest.Session]()
 PARAMS_KEY = pytest.StashKey[dict[tuple[str, Any], Any]]()
 SESSION_TAG_KEY = pytest.StashKey[str]()
+CALL_START_KEY = pytest.StashKey[float]()
 #: The parameter of "nothing leaked": the item is dropped at collection (an empty parametrization would skip).
 NOTHING_LEAKED = "sbxcheck:nothing-leaked"
 #: Parameters whose values are objects: they are parametrized indirectly by a stable key (run id, host,
@@ -562,6 +563,16 @@ def suite_of(item: pytest.Item) -> str | None:
         if item.get_closest_marker(name) is not None:
             return name
     return None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    """Note when the test body started: a verdict reports its elapsed time to Allure's steps."""
+    if suite_of(item) is not None:
+        import time
+
+        item.stash[CALL_START_KEY] = time.monotonic()
+    return (yield)
 
 
 def _result_from_report(

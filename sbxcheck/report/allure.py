@@ -87,8 +87,14 @@ def _stable_parameters(params: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def annotate(result: CheckResult, *, suite: str, params: Mapping[str, Any]) -> None:
-    """Add this item's labels, links, parameters, steps, description and evidence to Allure."""
+def annotate(
+    result: CheckResult, *, suite: str, params: Mapping[str, Any], elapsed_s: float | None = None
+) -> None:
+    """Add this item's labels, links, parameters, steps, description and evidence to Allure.
+
+    ``elapsed_s`` (the check's time so far) is the duration of a single recorded command whose own
+    duration the evidence does not give.
+    """
     import allure
 
     redact = default_redactor().redact_text
@@ -108,7 +114,10 @@ def annotate(result: CheckResult, *, suite: str, params: Mapping[str, Any]) -> N
         dynamic.link(f"report.html#{incident}", name=f"incident {incident}")
     document = result.model_dump(mode="json")
     dynamic.description(redact(detail_block(document, incident)))
-    _add_steps(steps_from_evidence(result.evidence), redact)
+    steps = steps_from_evidence(result.evidence)
+    if len(steps) == 1 and steps[0][1] is None and elapsed_s is not None:
+        steps = [(steps[0][0], round(elapsed_s, 3))]
+    _add_steps(steps, redact)
     allure.attach(
         redact(evidence_json(result.evidence)), name="evidence", attachment_type=allure.attachment_type.JSON
     )

@@ -44,7 +44,8 @@ def test_plain_assert():
 
 
 def test_dirty_tree(sbx_verdict):
-    evidence = {{"host": "vm-1", "porcelain_sample": [" M src/app.py", "?? notes.txt"],
+    evidence = {{"host": "vm-1", "ran": "git status --porcelain",
+                 "porcelain_sample": [" M src/app.py", "?? notes.txt"],
                  "porcelain_lines": 2, "stdout": "x" * 500}}
     sbx_verdict(CheckResult.failed("A_git_integrity", "run-1",
         "unexpected working-tree changes (the tree must be clean): 2 line(s)", evidence,
@@ -235,6 +236,8 @@ def test_allure_labels_links_steps_and_redaction(synthetic: Synthetic) -> None:
     labels = {(lab["name"], lab["value"]) for lab in dirty["labels"]}  # type: ignore[union-attr]
     assert {("parentSuite", "gate"), ("feature", "A_git_integrity"), ("tag", "check_failed"),
             ("severity", "critical")} <= labels  # fmt: skip
+    [step] = dirty["steps"]  # type: ignore[misc]
+    assert step["name"] == "ssh vm-1: git status --porcelain" and step["stop"] >= step["start"]
     unreachable = next(r for n, r in results.items() if n.startswith("test_unreachable"))
     links = unreachable.get("links") or []
     assert any(str(link.get("name", "")).startswith("incident INC-") for link in links)  # type: ignore[union-attr]
