@@ -18,9 +18,10 @@ from typing import Any
 
 __all__ = ["detail_block", "headline", "key_evidence_lines", "next_step", "shorten", "user_text"]
 
+_SECTION = r"(?:[\w./-]+\.md\s*)?§[\d.]*\d(?:\s*[–-]\s*§?[\d.]*\d)?"
 _RUNBOOK_REF = re.compile(
-    r"\s*\((?:see\s+)?(?:[\w./-]+\.md\s*)?§[\d.]+(?:[–-]§?[\d.]+)?(?:\s*,\s*§[\d.]+(?:[–-]§?[\d.]+)?)*\)"
-    r"|(?:[\w./-]+\.md\s*)?§[\d.]+(?:[–-]§?[\d.]+)?"
+    rf"\s*\((?:see\s+)?(?:the\s+)?(?:runbook\s+)?{_SECTION}(?:\s*,\s*{_SECTION})*\)"
+    rf"|(?:see\s+)?(?:(?:the\s+)?runbook\s+)?{_SECTION}(?:\s*,\s*{_SECTION})*"
 )
 #: Evidence keys that are bulk output, not the key facts (shown only in the full evidence).
 _BULK_KEYS = frozenset({"stdout", "stderr", "git_output", "output", "body", "response", "raw", "trace"})
@@ -66,7 +67,12 @@ def next_step(check: Mapping[str, Any]) -> str | None:
             classification = Classification(_classification(check))
         except ValueError:
             classification = Classification.CHECK_FAILED
-        text = default_recommendation(classification, [str(check.get("target") or "")])
+        if classification is Classification.CHECK_FAILED:  # the default speaks of several checks
+            text = "read the evidence, fix what it shows, then re-run this item"
+        else:
+            text = default_recommendation(classification, [str(check.get("target") or "")])
+        if check.get("nodeid"):
+            text += f" (pytest '{check['nodeid']}')"
     return user_text(" ".join(text.split()))
 
 
