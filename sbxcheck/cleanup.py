@@ -7,27 +7,33 @@ that cancels a worker's missions before it reports back (so the controller's rep
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from sbxcheck.errors import SbxError
-from sbxcheck.mounts import Mounted
-from sbxcheck.session import SbxSession
+
+if TYPE_CHECKING:  # kept light: the plugin imports this module on every run
+    from sbxcheck.mounts import Mounted
+    from sbxcheck.session import SbxSession
 
 
 class WorkerCleanup:
     """On an xdist worker: cancel its missions before it reports back, and hand the results over."""
 
-    def __init__(self, session: SbxSession) -> None:
-        self.session = session
+    def __init__(self, session: Callable[[], SbxSession | None]) -> None:
+        self.session = session  # None until an sbxcheck item made one
 
     @pytest.hookimpl(tryfirst=True)  # before xdist sends workerfinished with the worker output
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        self.session.close_missions()
+        sbx = self.session()
+        if sbx is None:
+            return
+        sbx.close_missions()
         workeroutput = getattr(session.config, "workeroutput", None)
         if isinstance(workeroutput, dict):
-            workeroutput["sbxcheck_cleanup"] = list(self.session.cleanup)
+            workeroutput["sbxcheck_cleanup"] = list(sbx.cleanup)
 
 
 def left_open(session: SbxSession) -> list[dict[str, Any]]:

@@ -133,7 +133,7 @@ def _up(root: Path, faults: list[str], seed: int | None) -> int:
         if (root / READY_FILE).exists():
             print(f"sbxcheck sim: up (pid {proc.pid}); runs: {(root / READY_FILE).read_text().strip()}")
             print(f"inventory: {root / 'sbxcheck.toml'}")
-            print(f"  pytest -m gate --sbx-inventory {root / 'sbxcheck.toml'}")
+            print(f"  pytest -m gate --sbx-inventory={root / 'sbxcheck.toml'}")
             print(f"  sbxcheck sim down --dir {root}")
             return 0
         if proc.poll() is not None:

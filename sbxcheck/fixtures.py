@@ -1,5 +1,6 @@
-"""Public fixtures of the sbxcheck plugin.
+"""Public fixtures of the sbxcheck plugin (``pytest --fixtures`` shows each docstring).
 
+- ``sbx_session``: the session state (inventory source, clients, options).
 - ``sbx_inventory``: the validated inventory (session).
 - ``sbx_sandbox``: the runs mounted for this session (``--sbx-mount``), each with its resolved run id.
 - ``sbx_ssh_pool``: one SSH connection per host per session, shared by every item on that host.
@@ -7,29 +8,34 @@
 - ``sbx_mission``: a factory for ad-hoc missions, cancelled at teardown and kept in the ledger.
 - ``sbx_missions``: the mission dispatcher of the canary suite (routes and workspace canaries).
 - ``sbx_verdict``: records a CheckResult on the item, attaches its evidence, and fails/skips as it says.
+- ``sbx_run_entry``, ``sbx_gate_run``, ``sbx_gate_model``, ``sbx_ledger_entry``, ``sbx_dgx``,
+  ``sbx_github_probe``: the parametrized targets; request one and the plugin makes one item per target.
+
+Nothing heavy is imported until a fixture runs: loading the plugin must stay cheap for runs without
+sbxcheck items.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from sbxcheck.inventory import Inventory
-from sbxcheck.lifecycle import MissionDispatcher
-from sbxcheck.mounts import Mounted
-from sbxcheck.redact import default_redactor
-from sbxcheck.results import CheckResult, Outcome
-from sbxcheck.session import GateRun, SbxSession
-from sbxcheck.transports.ssh import SshHost, SshPool
+if TYPE_CHECKING:
+    from sbxcheck.inventory import DgxSection, Inventory
+    from sbxcheck.ledger import LedgerEntry
+    from sbxcheck.lifecycle import MissionDispatcher
+    from sbxcheck.mounts import Mounted
+    from sbxcheck.results import CheckResult
+    from sbxcheck.session import GateRun, SbxSession
+    from sbxcheck.transports.ssh import SshHost, SshPool
 
 
 def _session(request: pytest.FixtureRequest) -> SbxSession:
-    from sbxcheck.plugin import SESSION_KEY
+    from sbxcheck.plugin import get_session
 
-    return request.config.stash[SESSION_KEY]
+    return get_session(request.config)
 
 
 @pytest.fixture(scope="session")
@@ -108,13 +114,67 @@ def sbx_mission(request: pytest.FixtureRequest) -> Iterator[Callable[..., dict[s
         raise RuntimeError("could not cancel: " + "; ".join(errors))
 
 
+# ------------------------------------------------------------------ parametrized targets
+
+
+def _target(request: pytest.FixtureRequest) -> Any:
+    """The object behind this item's stable parameter key (run id, host, ledger entry id)."""
+    from sbxcheck.plugin import param_object
+
+    key = getattr(request, "param", None)
+    if key is None:
+        pytest.skip(f"{request.fixturename}: no target (the plugin parametrizes it from the inventory)")
+    return param_object(request.config, str(request.fixturename), key)
+
+
+@pytest.fixture
+def sbx_run_entry(request: pytest.FixtureRequest) -> GateRun | str:
+    """One run record of the inventory's SSSF checkout (one item per open run), or why none can be read."""
+    value: GateRun | str = _target(request)
+    return value
+
+
+@pytest.fixture
+def sbx_gate_run(request: pytest.FixtureRequest) -> GateRun:
+    """One gateable run (one item per open run with a target VM); its items share one SSH connection."""
+    run: GateRun = _target(request)
+    return run
+
+
+@pytest.fixture
+def sbx_gate_model(request: pytest.FixtureRequest) -> tuple[GateRun, str | None]:
+    """``(run, model)``: one item per roster model of each gateable run (model None: empty roster)."""
+    pair: tuple[GateRun, str | None] = _target(request)
+    return pair
+
+
+@pytest.fixture
+def sbx_ledger_entry(request: pytest.FixtureRequest) -> LedgerEntry:
+    """One entry earlier sessions left open in the ledger (mounts are gate items, missions canary items)."""
+    entry: LedgerEntry = _target(request)
+    return entry
+
+
+@pytest.fixture
+def sbx_dgx(request: pytest.FixtureRequest) -> DgxSection:
+    """The inventory's [dgx] section (the item skips when there is none)."""
+    section: DgxSection = _target(request)
+    return section
+
+
+@pytest.fixture
+def sbx_github_probe(request: pytest.FixtureRequest) -> Any:
+    """One stored-GitHub-auth probe of the inventory's [sandboxed] section (workspace, via)."""
+    return _target(request)
+
+
 def _gate_run_of(request: pytest.FixtureRequest) -> GateRun:
+    from sbxcheck.plugin import param_object
+
     params = request.node.callspec.params
-    if "sbx_gate_run" in params:
-        run: GateRun = params["sbx_gate_run"]
-        return run
-    pair: tuple[GateRun, str | None] = params["sbx_gate_model"]
-    return pair[0]
+    run_id = params["sbx_gate_run"] if "sbx_gate_run" in params else params["sbx_gate_model"][0]
+    run: GateRun = param_object(request.config, "run", run_id)
+    return run
 
 
 @pytest.fixture
@@ -127,11 +187,18 @@ def sbx_vm(request: pytest.FixtureRequest, sbx_ssh_pool: SshPool) -> SshHost:
 
 @pytest.fixture
 def sbx_verdict(request: pytest.FixtureRequest) -> Callable[[CheckResult], None]:
-    """Call with a CheckResult: it is recorded for the report, then the item passes, fails or skips."""
+    """Call with a CheckResult: it is recorded for the report, then the item passes, fails or skips.
+
+    ``sbx_verdict(CheckResult.failed(check, target, message, evidence))`` fails the item with
+    ``[failed/check_failed] message``; an ``error`` result makes it a pytest error. With ``--alluredir``
+    the evidence, labels and steps go to Allure too.
+    """
 
     def verdict(result: CheckResult) -> None:
         __tracebackhide__ = True
         from sbxcheck.plugin import RESULT_KEY
+        from sbxcheck.redact import default_redactor
+        from sbxcheck.results import CheckResult, Outcome
 
         redactor = default_redactor()
         result = CheckResult.model_validate(redactor.redact(result.model_dump(mode="json")))
@@ -148,28 +215,17 @@ def sbx_verdict(request: pytest.FixtureRequest) -> Callable[[CheckResult], None]
 
 
 def _attach_allure(request: pytest.FixtureRequest, result: CheckResult) -> None:
-    """With --alluredir, add the evidence as an attachment and suite/run labels (redacted already)."""
+    """With --alluredir: labels, links, steps and evidence for this item (see sbxcheck.report.allure)."""
     if not request.config.pluginmanager.hasplugin("allure_pytest") or not request.config.getoption(
         "allure_report_dir", None
     ):
         return
-    import allure
+    import time
 
-    from sbxcheck.plugin import suite_of
+    from sbxcheck.plugin import CALL_START_KEY, suite_of
+    from sbxcheck.report.allure import annotate
 
-    dynamic: Any = allure.dynamic  # allure-python is untyped
-    suite = suite_of(request.node) or "sbxcheck"
-    dynamic.parent_suite("sbxcheck")
-    dynamic.suite(suite)
     params = getattr(getattr(request.node, "callspec", None), "params", {})
-    run_id = (
-        _gate_run_of(request).run_id if {"sbx_gate_run", "sbx_gate_model"} & set(params) else result.target
-    )
-    dynamic.sub_suite(run_id)
-    dynamic.label("run", run_id)
-    dynamic.label("classification", result.classification.value if result.classification else "none")
-    allure.attach(
-        json.dumps(result.evidence, indent=2, sort_keys=True, default=str),
-        name="evidence",
-        attachment_type=allure.attachment_type.JSON,
-    )
+    started = request.node.stash.get(CALL_START_KEY, None)
+    elapsed = result.duration_s or (time.monotonic() - started if started is not None else None)
+    annotate(result, suite=suite_of(request.node) or "sbxcheck", params=params, elapsed_s=elapsed)

@@ -449,43 +449,22 @@ def find_inventory(explicit: str | None, rootdir: Path) -> Path | None:
 
 
 def dump_inventory(inv: Inventory) -> str:
-    """Serialise an inventory back to TOML (used by the simulator to write its own)."""
-    lines: list[str] = []
+    """Serialise an inventory back to TOML (used by the simulator to write its own).
 
-    def emit(section: str, model: BaseModel | None) -> None:
-        if model is None:
-            return
-        lines.append(f"[{section}]")
-        for key, value in model.model_dump(exclude_none=True).items():
-            lines.append(f"{key} = {_toml_value(value)}")
-        lines.append("")
+    Written by tomli-w, so any string (newlines, quotes, backslashes) round-trips through tomllib.
+    """
+    import tomli_w
 
-    emit("ssh", inv.ssh)
-    emit("sssf", inv.sssf)
-    emit("sandboxed", inv.sandboxed)
-    emit("dgx", inv.dgx)
-    if inv.state.dir is not None:
-        emit("state", inv.state)
-    emit("sim", inv.sim)
-    return "\n".join(lines)
-
-
-def _toml_key(key: str) -> str:
-    return key if key.replace("_", "").replace("-", "").isalnum() else _toml_value(key)
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return (
-            "{"
-            + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items() if v is not None)
-            + "}"
-        )
-    text = str(value)
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    document: dict[str, Any] = {}
+    sections: dict[str, BaseModel | None] = {
+        "ssh": inv.ssh,
+        "sssf": inv.sssf,
+        "sandboxed": inv.sandboxed,
+        "dgx": inv.dgx,
+        "state": inv.state if inv.state.dir is not None else None,
+        "sim": inv.sim,
+    }
+    for name, model in sections.items():
+        if model is not None:
+            document[name] = model.model_dump(mode="json", exclude_none=True)
+    return tomli_w.dumps(document)

@@ -1,7 +1,20 @@
 """The pytest plugin: options, markers, parametrization from the inventory, results and reports.
 
-Thin by design (like pytest-xdist's): heavy objects are made only when an item needs them, and
-reports are written only on the xdist controller (or the single process without xdist).
+Thin by design (like pytest-xdist's): loading it imports only pytest and the standard library; the
+session, inventory, transports and simulator are imported and built when an sbxcheck item needs
+them. A run that selects no sbxcheck item gets no header, no signal handler and no report.
+Reports are written only on the xdist controller (or the single process without xdist).
+
+How sbxcheck's verdicts meet pytest's own output:
+
+- pytest's ``longrepr`` is kept (assertion rewriting, the short summary, ``--junitxml``'s message);
+  sbxcheck adds a report section "sbxcheck" (classification, message, key evidence, next step).
+- An sbxcheck ``error`` (we could not tell: unreachable, timed out, bad response) is a pytest
+  *error*, also when it is found in the call phase: :func:`pytest_report_teststatus` files it under
+  "error" (the hook pytest-rerunfailures uses for "rerun"), so pytest's summary line and
+  sbxcheck's counts agree. pytest's own ``--junitxml`` still writes a call-phase error as
+  ``<failure>`` (it decides by phase); sbxcheck's junit.xml says ``error`` in the failure's type.
+- A plain ``assert`` in a user's sbxcheck-marked test is ``failed``/``check_failed``.
 """
 
 from __future__ import annotations
@@ -9,17 +22,15 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import os
+import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from sbxcheck.checks.base import trim
-from sbxcheck.cleanup import WorkerCleanup, left_open, mount_cleanup, param_id, strip_group
-from sbxcheck.errors import InventoryError, SbxError
-from sbxcheck.redact import default_redactor, install_log_redaction, redact_exception, redact_report
-from sbxcheck.results import CheckRecord, CheckResult, Classification, InventoryInfo, Outcome
-from sbxcheck.session import GateRun, SbxSession
+if TYPE_CHECKING:
+    from sbxcheck.results import CheckRecord, CheckResult
+    from sbxcheck.session import GateRun, SbxSession
 
 pytest_plugins = ["sbxcheck.fixtures"]
 
@@ -29,21 +40,43 @@ MARKERS = {
     "canary": "nightly fleet canaries (pytest -m canary)",
     "triage": "incident runbooks: classify and recommend, never act destructively (pytest -m triage)",
 }
-USER_PROPERTY = "sbxcheck_result"
-SESSION_KEY = pytest.StashKey[SbxSession]()
-RESULT_KEY = pytest.StashKey[CheckResult]()
+SESSION_KEY = pytest.StashKey["SbxSession"]()
+RESULT_KEY = pytest.StashKey["CheckResult"]()
 COLLECTOR_KEY = pytest.StashKey["ResultCollector"]()
 PYTEST_SESSION_KEY = pytest.StashKey[pytest.Session]()
+PARAMS_KEY = pytest.StashKey[dict[tuple[str, Any], Any]]()
+SESSION_TAG_KEY = pytest.StashKey[str]()
+CALL_START_KEY = pytest.StashKey[float]()
+#: The parameter of "nothing leaked": the item is dropped at collection (an empty parametrization would skip).
+NOTHING_LEAKED = "sbxcheck:nothing-leaked"
+#: Parameters whose values are objects: they are parametrized indirectly by a stable key (run id, host,
+#: ledger entry id), so node ids, xdist and Allure's historyId never see a repr with paths or times.
+OBJECT_PARAMS = (
+    "sbx_run_entry",
+    "sbx_gate_run",
+    "sbx_gate_model",
+    "sbx_ledger_entry",
+    "sbx_dgx",
+    "sbx_github_probe",
+)
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from sbxcheck import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    from sbxcheck.options import SETTINGS, TEARDOWN_CHOICES, add_ini_options
+
     group = parser.getgroup("sbxcheck", "sbxcheck: sandbox fleet checks")
     group.addoption(
         "--sbx-inventory",
         metavar="PATH",
         default=None,
-        help="inventory TOML (default: $SBXCHECK_INVENTORY, then <rootdir>/sbxcheck.toml, "
-        "else the embedded simulated fleet)",
+        help=SETTINGS["sbx_inventory"].help + "; write --sbx-inventory=PATH (the space form lets pytest "
+        "take PATH for a test path when it picks the rootdir); also $SBXCHECK_INVENTORY, ini sbx_inventory",
     )
     group.addoption(
         "--sbx-sim",
@@ -81,9 +114,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--sbx-teardown",
-        choices=("never", "on-pass", "always"),
-        default="never",
-        help="what to do with mounted runs afterwards (default never); a failed gate always keeps its VM",
+        choices=TEARDOWN_CHOICES,
+        default=None,
+        help=SETTINGS["sbx_teardown"].help + "; a failed gate always keeps its VM; "
+        "also $SBXCHECK_TEARDOWN, ini sbx_teardown",
     )
     group.addoption(
         "--sbx-sweep",
@@ -96,19 +130,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="DIR",
         default=None,
         help="ledger directory (default: the inventory's [state] dir, else .sbxcheck/state beside the "
-        "inventory file; relative to where pytest was started)",
+        "inventory file; relative to where pytest was started); also $SBXCHECK_STATE_DIR, ini sbx_state_dir",
     )
     group.addoption(
         "--sbx-report",
         metavar="DIR",
-        default="sbxcheck-report",
-        help="write results.json, junit.xml and report.html here (default: sbxcheck-report/)",
+        default=None,
+        help=SETTINGS["sbx_report"].help + "; also $SBXCHECK_REPORT_DIR, ini sbx_report_dir",
     )
+    add_ini_options(parser)
     _add_history_options(parser, group)
 
 
-# History and metrics (issue 9). Resolved CLI, then ini, then default; kept apart so the general
-# CLI > env > ini > default resolver can take them over as they are.
+# History and metrics (issue 9): CLI, then ini, then default.
 HISTORY_KEEP_DEFAULT = 30
 
 
@@ -169,17 +203,66 @@ def _history_keep(config: pytest.Config) -> int:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    from sbxcheck.options import resolve
+
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
-    config.addinivalue_line(
-        "markers", "sbx_placeholder: internal: a parameter that stands for nothing to check"
-    )
+    for dest in ("sbx_inventory", "sbx_report", "sbx_teardown", "sbx_state"):
+        resolve(config, dest)  # a bad value is a usage error now, naming its source
+    _history_keep(config)  # a bad value stops the run before anything is mounted
+    config.stash[PARAMS_KEY] = {}
+    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+    config.stash[SESSION_TAG_KEY] = (
+        workerinput.get("sbxcheck_session_tag") if workerinput else None
+    ) or uuid.uuid4().hex
+    if workerinput is not None:
+        if workerinput.get("sbxcheck_loadgroup"):
+            # xdist workers re-parse the original command line, which has no --dist loadgroup: without
+            # this they never add the @group suffix and the controller's loadgroup scheduler sees no groups
+            config.option.loadgroup = True
+        from sbxcheck.cleanup import WorkerCleanup
+
+        config.pluginmanager.register(
+            WorkerCleanup(lambda: config.stash.get(SESSION_KEY, None)), "sbxcheck-worker-cleanup"
+        )
+        return
+    _warn_space_form_inventory(config)
+    # registered before any mount, so an interrupted mount still gets its report
+    collector = ResultCollector(config)
+    config.stash[COLLECTOR_KEY] = collector
+    config.pluginmanager.register(collector, "sbxcheck-collector")
+    if not config.getoption("collectonly") and _wants_mounts(config):
+        session = get_session(config)
+        _terminate_as_interrupt()
+        try:
+            session.mount_all()
+        except Exception as exc:
+            from sbxcheck.errors import SbxError
+
+            if not isinstance(exc, SbxError):
+                raise
+            session.mount_error = exc.message
+    if config.pluginmanager.hasplugin("xdist"):
+        if getattr(config.option, "dist", None) == "load" and getattr(config.option, "numprocesses", None):
+            # items of one VM (and of the control plane) go to one worker: one connection, one owner
+            config.option.dist = "loadgroup"
+        config.pluginmanager.register(_XdistNodes(config), "sbxcheck-xdist")
+
+
+def get_session(config: pytest.Config) -> SbxSession:
+    """This process's SbxSession, made on first use (a run without sbxcheck items never makes one)."""
+    existing = config.stash.get(SESSION_KEY, None)
+    if existing is not None:
+        return existing
+    from sbxcheck.options import resolve
+    from sbxcheck.session import SbxSession
+
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
     seed = workerinput.get("sbxcheck_sim_seed") if workerinput else _sim_seed()
     session = SbxSession(
-        session_tag=workerinput.get("sbxcheck_session_tag") if workerinput else None,
+        session_tag=config.stash[SESSION_TAG_KEY],
         rootdir=Path(str(config.rootpath)),
-        inventory_option=config.getoption("sbx_inventory"),
+        inventory_option=resolve(config, "sbx_inventory").value,
         force_sim=config.getoption("sbx_sim"),
         faults=list(config.getoption("sbx_sim_fault")),
         run_ids=list(config.getoption("sbx_run_id")),
@@ -187,16 +270,9 @@ def pytest_configure(config: pytest.Config) -> None:
         invocation_dir=Path(str(config.invocation_params.dir)),
     )
     session.remediate = bool(config.getoption("sbx_remediate"))
-    session.state_option = config.getoption("sbx_state")
+    session.state_option = resolve(config, "sbx_state").value
     session.mount_names = list(config.getoption("sbx_mount"))
     session.sweep = bool(config.getoption("sbx_sweep"))
-    config.stash[SESSION_KEY] = session
-    _history_keep(config)  # a bad value stops the run before anything is mounted
-    _terminate_as_interrupt()
-    if workerinput is None:  # registered before any mount, so an interrupted mount still gets its report
-        collector = ResultCollector(config, session)
-        config.stash[COLLECTOR_KEY] = collector
-        config.pluginmanager.register(collector, "sbxcheck-collector")
     if workerinput is not None:
         session.run_ids.extend(r for r in workerinput.get("sbxcheck_mounted", []) if r not in session.run_ids)
         shared = workerinput.get("sbxcheck_inventory")
@@ -204,17 +280,55 @@ def pytest_configure(config: pytest.Config) -> None:
             session.inventory_path, session.force_sim = Path(shared), False
         if "sbxcheck_ledger_ids" in workerinput:
             session.ledger_ids = set(workerinput["sbxcheck_ledger_ids"])
-        config.pluginmanager.register(WorkerCleanup(session), "sbxcheck-worker-cleanup")
-    elif not config.getoption("collectonly") and (session.mount_names or _inventory_mounts(session)):
-        try:
-            session.mount_all()
-        except SbxError as exc:
-            session.mount_error = exc.message
-    if workerinput is None and config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(_XdistSeed(seed, session.session_tag), "sbxcheck-xdist")
-        if getattr(config.option, "dist", None) == "load" and getattr(config.option, "numprocesses", None):
-            # items of one VM (and of the control plane) go to one worker: one connection, one owner
-            config.option.dist = "loadgroup"
+    config.stash[SESSION_KEY] = session
+    return session
+
+
+def _wants_mounts(config: pytest.Config) -> bool:
+    """--sbx-mount, or an inventory that asks for mounts (checked without loading anything when absent)."""
+    if config.getoption("sbx_mount"):
+        return True
+    from sbxcheck.options import resolve
+
+    explicit = resolve(config, "sbx_inventory").value
+    if config.getoption("sbx_sim") or config.getoption("sbx_sim_fault"):
+        return False
+    if not explicit and not (Path(str(config.rootpath)) / "sbxcheck.toml").is_file():
+        return False
+    session = get_session(config)
+    if session.uses_sim:
+        return False
+    try:
+        sssf = session.inventory().sssf
+    except Exception:  # an unreadable inventory is reported by the items, not here
+        return False
+    return bool(sssf and sssf.mounts)
+
+
+def _warn_space_form_inventory(config: pytest.Config) -> None:
+    """Say so when ``--sbx-inventory PATH`` (space form) moved pytest's rootdir away from the project.
+
+    pytest picks its rootdir and ini file before it loads plugins, so it cannot know that PATH is an
+    option's value: an existing PATH is taken for a test path and pulls the rootdir towards it.
+    """
+    args = [str(a) for a in config.invocation_params.args]
+    if "--sbx-inventory" not in args:
+        return
+    index = args.index("--sbx-inventory")
+    value = args[index + 1] if index + 1 < len(args) else ""
+    if not value or not Path(value).exists():
+        return
+    invocation = Path(str(config.invocation_params.dir)).resolve()
+    if config.inipath is not None and invocation.is_relative_to(config.rootpath):
+        return
+    config.issue_config_time_warning(
+        pytest.PytestConfigWarning(
+            f"sbxcheck: '--sbx-inventory {value}' (space form) made pytest choose rootdir {config.rootpath} "
+            f"and ini file {config.inipath or 'none'}: pytest decides them before plugins load and takes an "
+            f"existing path for a test path. Write --sbx-inventory={value}."
+        ),
+        stacklevel=2,
+    )
 
 
 def _sim_seed() -> int | None:
@@ -240,6 +354,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[PYTEST_SESSION_KEY] = session
+    from sbxcheck.redact import install_log_redaction
+
     install_log_redaction(session.config.pluginmanager)  # caplog, captured logs, --log-cli-level, --log-file
 
 
@@ -253,19 +369,11 @@ def _exit_as_interrupted(config: pytest.Config) -> None:
         pytest_session.exitstatus = pytest.ExitCode.INTERRUPTED
 
 
-def _inventory_mounts(session: SbxSession) -> bool:
-    """True when the inventory itself asks for mounts (an unreadable inventory is reported elsewhere)."""
-    if session.uses_sim:
-        return False
-    try:
-        sssf = session.inventory().sssf
-    except SbxError:
-        return False
-    return bool(sssf and sssf.mounts)
-
-
 def _terminate_as_interrupt() -> None:
-    """SIGTERM ends the session like Ctrl-C: teardowns the policy allows still run, the ledger stays true."""
+    """SIGTERM ends the session like Ctrl-C: teardowns the policy allows still run, the ledger stays true.
+
+    Installed only once sbxcheck has something to tear down or check (mounts, or selected items).
+    """
     import signal
     import threading
 
@@ -279,19 +387,25 @@ def _terminate_as_interrupt() -> None:
         signal.signal(signal.SIGTERM, interrupt)
 
 
-class _XdistSeed:
-    """Hands every worker the same simulator seed (identical ids) and session tag (same idempotency keys)."""
+class _XdistNodes:
+    """Hands every worker what it must share with the controller.
 
-    def __init__(self, seed: int | None, session_tag: str) -> None:
-        self.seed = seed
-        self.session_tag = session_tag
+    The simulator seed (identical ids), the session tag (same idempotency keys), the mounted runs, and
+    whether the controller switched to loadgroup (workers must add the group suffixes themselves).
+    """
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
         self._ledger_ids: list[str] | None = None
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
-        node.workerinput["sbxcheck_sim_seed"] = self.seed
-        node.workerinput["sbxcheck_session_tag"] = self.session_tag
-        session: SbxSession = node.config.stash[SESSION_KEY]
+        node.workerinput["sbxcheck_sim_seed"] = _sim_seed()
+        node.workerinput["sbxcheck_session_tag"] = self.config.stash[SESSION_TAG_KEY]
+        node.workerinput["sbxcheck_loadgroup"] = getattr(self.config.option, "dist", None) == "loadgroup"
+        session = self.config.stash.get(SESSION_KEY, None)
+        if session is None:
+            return
         node.workerinput["sbxcheck_mounted"] = [m.run_id for m in session.mounts if m.run_id]
         if session.mounts and session.uses_sim and session.sim is not None:
             # workers gate the fleet the controller mounted on, not fleets of their own
@@ -303,8 +417,13 @@ class _XdistSeed:
             node.workerinput["sbxcheck_ledger_ids"] = self._ledger_ids
 
 
-def pytest_report_header(config: pytest.Config) -> list[str]:
-    session = config.stash[SESSION_KEY]
+def pytest_report_collectionfinish(
+    config: pytest.Config, start_path: Path, items: list[pytest.Item]
+) -> list[str]:
+    """Which fleet is checked — only when sbxcheck items were selected (an unrelated run sees nothing)."""
+    if not any(suite_of(item) for item in items):
+        return []
+    session = get_session(config)
     lines = [f"sbxcheck: inventory: {session.describe_source()}"]
     if session.uses_sim:
         from sbxcheck.sim.pi import pi_status
@@ -318,7 +437,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 def _gate_runs(config: pytest.Config) -> tuple[list[GateRun], str | None]:
     """The gate runs, or why there are none (an inventory problem is reported, not raised)."""
-    session = config.stash[SESSION_KEY]
+    from sbxcheck.errors import InventoryError
+
+    session = get_session(config)
     try:
         runs = session.gate_runs()
     except InventoryError as exc:
@@ -344,9 +465,22 @@ def _vm_group(run: GateRun) -> pytest.MarkDecorator:
     return pytest.mark.xdist_group(name=run.run_id)
 
 
+def _keyed(config: pytest.Config, fixture: str, key: Any, value: Any) -> Any:
+    """Remember ``value`` under a stable ``key``; the indirect fixture of the same name returns it."""
+    config.stash[PARAMS_KEY][(fixture, key)] = value
+    return key
+
+
+def param_object(config: pytest.Config, fixture: str, key: Any) -> Any:
+    """The object an indirect parameter's stable key stands for (see :data:`OBJECT_PARAMS`)."""
+    return config.stash[PARAMS_KEY][(fixture, key)]
+
+
 def _sandboxed_params(config: pytest.Config, kind: str) -> list[Any]:
     """Parameters for the canary suite: route labels, canary labels, or (name, prompt) pairs."""
-    session = config.stash[SESSION_KEY]
+    from sbxcheck.errors import InventoryError
+
+    session = get_session(config)
     try:
         section = session.inventory().sandboxed
     except InventoryError as exc:
@@ -359,7 +493,10 @@ def _sandboxed_params(config: pytest.Config, kind: str) -> list[Any]:
     elif kind == "discovery_via":
         params = [pytest.param("rest", id="rest")] + ([pytest.param("mcp", id="mcp")] if section.mcp else [])
     elif kind == "github_probe":
-        params = [pytest.param(p, id=f"{p.workspace}-{p.via}") for p in section.github_probes]
+        params = []
+        for p in section.github_probes:
+            key = f"{p.workspace}-{p.via}"
+            params.append(pytest.param(_keyed(config, "sbx_github_probe", key, p), id=key))
     elif kind == "route":
         params = [pytest.param(r.label, id=r.label, marks=CONTROL_PLANE_GROUP) for r in section.routes]
     elif kind == "canary":
@@ -377,7 +514,9 @@ def _sandboxed_params(config: pytest.Config, kind: str) -> list[Any]:
 
 def _ledger_params(config: pytest.Config) -> list[Any]:
     """Entries other sessions left open (kept ones too): mounts are gate items, missions canary items."""
-    session = config.stash[SESSION_KEY]
+    from sbxcheck.errors import InventoryError
+
+    session = get_session(config)
     try:
         entries = session.ledger_entries()
     except InventoryError as exc:
@@ -386,16 +525,20 @@ def _ledger_params(config: pytest.Config) -> list[Any]:
         ]
     params = [
         pytest.param(
-            e, id=f"{e.kind}-{e.ident}", marks=pytest.mark.gate if e.kind == "mount" else pytest.mark.canary
+            _keyed(config, "sbx_ledger_entry", e.id, e),
+            id=f"{e.kind}-{e.ident}",
+            marks=pytest.mark.gate if e.kind == "mount" else pytest.mark.canary,
         )
         for e in entries
     ]
-    # nothing leaked: a placeholder that collection removes (an empty parametrization would be a skip)
-    return params or [pytest.param(None, id="none", marks=[pytest.mark.gate, pytest.mark.sbx_placeholder])]
+    # nothing leaked: a parameter that collection removes (an empty parametrization would be a skip)
+    return params or [pytest.param(NOTHING_LEAKED, id="none", marks=pytest.mark.gate)]
 
 
 def _dgx_params(config: pytest.Config) -> list[Any]:
-    session = config.stash[SESSION_KEY]
+    from sbxcheck.errors import InventoryError
+
+    session = get_session(config)
     try:
         section = session.inventory().dgx
     except InventoryError as exc:
@@ -407,65 +550,88 @@ def _dgx_params(config: pytest.Config) -> list[Any]:
             )
         ]
     cores = section.per_agent_core()  # one item per agent-core; a single one keeps the plain DGX id
-    return [pytest.param(s, id=s.dgx_host if len(cores) == 1 else f"{s.core}-{s.dgx_host}") for s in cores]
+    params = []
+    for core in cores:
+        key = core.dgx_host if len(cores) == 1 else f"{core.core}-{core.dgx_host}"
+        params.append(pytest.param(_keyed(config, "sbx_dgx", key, core), id=key))
+    return params
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     names = set(metafunc.fixturenames)
+    config = metafunc.config
     for kind in ("route", "canary", "prompt", "node", "discovery_via", "github_probe"):
         if f"sbx_{kind}" in names:
-            metafunc.parametrize(f"sbx_{kind}", _sandboxed_params(metafunc.config, kind))
+            metafunc.parametrize(
+                f"sbx_{kind}", _sandboxed_params(config, kind), indirect=f"sbx_{kind}" in OBJECT_PARAMS
+            )
     if "sbx_ledger_entry" in names:
-        metafunc.parametrize("sbx_ledger_entry", _ledger_params(metafunc.config))
+        metafunc.parametrize("sbx_ledger_entry", _ledger_params(config), indirect=True)
     if "sbx_dgx" in names:
-        metafunc.parametrize("sbx_dgx", _dgx_params(metafunc.config))
+        metafunc.parametrize("sbx_dgx", _dgx_params(config), indirect=True)
     if not names & {"sbx_run_entry", "sbx_gate_run", "sbx_gate_model"}:
         return
-    runs, why_none = _gate_runs(metafunc.config)
+    runs, why_none = _gate_runs(config)
+    for run in runs:
+        _keyed(config, "run", run.run_id, run)
     if "sbx_run_entry" in names:
         if why_none and not runs:
-            params = [pytest.param(why_none, id="inventory")]
+            params = [pytest.param(_keyed(config, "sbx_run_entry", "inventory", why_none), id="inventory")]
         else:
-            params = [pytest.param(r, id=r.run_id, marks=_vm_group(r)) for r in runs]
-        metafunc.parametrize("sbx_run_entry", params)
+            params = [
+                pytest.param(_keyed(config, "sbx_run_entry", r.run_id, r), id=r.run_id, marks=_vm_group(r))
+                for r in runs
+            ]
+        metafunc.parametrize("sbx_run_entry", params, indirect=True)
     elif "sbx_gate_run" in names:
         gateable = [r for r in runs if r.target is not None]
-        params = [pytest.param(r, id=r.run_id, marks=_vm_group(r)) for r in gateable] or [
+        params = [
+            pytest.param(_keyed(config, "sbx_gate_run", r.run_id, r), id=r.run_id, marks=_vm_group(r))
+            for r in gateable
+        ] or [
             pytest.param(None, id="no-runs", marks=pytest.mark.skip(reason=why_none or "no run can be gated"))
         ]
-        metafunc.parametrize("sbx_gate_run", params)
+        metafunc.parametrize("sbx_gate_run", params, indirect=True)
     elif "sbx_gate_model" in names:
         params = []
         for r in runs:
             if r.target is None:
                 continue
-            if not r.target.roster:
-                params.append(pytest.param((r, None), id=f"{r.run_id}-no-roster", marks=_vm_group(r)))
-            params.extend(
-                pytest.param((r, m), id=f"{r.run_id}-{m}", marks=_vm_group(r)) for m in r.target.roster
-            )
+            models: list[str | None] = list(r.target.roster) or [None]
+            for m in models:
+                key = (r.run_id, m)
+                pid = f"{r.run_id}-{m}" if m is not None else f"{r.run_id}-no-roster"
+                params.append(
+                    pytest.param(_keyed(config, "sbx_gate_model", key, (r, m)), id=pid, marks=_vm_group(r))
+                )
         if not params:
             params = [
                 pytest.param(
                     None, id="no-runs", marks=pytest.mark.skip(reason=why_none or "no run can be gated")
                 )
             ]
-        metafunc.parametrize("sbx_gate_model", params)
+        metafunc.parametrize("sbx_gate_model", params, indirect=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Drop placeholder items (a parameter that stands for nothing to check) as deselected."""
-    placeholders = [item for item in items if item.get_closest_marker("sbx_placeholder") is not None]
-    if placeholders:
-        items[:] = [item for item in items if item.get_closest_marker("sbx_placeholder") is None]
-        config.hook.pytest_deselected(items=placeholders)
+    """Drop the "nothing leaked" items (a parameter that stands for nothing to check) as deselected."""
+
+    def placeholder(item: pytest.Item) -> bool:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        return bool(params.get("sbx_ledger_entry") == NOTHING_LEAKED)
+
+    dropped = [item for item in items if placeholder(item)]
+    if dropped:
+        items[:] = [item for item in items if not placeholder(item)]
+        config.hook.pytest_deselected(items=dropped)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Remember which routes and canaries the selected items need: only those are dispatched."""
-    state = session.config.stash.get(SESSION_KEY, None)
-    if state is None:
+    if not any(suite_of(item) for item in session.items):
         return
+    _terminate_as_interrupt()
+    state = get_session(session.config)
     routes: set[str] = set()
     canaries: set[str] = set()
     for item in session.items:
@@ -487,10 +653,24 @@ def suite_of(item: pytest.Item) -> str | None:
     return None
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    """Note when the test body started: a verdict reports its elapsed time to Allure's steps."""
+    if suite_of(item) is not None:
+        import time
+
+        item.stash[CALL_START_KEY] = time.monotonic()
+    return (yield)
+
+
 def _result_from_report(
     item: pytest.Item, report: pytest.TestReport, call: pytest.CallInfo[None]
 ) -> CheckResult:
     """The CheckResult for an item: the one the test recorded, else one derived from what happened."""
+    from sbxcheck.checks.base import trim
+    from sbxcheck.errors import SbxError
+    from sbxcheck.results import CheckResult, Classification, Outcome
+
     recorded = item.stash.get(RESULT_KEY, None)
     name = item.originalname if isinstance(item, pytest.Function) else item.name
     check = name.removeprefix("test_").removeprefix(f"{suite_of(item)}_")
@@ -511,6 +691,9 @@ def _result_from_report(
         )
     if report.failed:
         text = trim(str(exc) if exc is not None else str(report.longrepr), 1000)
+        if report.when == "call" and isinstance(exc, (AssertionError, pytest.fail.Exception)):
+            # the test's own assertion said no: the system is wrong, not sbxcheck
+            return CheckResult.failed(check, target, text or "assertion failed", {})
         where = "" if report.when == "call" else f" during {report.when}"
         return CheckResult.errored(
             check,
@@ -521,36 +704,80 @@ def _result_from_report(
     return CheckResult.passed(check, target, "passed without recording evidence", {})
 
 
+def _redact_repr(obj: Any, redact: Any, seen: set[int]) -> Any:
+    """Redact every string inside pytest's longrepr objects in place, keeping their structure.
+
+    Keeping the objects (not their text) keeps what pytest derives from them: the short summary's
+    crash line, ``--junitxml``'s failure message, colours and ``--tb`` styles.
+    """
+    if isinstance(obj, str):
+        return redact(obj)
+    if id(obj) in seen or obj is None or isinstance(obj, (int, float, bool)):
+        return obj
+    seen.add(id(obj))
+    if isinstance(obj, list):
+        obj[:] = [_redact_repr(v, redact, seen) for v in obj]
+        return obj
+    if isinstance(obj, tuple):
+        return tuple(_redact_repr(v, redact, seen) for v in obj)
+    if isinstance(obj, dict):
+        return {k: _redact_repr(v, redact, seen) for k, v in obj.items()}
+    if type(obj).__module__.startswith("_pytest."):
+        for key, value in list(vars(obj).items()):
+            with contextlib.suppress(AttributeError, TypeError):
+                object.__setattr__(obj, key, _redact_repr(value, redact, seen))
+    return obj
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-    if suite_of(item) is not None:
+    suite = suite_of(item)
+    if suite is not None:
+        from sbxcheck.redact import redact_exception
+
         redact_exception(call.excinfo)  # before pytest, junit or Allure format it
     report: pytest.TestReport = yield
-    suite = suite_of(item)
     if suite is None:
         return report
+    from sbxcheck.redact import default_redactor, redact_report
+    from sbxcheck.report.present import detail_block
+    from sbxcheck.results import CheckRecord, Classification, Outcome
+
     redactor = default_redactor()
-    if report.longrepr is not None and not isinstance(report.longrepr, tuple):
-        exc = call.excinfo.value if call.excinfo is not None else None
-        if isinstance(exc, SbxError):  # one readable line, not a traceback wall
-            report.longrepr = f"[{exc.classification.value}] {exc.message}"
-    redact_report(report)  # longrepr (-l locals, --tb=long) and captured sections
+    report.longrepr = _redact_repr(report.longrepr, redactor.redact_text, set())
+    redact_report(report, redactor)  # what the structure keeps hidden: -l locals cut short, sections
     meaningful = report.when == "call" or report.failed or report.skipped
-    if meaningful:
-        result = _result_from_report(item, report, call)
-        if report.when == "teardown" and report.failed:
-            result = result.model_copy(
-                update={
-                    "outcome": Outcome.ERROR,
-                    "classification": result.classification or Classification.INTERNAL_ERROR,
-                }
-            )
-        if not result.duration_s:  # the check did not time itself: the item's own phase time
-            result = result.model_copy(update={"duration_s": round(report.duration, 6)})
-        record = CheckRecord(nodeid=_plain_nodeid(item), suite=suite, **result.model_dump())
-        payload = redactor.redact_text(record.model_dump_json())
-        report.user_properties.append((USER_PROPERTY, payload))
+    if not meaningful:
+        return report
+    result = _result_from_report(item, report, call)
+    if report.when == "teardown" and report.failed:
+        result = result.model_copy(
+            update={
+                "outcome": Outcome.ERROR,
+                "classification": result.classification or Classification.INTERNAL_ERROR,
+            }
+        )
+    record = CheckRecord(nodeid=_plain_nodeid(item), suite=suite, **result.model_dump())
+    if not record.duration_s and report.duration:
+        record.duration_s = round(report.duration, 6)  # the check did not time itself: pytest did
+    wait = record.evidence.get("wait_s")
+    if isinstance(wait, (int, float)) and not isinstance(wait, bool):
+        record.wait_s = float(wait)
+    document = redactor.redact(record.model_dump(mode="json"))
+    # plain attributes travel with the report through xdist (pytest serialises the report's __dict__);
+    # user_properties would also land in --junitxml as <properties> inside <testcase>, which xunit2 forbids
+    report.sbxcheck = CheckRecord.model_validate(document).model_dump_json()  # type: ignore[attr-defined]
+    report.sbxcheck_outcome = record.outcome.value  # type: ignore[attr-defined]
+    if record.outcome in (Outcome.FAILED, Outcome.ERROR):
+        report.sections.append(("sbxcheck", detail_block(document)))
     return report
+
+
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> tuple[str, str, str] | None:
+    """An sbxcheck ``error`` found in the call phase is a pytest error too: one count in both summaries."""
+    if report.when == "call" and report.failed and getattr(report, "sbxcheck_outcome", None) == "error":
+        return "error", "E", "ERROR"
+    return None
 
 
 def _plain_nodeid(item: pytest.Item) -> str:
@@ -563,14 +790,14 @@ def _plain_nodeid(item: pytest.Item) -> str:
 
 
 class ResultCollector:
-    """Controller-side: gathers each item's CheckRecord and writes the reports at the end."""
+    """Controller-side: gathers each item's CheckRecord, calls the sbxcheck hooks, cleans up, writes reports."""
 
-    def __init__(self, config: pytest.Config, session: SbxSession) -> None:
+    def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.session = session
         self.records: dict[str, CheckRecord] = {}
         self.started_at = _now()
         self.written: dict[str, Path] = {}
+        self._nodeids: dict[str, str] = {}  # report nodeid (maybe with @group) -> plain nodeid
         self.selected: dict[str, str] = {}  # plain nodeid -> parameter id, of every selected item
         self.reported: set[str] = set()  # plain nodeids that ran (a call, or a failed/skipped phase)
         self.interrupted = False
@@ -581,12 +808,18 @@ class ResultCollector:
         self.interrupted = True
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if not any(suite_of(item) for item in session.items):
+            return
+        from sbxcheck.cleanup import param_id
+
         for item in session.items:
             if suite_of(item) is not None:
                 self.selected[_plain_nodeid(item)] = param_id(item.nodeid)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        from sbxcheck.cleanup import param_id, strip_group
+
         for nodeid in ids:
             plain = strip_group(nodeid)
             self.selected.setdefault(plain, param_id(plain))
@@ -595,24 +828,33 @@ class ResultCollector:
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         output = getattr(node, "workeroutput", None) or {}
         cleanup = output.get("sbxcheck_cleanup") if isinstance(output, dict) else None
-        if isinstance(cleanup, list):
-            self.session.cleanup.extend(c for c in cleanup if isinstance(c, dict))
+        if isinstance(cleanup, list) and cleanup:
+            get_session(self.config).cleanup.extend(c for c in cleanup if isinstance(c, dict))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.when == "call" or not report.passed:  # a passed setup alone is not having run
-            self.reported.add(strip_group(report.nodeid))
-        for name, value in report.user_properties:
-            if name == USER_PROPERTY and isinstance(value, str):
-                record = CheckRecord.model_validate_json(value)
-                previous = self.records.get(record.nodeid)
-                # the call verdict stands unless setup or teardown went wrong
-                if previous is None or record.outcome is not Outcome.PASSED:
-                    self.records[record.nodeid] = record
+        payload = getattr(report, "sbxcheck", None)
+        if payload is not None and (report.when == "call" or not report.passed):
+            from sbxcheck.cleanup import strip_group
+
+            self.reported.add(strip_group(report.nodeid))  # a passed setup alone is not having run
+        if isinstance(payload, str):
+            from sbxcheck.results import CheckRecord, Outcome
+
+            record = CheckRecord.model_validate_json(payload)
+            self._nodeids[report.nodeid] = record.nodeid
+            previous = self.records.get(record.nodeid)
+            # the call verdict stands unless setup or teardown went wrong
+            if previous is None or record.outcome is not Outcome.PASSED:
+                self.records[record.nodeid] = record
+        if report.when == "teardown" and report.nodeid in self._nodeids:
+            final = self.records[self._nodeids[report.nodeid]]
+            self.config.hook.pytest_sbxcheck_result(record=final, config=self.config)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         interrupted = self.interrupted or session.exitstatus == pytest.ExitCode.INTERRUPTED
         self.finish(interrupted=interrupted)
-        failed_cleanup = [c for c in self.session.cleanup if not c.get("ok", True)]
+        sbx = self.config.stash.get(SESSION_KEY, None)
+        failed_cleanup = [c for c in (sbx.cleanup if sbx else []) if not c.get("ok", True)]
         if failed_cleanup and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a pending mission is not a green run
 
@@ -626,29 +868,51 @@ class ResultCollector:
             return
         self.finished = True
         interrupted = interrupted or self.interrupted
-        mounts = self.session.finish_mounts(self.config.getoption("sbx_teardown"), self._gate_outcomes())
-        self.session.close_missions()
-        cleanup = list(self.session.cleanup) + [mount_cleanup(m) for m in mounts if m.action != "pending"]
-        left = left_open(self.session)
-        out_dir = Path(self.config.getoption("sbx_report"))
+        from sbxcheck.options import resolve
+
+        out_dir = Path(resolve(self.config, "sbx_report").value or "sbxcheck-report")
         if not out_dir.is_absolute():
             out_dir = Path(str(self.config.invocation_params.dir)) / out_dir
         stale = interrupted and (out_dir / "results.json").exists()
+        sbx = self.config.stash.get(SESSION_KEY, None)
+        if sbx is None and not (self.records or stale):
+            return  # no sbxcheck item ran and nothing was mounted: an unrelated run gets no report
+        from sbxcheck.cleanup import left_open, mount_cleanup
+        from sbxcheck.errors import SbxError
+        from sbxcheck.redact import default_redactor
+        from sbxcheck.report import assemble_report
+        from sbxcheck.report.present import key_evidence_lines, next_step
+        from sbxcheck.report.writers import write_artifacts
+        from sbxcheck.results import InventoryInfo
+
+        sbx = get_session(self.config)
+        policy = resolve(self.config, "sbx_teardown").value or "never"
+        mounts = sbx.finish_mounts(policy, self._gate_outcomes())
+        sbx.close_missions()
+        cleanup = list(sbx.cleanup) + [mount_cleanup(m) for m in mounts if m.action != "pending"]
+        left = left_open(sbx)
         if not (self.records or mounts or cleanup or left or stale):
             return
-        from sbxcheck.report import assemble_report
-        from sbxcheck.report.writers import write_artifacts
-
-        records = _link_triage(list(self.records.values()))
+        records = []
+        for record in _link_triage(list(self.records.values())):
+            as_dict = record.model_dump(mode="json")
+            records.append(
+                record.model_copy(
+                    update={
+                        "next_step": next_step(as_dict),
+                        "key_evidence": key_evidence_lines(record.evidence),
+                    }
+                )
+            )
         info = InventoryInfo(
-            source=self.session.describe_source(),
-            sim=self.session.uses_sim,
-            details=self.session.describe_details(),
+            source=sbx.describe_source(),
+            sim=sbx.uses_sim,
+            details=sbx.describe_details(),
         )
         report = assemble_report(records, started_at=self.started_at, finished_at=_now(), inventory=info)
         if mounts:
             try:
-                sssf = self.session.inventory().sssf
+                sssf = sbx.inventory().sssf
             except SbxError:
                 sssf = None
             suffix = sssf.vm_host_suffix if sssf else ""
@@ -664,6 +928,8 @@ class ResultCollector:
                 "left": left,
             }
         )
+        for incident in report.incidents:
+            self.config.hook.pytest_sbxcheck_incident(incident=incident, config=self.config)
         written = write_artifacts(
             report,
             out_dir,
@@ -674,6 +940,7 @@ class ResultCollector:
         )
         self.written, self.history_warnings = written.paths, written.warnings
         self.report = report
+        self.config.hook.pytest_sbxcheck_report(report=report, paths=dict(self.written), config=self.config)
         if interrupted and not self.config.stash.get(PYTEST_SESSION_KEY, None):
             # no terminal summary follows an interrupt before the session started: say it here
             with contextlib.suppress(OSError):
@@ -689,7 +956,8 @@ class ResultCollector:
 
         out: dict[str, list[str]] = {}
         never = [n for n in self.not_run() if n not in self.records]
-        for mounted in self.session.mounts:
+        sbx = self.config.stash.get(SESSION_KEY, None)
+        for mounted in sbx.mounts if sbx else []:
             if mounted.run_id:
                 out[mounted.run_id] = [
                     r.outcome.value
@@ -701,43 +969,69 @@ class ResultCollector:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.written:
             return
-        report = self.report
+        from sbxcheck.report.present import detail_block, headline
+
+        document = self.report.model_dump(mode="json")
         tr = terminalreporter
         tr.section("sbxcheck")
-        counts = ", ".join(f"{v} {k}" for k, v in report.summary.items() if k != "total" and v)
-        tr.write_line(f"inventory: {report.inventory.source}")
-        tr.write_line(f"checks: {report.summary.get('total', 0)} ({counts})")
-        for inc in report.incidents:
-            tr.write_line(f"incident {inc.id} [{inc.classification.value}] {inc.summary}")
-            tr.write_line(f"    next step: {inc.recommendation}")
-        for rec in report.checks:
-            if rec.outcome in (Outcome.FAILED, Outcome.ERROR):
-                cls = rec.classification.value if rec.classification else "-"
-                tr.write_line(f"{rec.outcome.value.upper():6} [{cls}] {rec.nodeid}: {trim(rec.message, 200)}")
-        for mount in report.mounts:
+        summary = document["summary"]
+        counts = ", ".join(f"{v} {k}" for k, v in summary.items() if k != "total" and v)
+        tr.write_line(f"inventory: {document['inventory']['source']}")
+        tr.write_line(f"checks: {summary.get('total', 0)} ({counts})")
+        by_nodeid = {c["nodeid"]: c for c in document["checks"]}
+        shown: set[str] = set()
+        for inc in document["incidents"]:
+            tr.write_line("")
+            tr.write_line(f"incident {inc['id']} [{inc['classification']}] {inc['summary']}", bold=True)
+            tr.write_line(f"    next step: {_user(inc['recommendation'])}")
+            for nodeid in inc["checks"]:
+                check = by_nodeid.get(nodeid)
+                if check is None:
+                    continue
+                shown.add(nodeid)
+                tr.write_line(f"    {check['outcome'].upper():6} {nodeid} {headline(check)}")
+                for line in check.get("key_evidence") or []:
+                    tr.write_line(f"        {line}")
+        for check in document["checks"]:
+            if check["outcome"] in ("failed", "error") and check["nodeid"] not in shown:
+                tr.write_line("")
+                tr.write_line(f"{check['outcome'].upper():6} {check['nodeid']} {headline(check)}", red=True)
+                block = detail_block(check).split("\n")
+                for line in block[3:]:  # outcome, classification and message are in the headline
+                    tr.write_line(f"    {line}")
+        for mount in document["mounts"]:
             where = f" — {mount['ssh']}" if mount.get("ssh") else ""
             tr.write_line(
                 f"mount {mount['name']} → {mount.get('run_id') or '?'}: {mount['action']}{where} ({mount['why']})"
             )
-        for item in report.cleanup:
+        for item in document.get("cleanup") or []:
             if item.get("kind") == "mission":
                 mark = "" if item.get("ok", True) else "FAILED "
                 tr.write_line(f"cleanup: {mark}mission {item.get('ident')}: {item.get('action')}")
-        if report.interrupted:
-            tr.write_line(f"interrupted: {len(report.not_run)} selected item(s) did not run")
-        for entry in report.left:
+        if document.get("interrupted"):
+            tr.write_line(f"interrupted: {len(document.get('not_run') or [])} selected item(s) did not run")
+        for entry in document.get("left") or []:
             tr.write_line(
                 f"left open: {entry['kind']} {entry['ident']} ({entry['state']}) {entry['why']}".rstrip()
             )
-        for note in self.session.interrupted_during:
+        sbx = self.config.stash.get(SESSION_KEY, None)
+        for note in sbx.interrupted_during if sbx else []:
             tr.write_line(f"interrupted during {note}")
         for warning in self.history_warnings:
             tr.write_line(f"warning: {warning}", yellow=True)
         tr.write_line("report: " + ", ".join(str(p) for p in self.written.values()))
 
 
+def _user(text: str) -> str:
+    from sbxcheck.report.present import user_text
+
+    return user_text(text)
+
+
 def _link_triage(records: list[CheckRecord]) -> list[CheckRecord]:
     """A triage verdict names the checks it rests on: they share its cause, so the report shows one incident."""
+    from sbxcheck.results import Outcome
+
     by_nodeid = {r.nodeid: r for r in records}
     for record in list(by_nodeid.values()):
         supporting = record.evidence.get("supporting_checks")

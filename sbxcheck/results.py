@@ -112,6 +112,9 @@ class CheckRecord(CheckResult):
 
     nodeid: str
     suite: str
+    next_step: str | None = None  # the recommendation as shown to people (or the classification's default)
+    key_evidence: list[str] = Field(default_factory=list)  # the evidence lines a person needs to act
+    wait_s: float | None = None  # share of duration_s spent waiting (e.g. for a shared connection)
 
 
 class Incident(BaseModel):

@@ -1,20 +1,23 @@
-"""junit.xml rendering with the ``junit_xml`` package (1.9).
+"""junit.xml, valid against junit-10.xsd (the schema pytest's own tests validate ``xunit2`` against).
 
-Layout: one ``<testsuite>`` per target (named by the target, e.g. a run id), one ``<testcase>``
-per record with ``name`` = the pytest test name including its parameters (the last ``::`` part of
-the nodeid), ``classname`` = ``<suite>.<check>``, ``time`` = ``duration_s`` and ``file`` = the
-nodeid's path. Failed/errored/skipped records carry a ``<failure>``/``<error>``/``<skipped>``
-element whose message is ``"<classification>: <message>"`` (failure/error ``type`` is the
-classification).
+Written with the standard library's ElementTree, as pytest writes its own ``--junitxml``. The
+junit-xml package cannot produce valid output for this schema: it writes ``file`` on testcases,
+``disabled`` on testsuites, ``<error>`` (the schema knows only ``failure``) and puts per-case facts
+nowhere but suite-level ``<properties>``.
 
-Evidence — the choice made for junit_xml 1.9: its ``TestCase`` has **no per-case properties**
-(only ``TestSuite(properties=...)`` exists), so
+Layout:
 
-* each case's evidence is written as pretty JSON into that case's ``<system-out>``;
-* the per-case key facts go into the suite's ``<properties>`` as ``<nodeid>.<key>``:
-  ``<nodeid>.outcome``, ``.classification``, ``.attempts``, ``.cause``, ``.incident`` (when set)
-  and one ``<nodeid>.evidence.<key>`` per top-level evidence key, its value flattened to a string
-  (JSON for non-strings) and trimmed to :data:`MAX_VALUE_CHARS`.
+- ``<testsuites>`` with one ``<testsuite>`` per suite — gate, canary, triage — in that order, with
+  real counts and times (the sum of its items' ``duration_s``);
+- one ``<testcase>`` per check: ``classname`` = ``<suite>.<check>``, ``name`` = the pytest test name
+  with its parameters, ``time`` = ``duration_s``;
+- a failed or errored check has a ``<failure>`` whose ``message`` holds the classification, the
+  incident id and the next step, and whose ``type`` is the classification (``error/<classification>``
+  for an sbxcheck error: this schema has no ``<error>`` element inside a testcase; the testsuite's
+  ``errors`` attribute still counts them); a skipped one has ``<skipped message=...>``;
+- the details — key evidence, next step, then the full evidence as JSON — in the testcase's
+  ``<system-out>``. No ``<properties>`` inside a testcase (the schema forbids them) and no suite-level
+  evidence.
 
 Everything is rendered from the already redacted results document, and the final text passes
 through the redactor once more.
@@ -23,28 +26,23 @@ through the redactor once more.
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from typing import Any
 
-import junit_xml
-
 from sbxcheck.redact import Redactor, default_redactor
+from sbxcheck.report.present import detail_block, next_step, shorten, user_text
 
-__all__ = ["MAX_VALUE_CHARS", "case_name", "flatten_value", "render_junit_xml", "trim_json"]
+__all__ = ["MAX_VALUE_CHARS", "SUITE_ORDER", "case_name", "render_junit_xml", "trim_json"]
 
 MAX_VALUE_CHARS = 2000
+SUITE_ORDER = ("gate", "canary", "triage")
 _TRIM_MARK = "…[trimmed]"
 
 
 def _trim(text: str, limit: int = MAX_VALUE_CHARS) -> str:
     """Redact, then cut (a cut secret would no longer be recognised)."""
     return default_redactor().trim(text, limit, _TRIM_MARK)
-
-
-def flatten_value(value: Any, limit: int = MAX_VALUE_CHARS) -> str:
-    """An evidence value as one trimmed string (strings as-is, everything else as compact JSON)."""
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
-    return _trim(text, limit)
 
 
 def trim_json(value: Any, limit: int = MAX_VALUE_CHARS) -> Any:
@@ -63,51 +61,49 @@ def case_name(nodeid: str) -> str:
     return nodeid.rsplit("::", 1)[-1]
 
 
-def _case(check: Mapping[str, Any], incident: str | None) -> junit_xml.TestCase:
-    nodeid = str(check["nodeid"])
-    classification = check.get("classification") or ""
-    message = str(check.get("message") or "")
-    headline = f"{classification}: {message}" if classification else message
-    headline = _trim(" ".join(headline.split()) or str(check["outcome"]))
-    detail_lines = [f"classification: {classification or '-'}", f"message: {message}"]
-    if check.get("cause"):
-        detail_lines.append(f"cause: {check['cause']}")
-    if incident:
-        detail_lines.append(f"incident: {incident}")
-    detail = _trim("\n".join(detail_lines), 4 * MAX_VALUE_CHARS)
+def _seconds(value: float) -> str:
+    return f"{max(value, 0.0):.3f}"
 
-    case = junit_xml.TestCase(
-        name=case_name(nodeid),
-        classname=f"{check.get('suite', '')}.{check.get('check', '')}",
-        elapsed_sec=float(check.get("duration_s") or 0.0),
-        stdout=json.dumps(trim_json(check.get("evidence") or {}), indent=2, ensure_ascii=False),
-        file=nodeid.split("::", 1)[0],
+
+def _message(check: Mapping[str, Any], incident: str | None) -> str:
+    """One line: ``[classification] message (incident INC-…) — next step: …``; the step is never cut."""
+    classification = check.get("classification") or "-"
+    parts = [f"[{classification}] {shorten(user_text(str(check.get('message') or '')), 300)}"]
+    if incident:
+        parts.append(f"(incident {incident})")
+    step = check.get("next_step") or next_step(check)
+    if step:
+        parts.append(f"— next step: {step}")
+    return " ".join(parts)
+
+
+def _case(check: Mapping[str, Any], incident: str | None) -> ET.Element:
+    case = ET.Element(
+        "testcase",
+        {
+            "classname": f"{check.get('suite', '')}.{check.get('check', '')}",
+            "name": case_name(str(check["nodeid"])),
+            "time": _seconds(float(check.get("duration_s") or 0.0)),
+        },
     )
     outcome = check["outcome"]
-    if outcome == "failed":
-        case.add_failure_info(message=headline, output=detail, failure_type=classification or "failure")
-    elif outcome == "error":
-        case.add_error_info(message=headline, output=detail, error_type=classification or "error")
+    classification = str(check.get("classification") or "")
+    if outcome in ("failed", "error"):
+        kind = classification or "check_failed"
+        failure = ET.SubElement(
+            case,
+            "failure",
+            {"type": f"error/{kind}" if outcome == "error" else kind, "message": _message(check, incident)},
+        )
+        failure.text = detail_block(check, incident)
     elif outcome == "skipped":
-        case.add_skipped_info(message=headline, output=detail)
+        ET.SubElement(case, "skipped", {"message": user_text(str(check.get("message") or "skipped"))})
+    out = ET.SubElement(case, "system-out")
+    evidence = json.dumps(
+        trim_json(check.get("evidence") or {}), indent=2, ensure_ascii=False, sort_keys=True
+    )
+    out.text = f"{detail_block(check, incident)}\n\nevidence (full):\n{evidence}\n"
     return case
-
-
-def _properties(check: Mapping[str, Any], incident: str | None) -> dict[str, str]:
-    nodeid = str(check["nodeid"])
-    props = {
-        f"{nodeid}.outcome": str(check["outcome"]),
-        f"{nodeid}.classification": str(check.get("classification") or ""),
-        f"{nodeid}.attempts": str(check.get("attempts", 1)),
-    }
-    if check.get("cause"):
-        props[f"{nodeid}.cause"] = flatten_value(check["cause"])
-    if incident:
-        props[f"{nodeid}.incident"] = incident
-    evidence = check.get("evidence") or {}
-    for key, value in evidence.items():
-        props[f"{nodeid}.evidence.{key}"] = flatten_value(value)
-    return props
 
 
 def render_junit_xml(document: Mapping[str, Any], redactor: Redactor) -> str:
@@ -116,31 +112,41 @@ def render_junit_xml(document: Mapping[str, Any], redactor: Redactor) -> str:
     for incident in document.get("incidents", []):
         for nodeid in incident["checks"]:
             incident_of.setdefault(nodeid, incident["id"])
-
-    by_target: dict[str, list[Mapping[str, Any]]] = {}
+    by_suite: dict[str, list[Mapping[str, Any]]] = {}
     for check in document["checks"]:
-        by_target.setdefault(str(check["target"]), []).append(check)
+        by_suite.setdefault(str(check.get("suite") or "sbxcheck"), []).append(check)
+    order = [s for s in SUITE_ORDER if s in by_suite] + sorted(s for s in by_suite if s not in SUITE_ORDER)
 
-    inventory = document.get("inventory", {})
-    suites = []
-    for target in sorted(by_target):
-        properties: dict[str, str] = {
-            "sbxcheck.schema": str(document.get("schema", "")),
-            "sbxcheck.inventory.source": str(inventory.get("source", "")),
-            "sbxcheck.inventory.sim": "yes" if inventory.get("sim") else "no",
+    root = ET.Element("testsuites", {"name": "sbxcheck"})
+    totals = {"tests": 0, "failures": 0, "errors": 0}
+    total_time = 0.0
+    for suite in order:
+        checks = by_suite[suite]
+        outcomes = [c["outcome"] for c in checks]
+        suite_time = sum(float(c.get("duration_s") or 0.0) for c in checks)
+        counts = {
+            "tests": len(checks),
+            "failures": outcomes.count("failed"),
+            "errors": outcomes.count("error"),
+            "skipped": outcomes.count("skipped"),
         }
-        cases = []
-        for check in by_target[target]:
-            incident = incident_of.get(str(check["nodeid"]))
-            cases.append(_case(check, incident))
-            properties.update(_properties(check, incident))
-        suites.append(
-            junit_xml.TestSuite(
-                name=target,
-                test_cases=cases,
-                timestamp=str(document.get("started_at", "")) or None,
-                properties=properties,
-            )
+        element = ET.SubElement(
+            root,
+            "testsuite",
+            {
+                "name": suite,
+                **{k: str(v) for k, v in counts.items()},
+                "time": _seconds(suite_time),
+                "timestamp": str(document.get("started_at", "")),
+            },
         )
-    text: str = junit_xml.to_xml_report_string(suites, prettyprint=True)
+        for check in checks:
+            element.append(_case(check, incident_of.get(str(check["nodeid"]))))
+        for key in totals:
+            totals[key] += counts[key]
+        total_time += suite_time
+    root.attrib.update({k: str(v) for k, v in totals.items()})
+    root.set("time", _seconds(total_time))
+    ET.indent(root)
+    text = '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
     return redactor.redact_text(text)

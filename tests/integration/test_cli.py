@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -46,7 +47,7 @@ def test_sim_up_gate_down(tmp_path: Path, pytester: pytest.Pytester) -> None:
     try:
         inventory = fleet_dir / "sbxcheck.toml"
         assert "pytest -m gate --sbx-inventory" in up.stdout
-        assert 'faults = ["vm.head-mismatch"]' in inventory.read_text()
+        assert tomllib.loads(inventory.read_text())["sim"]["faults"] == ["vm.head-mismatch"]
         pid = int((fleet_dir / "sim.pid").read_text())
         again = sbxcheck("sim", "up", "--dir", str(fleet_dir))
         assert again.returncode == 1 and "already running" in again.stderr

@@ -1,0 +1,126 @@
+"""Where each sbxcheck setting comes from: command line > environment > ini (pyproject.toml) > default.
+
+One small resolver for the plugin. A value that is wrong names its source (``--sbx-teardown``,
+``$SBXCHECK_TEARDOWN`` or ``sbx_teardown in pyproject.toml``), so the person knows what to edit.
+Relative paths are taken from where they were written: command line and environment from the
+invocation directory, the ini option from the ini file's directory. New settings (report history,
+metrics, ...) are one more row in :data:`SETTINGS`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pytest
+
+TEARDOWN_CHOICES = ("never", "on-pass", "always")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: its command-line option (dest), environment variable and ini name."""
+
+    dest: str
+    flag: str
+    env: str
+    ini: str
+    default: str | None
+    help: str
+    is_path: bool = False
+    choices: tuple[str, ...] = ()
+
+
+SETTINGS: dict[str, Setting] = {
+    s.dest: s
+    for s in (
+        Setting(
+            "sbx_inventory",
+            "--sbx-inventory",
+            "SBXCHECK_INVENTORY",
+            "sbx_inventory",
+            None,
+            "inventory TOML (default: <rootdir>/sbxcheck.toml, else the embedded simulated fleet)",
+            is_path=True,
+        ),
+        Setting(
+            "sbx_report",
+            "--sbx-report",
+            "SBXCHECK_REPORT_DIR",
+            "sbx_report_dir",
+            "sbxcheck-report",
+            "directory for results.json, junit.xml and report.html (default: sbxcheck-report)",
+            is_path=True,
+        ),
+        Setting(
+            "sbx_teardown",
+            "--sbx-teardown",
+            "SBXCHECK_TEARDOWN",
+            "sbx_teardown",
+            "never",
+            "what to do with mounted runs afterwards: never, on-pass or always (default never)",
+            choices=TEARDOWN_CHOICES,
+        ),
+        Setting(
+            "sbx_state",
+            "--sbx-state",
+            "SBXCHECK_STATE_DIR",
+            "sbx_state_dir",
+            None,
+            "ledger directory (default: <rootdir>/.sbxcheck/state)",
+            is_path=True,
+        ),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A setting's value and where it came from (``default`` when nothing set it)."""
+
+    value: str | None
+    source: str
+
+
+def add_ini_options(parser: pytest.Parser) -> None:
+    """Register the ini names of :data:`SETTINGS` (``[tool.pytest.ini_options]`` in pyproject.toml)."""
+    for setting in SETTINGS.values():
+        parser.addini(setting.ini, f"sbxcheck: {setting.help} (overridden by {setting.flag}, ${setting.env})")
+
+
+def resolve(config: pytest.Config, dest: str) -> Resolved:
+    """The value of one setting, CLI > env > ini > default; raises pytest.UsageError naming the source."""
+    setting = SETTINGS[dest]
+    invocation_dir = Path(str(config.invocation_params.dir))
+    found: Resolved
+    base = invocation_dir
+    cli = config.getoption(dest, None)
+    env = os.environ.get(setting.env, "")
+    ini = str(config.getini(setting.ini) or "")
+    if cli not in (None, ""):
+        found = Resolved(str(cli), setting.flag)
+    elif env:
+        found = Resolved(env, f"${setting.env}")
+    elif ini:
+        where = config.inipath.name if config.inipath is not None else "the ini file"
+        found = Resolved(ini, f"{setting.ini} in {where}")
+        if config.inipath is not None:
+            base = config.inipath.parent
+    else:
+        return Resolved(setting.default, "default")
+    value = found.value or ""
+    if setting.choices and value not in setting.choices:
+        raise _usage_error(f"{found.source}: expected one of {', '.join(setting.choices)}, got {value!r}")
+    if setting.is_path:
+        path = Path(value).expanduser()
+        value = str(path if path.is_absolute() else base / path)
+    return Resolved(value, found.source)
+
+
+def _usage_error(message: str) -> Exception:
+    import pytest
+
+    return pytest.UsageError(f"sbxcheck: {message}")

@@ -1,0 +1,153 @@
+"""What a person sees of one failed or errored check, the same in the terminal, JUnit, Allure and HTML.
+
+- :func:`next_step` — the recommendation (the check's own, else the classification's default), whole;
+- :func:`key_evidence_lines` — the few evidence lines that say what was seen (the changed files,
+  the missing models), not counts of them;
+- :func:`user_text` — runbook section references (``§8.8``, ``sandboxed-sh.md §8.3``) removed;
+- :func:`detail_block` — all of the above as one block of text.
+
+Pure functions over results-document records (dicts, as in results.json): no pytest, no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["detail_block", "headline", "key_evidence_lines", "next_step", "shorten", "user_text"]
+
+_SECTION = r"(?:[\w./-]+\.md\s*)?§[\d.]*\d(?:\s*[–-]\s*§?[\d.]*\d)?"
+_RUNBOOK_REF = re.compile(
+    rf"\s*\((?:see\s+)?(?:the\s+)?(?:runbook\s+)?{_SECTION}(?:\s*,\s*{_SECTION})*\)"
+    rf"|(?:see\s+)?(?:(?:the\s+)?runbook\s+)?{_SECTION}(?:\s*,\s*{_SECTION})*"
+)
+#: Evidence keys that are bulk output, not the key facts (shown only in the full evidence).
+_BULK_KEYS = frozenset({"stdout", "stderr", "git_output", "output", "body", "response", "raw", "trace"})
+_MAX_VALUE = 160
+_MAX_LIST_ITEMS = 10
+
+
+def user_text(text: str) -> str:
+    """``text`` without runbook section references, whitespace tidied."""
+    cleaned = _RUNBOOK_REF.sub("", text)
+    cleaned = re.sub(r"[ \t]{2,}", " ", cleaned)
+    return re.sub(r"\s+([,;.])", r"\1", cleaned).strip()
+
+
+def shorten(text: str, limit: int = 200) -> str:
+    """One line of at most ``limit`` characters, cut at a word boundary with an ellipsis."""
+    flat = " ".join(text.split())
+    if len(flat) <= limit:
+        return flat
+    cut = flat[: limit - 1].rsplit(" ", 1)[0]
+    return cut + "…"
+
+
+def _classification(check: Mapping[str, Any]) -> str:
+    return str(check.get("classification") or ("check_failed" if check.get("outcome") == "failed" else "-"))
+
+
+def headline(check: Mapping[str, Any], limit: int = 200) -> str:
+    """``[<classification>] <message>`` on one line."""
+    return shorten(f"[{_classification(check)}] {user_text(str(check.get('message') or ''))}", limit)
+
+
+def next_step(check: Mapping[str, Any]) -> str | None:
+    """What to do next for a failed or errored check, never cut; None for passed and skipped."""
+    if check.get("outcome") not in ("failed", "error"):
+        return None
+    text = str(check.get("recommendation") or "").strip()
+    if not text:
+        from sbxcheck.report.incidents import default_recommendation
+        from sbxcheck.results import Classification
+
+        try:
+            classification = Classification(_classification(check))
+        except ValueError:
+            classification = Classification.CHECK_FAILED
+        if classification is Classification.CHECK_FAILED:  # the default speaks of several checks
+            text = "read the evidence, fix what it shows, then re-run this item"
+        else:
+            text = default_recommendation(classification, [str(check.get("target") or "")])
+        if check.get("nodeid"):
+            text += f" (pytest '{check['nodeid']}')"
+    return user_text(" ".join(text.split()))
+
+
+def _scalar(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, str):
+        if not value.strip():
+            return None
+        first = value.strip().splitlines()[0]
+        return shorten(first, _MAX_VALUE) + (
+            " …" if "\n" in value.strip() and len(first) < _MAX_VALUE else ""
+        )
+    return None
+
+
+def _item(value: Any) -> str:
+    """A list element as shown: kept as is (porcelain's leading space matters) unless long or multi-line."""
+    text = str(value).rstrip()
+    return text if len(text) <= _MAX_VALUE and "\n" not in text else shorten(text, _MAX_VALUE)
+
+
+def key_evidence_lines(evidence: Mapping[str, Any], limit: int = 12) -> list[str]:
+    """The evidence a person needs to act, one fact per line.
+
+    A check may name them itself (``evidence["key_evidence"]``, a list of strings). Otherwise lists of
+    short strings come first (each element on its own line: the changed files, the missing models),
+    then short scalar facts; bulk output (stdout, stderr, bodies) and nested objects stay in the full
+    evidence.
+    """
+    named = evidence.get("key_evidence")
+    if isinstance(named, list) and all(isinstance(x, str) for x in named):
+        return [user_text(x) for x in named[:limit]]
+    lists: list[str] = []
+    scalars: list[str] = []
+    for key, value in evidence.items():
+        if key in _BULK_KEYS or key == "key_evidence":
+            continue
+        if isinstance(value, list) and value and all(isinstance(v, (str, int, float)) for v in value):
+            shown = [_item(v) for v in value[:_MAX_LIST_ITEMS]]
+            more = len(value) - len(shown)
+            lists.append(f"{key}:")
+            lists.extend(f"  {v}" for v in shown)
+            if more > 0:
+                lists.append(f"  … and {more} more")
+        else:
+            text = _scalar(value)
+            if text is not None:
+                scalars.append(f"{key}: {text}")
+    lines = lists + scalars
+    return lines[:limit] + ([f"… ({len(lines) - limit} more in the evidence)"] if len(lines) > limit else [])
+
+
+def detail_block(check: Mapping[str, Any], incident: str | None = None) -> str:
+    """Classification, message, incident, key evidence and next step as plain text lines."""
+    lines = [
+        f"outcome: {check.get('outcome')}",
+        f"classification: {_classification(check)}",
+        f"message: {user_text(str(check.get('message') or ''))}",
+    ]
+    if incident:
+        lines.append(f"incident: {incident}")
+    evidence = check.get("evidence") or {}
+    key = key_evidence_lines(evidence) if isinstance(evidence, Mapping) else []
+    if key:
+        lines.append("evidence:")
+        lines.extend(f"  {line}" for line in key)
+    step = next_step(check)
+    if step:
+        lines.append(f"next step: {step}")
+    return "\n".join(lines)
+
+
+def evidence_json(evidence: Any) -> str:
+    """The full evidence as indented JSON (for attachments and <system-out>)."""
+    return json.dumps(evidence, indent=2, sort_keys=True, ensure_ascii=False, default=str)
