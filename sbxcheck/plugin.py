@@ -94,6 +94,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--sbx-state", metavar="DIR", default=None, help="ledger directory (default .sbxcheck/state)"
     )
     group.addoption(
+        "--sbx-max-parallel",
+        type=int,
+        default=None,
+        metavar="N",
+        help="VMs gated at once (default: the inventory's [ssh] max_parallel, 32); 0 = no fan-out",
+    )
+    group.addoption(
         "--sbx-report",
         metavar="DIR",
         default="sbxcheck-report",
@@ -122,9 +129,12 @@ def pytest_configure(config: pytest.Config) -> None:
     session.state_option = config.getoption("sbx_state")
     session.mount_names = list(config.getoption("sbx_mount"))
     session.sweep = bool(config.getoption("sbx_sweep"))
+    session.max_parallel = config.getoption("sbx_max_parallel")
     config.stash[SESSION_KEY] = session
     _terminate_as_interrupt()
     if workerinput is not None:
+        if workerinput.get("sbxcheck_loadgroup"):
+            config.option.loadgroup = True  # else the worker drops the @group suffix the scheduler groups by
         session.run_ids.extend(r for r in workerinput.get("sbxcheck_mounted", []) if r not in session.run_ids)
         shared = workerinput.get("sbxcheck_inventory")
         if shared:
@@ -220,6 +230,8 @@ class _XdistSeed:
         node.workerinput["sbxcheck_session_tag"] = self.session_tag
         session: SbxSession = node.config.stash[SESSION_KEY]
         node.workerinput["sbxcheck_mounted"] = [m.run_id for m in session.mounts if m.run_id]
+        # workers re-parse the command line (dist=load): tell them the controller groups by VM
+        node.workerinput["sbxcheck_loadgroup"] = node.config.option.dist == "loadgroup"
         if session.mounts and session.uses_sim and session.sim is not None:
             # workers gate the fleet the controller mounted on, not fleets of their own
             node.workerinput["sbxcheck_inventory"] = str(session.sim.inventory_path)
@@ -496,7 +508,9 @@ class ResultCollector:
                 if previous is None or record.outcome is not Outcome.PASSED:
                     self.records[record.nodeid] = record
 
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if exitstatus == pytest.ExitCode.INTERRUPTED:
+            self._add_not_run(session)
         mounts = self.session.finish_mounts(self.config.getoption("sbx_teardown"), self._gate_outcomes())
         if not self.records:
             return
@@ -521,6 +535,27 @@ class ResultCollector:
             out_dir = Path(str(self.config.invocation_params.dir)) / out_dir
         self.written = write_reports(report, out_dir, default_redactor())
         self.report = report
+
+    def _add_not_run(self, session: pytest.Session) -> None:
+        """Interrupted: every selected item without a result is reported as not run, and why."""
+        fanout = self.session.fanout
+        for item in session.items:
+            suite, nodeid = suite_of(item), _plain_nodeid(item)
+            if suite is None or nodeid in self.records:
+                continue
+            state = (fanout.state(item.nodeid) if fanout is not None else None) or "never started"
+            name = item.originalname if isinstance(item, pytest.Function) else item.name
+            self.records[nodeid] = CheckRecord(
+                nodeid=nodeid,
+                suite=suite,
+                check=name.removeprefix("test_").removeprefix(f"{suite}_"),
+                target=item.callspec.id
+                if isinstance(item, pytest.Function) and hasattr(item, "callspec")
+                else "",
+                outcome=Outcome.SKIPPED,
+                message=f"not run: the session was interrupted ({state})",
+                evidence={"not_run": state},
+            )
 
     def _gate_outcomes(self) -> dict[str, list[str]]:
         """Gate outcomes per mounted run (a C item's target is <run>-<model>)."""
@@ -558,6 +593,9 @@ class ResultCollector:
             )
         for note in self.session.interrupted_during:
             tr.write_line(f"interrupted during {note}")
+        not_run = [r for r in report.checks if "not_run" in r.evidence]
+        if not_run:
+            tr.write_line(f"not run (interrupted): {len(not_run)} items, e.g. {not_run[0].nodeid}")
         tr.write_line("report: " + ", ".join(str(p) for p in self.written.values()))
 
 
