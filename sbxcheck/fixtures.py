@@ -14,17 +14,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from sbxcheck.inventory import Inventory
-from sbxcheck.lifecycle import MissionDispatcher
 from sbxcheck.mounts import Mounted
 from sbxcheck.redact import default_redactor
 from sbxcheck.results import CheckResult, Outcome
 from sbxcheck.session import GateRun, SbxSession
 from sbxcheck.transports.ssh import SshHost, SshPool
+
+if TYPE_CHECKING:  # the MCP client behind the dispatcher costs seconds to import; gate runs never need it
+    from sbxcheck.lifecycle import MissionDispatcher
 
 
 def _session(request: pytest.FixtureRequest) -> SbxSession:
