@@ -122,7 +122,7 @@ class SbxSession:
         details: dict[str, object] = {"pi": pi_status(), "faults": list(self.faults)}
         if self._sim is not None and self._sim.pi is not None:
             pi = self._sim.pi
-            details["pi"] = f"{pi.kind} pi {pi.version}" + (f" ({pi.reason})" if pi.reason else "")
+            details["pi"] = pi.describe()
         return details
 
     def inventory(self) -> Inventory:
