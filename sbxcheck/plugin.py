@@ -150,8 +150,8 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(collector, "sbxcheck-collector")
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(_XdistSeed(seed, session.session_tag), "sbxcheck-xdist")
-            if getattr(config.option, "dist", None) == "load" and getattr(
-                config.option, "numprocesses", None
+            if getattr(config.option, "dist", None) == "load" and (
+                getattr(config.option, "numprocesses", None) or getattr(config.option, "tx", None)
             ):
                 # items of one VM (and of the control plane) go to one worker: one connection, one owner
                 config.option.dist = "loadgroup"

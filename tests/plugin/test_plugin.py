@@ -188,6 +188,39 @@ def test_fanout_xdist_and_one_by_one_give_the_same_results_over_one_connection_p
     assert d_item["duration_s"] == d_item["evidence"]["remote_s"] > 0 and d_item["evidence"]["wait_s"] >= 0
 
 
+@pytest.mark.slow
+def test_execnet_gateways_merge_one_report_on_the_controller(
+    pytester: pytest.Pytester, live_fleet: SimFleet
+) -> None:
+    """Workers on execnet gateways (loopback popen here; ssh=… or socket=… across machines) gate their
+    VMs over one connection each; the controller writes one report with every worker's results."""
+    before = {r: live_fleet.connections(r) for r in live_fleet.run_ids}
+    outcome = run_gate(
+        pytester,
+        live_fleet,
+        "--tx",
+        "2*popen",
+        "--dist",
+        "loadgroup",
+        "-k",
+        "run_record or A_git or E_credit",
+    )
+    checks = outcome.report["checks"]
+    assert outcome.ret == 0, outcome.stdout[-2000:]
+    assert sorted((c["check"], c["target"]) for c in checks) == sorted(
+        (check, run)
+        for run in live_fleet.run_ids
+        for check in ("run_record", "A_git_integrity", "E_credit_remaining")
+    )
+    assert all(c["outcome"] == "passed" and c["evidence"] for c in checks)
+    assert "2 workers" in outcome.stdout or "gw1" in outcome.stdout
+    assert {r: live_fleet.connections(r) - before[r] for r in live_fleet.run_ids} == dict.fromkeys(
+        live_fleet.run_ids, 1
+    )
+    junit = (outcome.report_dir / "junit.xml").read_text(encoding="utf-8")
+    assert all(run in junit for run in live_fleet.run_ids)
+
+
 def test_readme_main_job_collects_from_the_repository_root() -> None:
     """`pytest -m gate` from the root collects gates/, canaries/ and tests/ together: no clashing names."""
     import subprocess
