@@ -90,6 +90,12 @@ def floor(plan_file: Path) -> int:
     key = paramiko.Ed25519Key.from_private_key_file(plan["identity"])
 
     def one(transport: paramiko.Transport, command: str, stdin: bytes, timeout: float | None) -> int:
+        try:
+            return run(transport, command, stdin, timeout)
+        except TimeoutError:
+            return -1  # counted: the machine could not keep up within the check's own deadline
+
+    def run(transport: paramiko.Transport, command: str, stdin: bytes, timeout: float | None) -> int:
         channel = transport.open_session()
         channel.settimeout(timeout)
         channel.exec_command(command)
@@ -107,15 +113,16 @@ def floor(plan_file: Path) -> int:
         transport = paramiko.Transport((opts["hostname"], int(opts.get("port", 22))))
         transport.connect(username=opts["user"], pkey=key)  # the floor verifies no host key
         try:
-            with cf.ThreadPoolExecutor(len(commands[alias])) as pool:
+            with cf.ThreadPoolExecutor(min(8, len(commands[alias]))) as pool:
                 codes = list(pool.map(lambda c: one(transport, *c), commands[alias]))
         finally:
             transport.close()
-        return len(codes)
+        return sum(1 for c in codes if c < 0)
 
-    with cf.ThreadPoolExecutor(min(32, len(commands))) as pool:
-        done = sum(pool.map(vm, commands))
-    print(f"floor: {done} commands on {len(commands)} VMs")
+    with cf.ThreadPoolExecutor(min(plan["max_parallel"], len(commands))) as pool:
+        timeouts = sum(pool.map(vm, commands))
+    total = sum(len(c) for c in commands.values())
+    print(f"floor: {total} commands on {len(commands)} VMs, {timeouts} over their deadline")
     return 0
 
 
@@ -141,6 +148,12 @@ def main() -> int:
     parser.add_argument("--runs", type=int, nargs="+", default=[3, 200])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--extra", default="", help="extra pytest arguments for the gate, space separated")
+    parser.add_argument(
+        "--max-parallel",
+        type=int,
+        default=32,
+        help="VMs in flight at once, floor and gate alike (default 32)",
+    )
     args = parser.parse_args()
     from sbxcheck.sim.fleet import SimFleet
 
@@ -155,6 +168,7 @@ def main() -> int:
                     {
                         "ssh_config": str(fleet.ssh_dir / "ssh_config"),
                         "identity": str(fleet.ssh_dir / "id_ed25519"),
+                        "max_parallel": args.max_parallel,
                         "commands": {
                             a: [(c, s.decode("latin-1"), t) for c, s, t in cmds]
                             for a, cmds in commands.items()
@@ -166,20 +180,22 @@ def main() -> int:
             gate_cmd = [
                 sys.executable, "-m", "pytest", "-m", "gate", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
                 "--sbx-inventory", str(inv), "--sbx-report", str(Path(tmp) / "report"),
-                *args.extra.split(), str(REPO / "gates"),
+                "--sbx-max-parallel", str(args.max_parallel), *args.extra.split(), str(REPO / "gates"),
             ]  # fmt: skip
             floors, gates, rss = [], [], []
             for i in range(args.repeat):
                 for label, cmd in (("floor", floor_cmd), ("gate", gate_cmd)):
-                    wall, code, peak = _timed(cmd, Path(tmp) / f"{label}-{i}.log")
-                    if code != 0:
-                        print((Path(tmp) / f"{label}-{i}.log").read_text()[-3000:], file=sys.stderr)
+                    log = Path(tmp) / f"{label}-{i}.log"
+                    wall, code, peak = _timed(cmd, log)
+                    last = (log.read_text().strip().splitlines() or ["(no output)"])[-1]
+                    if code not in (0, 1):  # 1: some gate item did not pass (a loaded machine's timeouts)
+                        print(log.read_text()[-3000:], file=sys.stderr)
                         print(f"{label} at N={n} exited {code}", file=sys.stderr)
                         return 1
                     (floors if label == "floor" else gates).append(wall)
                     if label == "gate":
                         rss.append(peak)
-                    print(f"N={n} {label} #{i + 1}: {wall:.2f} s (peak RSS {peak} MB)", flush=True)
+                    print(f"N={n} {label} #{i + 1}: {wall:.2f} s (peak RSS {peak} MB): {last}", flush=True)
             f_med, g_med = statistics.median(floors), statistics.median(gates)
             medians[n] = (f_med, g_med)
             print(

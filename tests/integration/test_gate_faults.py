@@ -14,6 +14,8 @@ from gate_harness import ROSTER, expected_items, run_gate
 
 from sbxcheck.sim.fleet import DEFAULT_SEED, SimFleet, plan_run_ids
 
+pytestmark = pytest.mark.slow  # end-to-end: child sessions against a fleet
+
 ALL_C = "*"
 FAILED = ("failed", "check_failed")
 DOWN_MODEL = "google/gemini-3.6-flash"

@@ -11,6 +11,8 @@ from gate_harness import run_gate
 
 from sbxcheck.sim.fleet import DEFAULT_SEED, SimFleet, plan_run_ids
 
+pytestmark = pytest.mark.slow  # end-to-end: child sessions against a fleet
+
 KEY_SHAPE = re.compile(r"sk-or-v1-[0-9a-f]{64}")
 
 

@@ -13,7 +13,7 @@ CANARY = """
 import time
 import pytest
 
-pytestmark = pytest.mark.canary
+pytestmark = [pytest.mark.canary, pytest.mark.slow]  # end-to-end against a fleet
 
 
 def test_adhoc(sbx_mission, sbx_verdict):

@@ -161,6 +161,7 @@ def test_version_goes_to_stderr_without_a_tty(pi_bin: Path, tmp_path: Path) -> N
     assert r.stderr.split()[0] == PI_VERSION
 
 
+@pytest.mark.slow  # node startups; --version below keeps the real pi in the inner loop
 def test_list_models_healthy(pi_bin: Path, openrouter: Double, tmp_path: Path) -> None:
     secret, _ = openrouter.double.mint("sbx-list", 50.0)
     r = run_pi(
@@ -177,6 +178,7 @@ def test_list_models_healthy(pi_bin: Path, openrouter: Double, tmp_path: Path) -
     )
 
 
+@pytest.mark.slow  # node startups; --version below keeps the real pi in the inner loop
 def test_list_models_without_models_json(pi_bin: Path, tmp_path: Path) -> None:
     r = run_pi(pi_bin, make_home(tmp_path, None, "", []), "--list-models")
     assert r.rc == 0 and r.stdout == ""
@@ -186,6 +188,7 @@ def test_list_models_without_models_json(pi_bin: Path, tmp_path: Path) -> None:
     assert "no models available" in r.output.lower() and "provider  model" not in r.output
 
 
+@pytest.mark.slow  # node startups; --version below keeps the real pi in the inner loop
 def test_partial_cost_block_drops_the_whole_roster(pi_bin: Path, openrouter: Double, tmp_path: Path) -> None:
     secret, _ = openrouter.double.mint("sbx-partial", 50.0)
     models = [
@@ -208,6 +211,7 @@ def test_partial_cost_block_drops_the_whole_roster(pi_bin: Path, openrouter: Dou
 # ---- -p --mode json ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # node startups; --version below keeps the real pi in the inner loop
 def test_json_mode_prices_the_call(pi_bin: Path, openrouter: Double, tmp_path: Path) -> None:
     secret, key_hash = openrouter.double.mint("sbx-json", 50.0)
     home = make_home(tmp_path, openrouter.base_url, secret, roster(openrouter.double))
@@ -244,6 +248,7 @@ def test_json_mode_prices_the_call(pi_bin: Path, openrouter: Double, tmp_path: P
     assert openrouter.double.key(key_hash).usage > 0
 
 
+@pytest.mark.slow  # node startups; --version below keeps the real pi in the inner loop
 def test_json_mode_zero_cost_without_cost_blocks(pi_bin: Path, openrouter: Double, tmp_path: Path) -> None:
     secret, _ = openrouter.double.mint("sbx-zero", 50.0)
     home = make_home(tmp_path, openrouter.base_url, secret, roster(openrouter.double, cost="none"))
@@ -258,6 +263,7 @@ def test_json_mode_zero_cost_without_cost_blocks(pi_bin: Path, openrouter: Doubl
     assert usage["cost"] == {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}
 
 
+@pytest.mark.slow  # node startups; --version below keeps the real pi in the inner loop
 def test_402_is_an_error_message_with_exit_0_in_json_mode(
     pi_bin: Path, openrouter: Double, tmp_path: Path
 ) -> None:
@@ -281,6 +287,7 @@ def test_402_is_an_error_message_with_exit_0_in_json_mode(
     assert text.stderr.strip() == message["errorMessage"]
 
 
+@pytest.mark.slow  # node startups; --version below keeps the real pi in the inner loop
 def test_reasoning_only_and_provisioning_key(pi_bin: Path, openrouter: Double, tmp_path: Path) -> None:
     secret, key_hash = openrouter.double.mint("sbx-think", None)
     openrouter.double.key(key_hash).reasoning_only = True
@@ -299,6 +306,7 @@ def test_reasoning_only_and_provisioning_key(pi_bin: Path, openrouter: Double, t
     assert denied.rc == 0 and denied.assistant_end()["errorMessage"] == "401 User not found"
 
 
+@pytest.mark.slow  # node startups; --version below keeps the real pi in the inner loop
 def test_unknown_provider_and_option_exit_1(pi_bin: Path, tmp_path: Path) -> None:
     home = make_home(tmp_path, None, "", [])
     r = run_pi(pi_bin, home, "-p", "--mode", "json", "--provider", "nosuch", "--model", "x", "hi")

@@ -101,6 +101,7 @@ def test_bad_inventory_is_one_readable_error_item(pytester: pytest.Pytester) -> 
     missing.stdout.fnmatch_lines(["*nope.toml: cannot read inventory (No such file or directory)*"])
 
 
+@pytest.mark.slow
 def test_bad_run_records_become_config_defect_items(pytester: pytest.Pytester, tmp_path: Path) -> None:
     with SimFleet(tmp_path / "fleet") as fleet:
         runs_dir = fleet.checkout / ".sandbox" / "runs"
@@ -131,6 +132,7 @@ def test_bad_run_records_become_config_defect_items(pytester: pytest.Pytester, t
     assert all(c["outcome"] == "passed" for c in a_items)
 
 
+@pytest.mark.slow
 def test_named_runs_closed_or_missing(pytester: pytest.Pytester, live_fleet: SimFleet) -> None:
     runs_dir = live_fleet.checkout / ".sandbox" / "runs"
     closed = next(p.stem for p in runs_dir.glob("*.json") if p.stem not in live_fleet.run_ids)
@@ -153,6 +155,7 @@ def test_named_runs_closed_or_missing(pytester: pytest.Pytester, live_fleet: Sim
     assert [t for (c, t) in checks if c == "E_credit_remaining"] == [live_fleet.run_ids[2]]
 
 
+@pytest.mark.slow
 def test_fanout_xdist_and_one_by_one_give_the_same_results_over_one_connection_per_vm(
     pytester: pytest.Pytester, live_fleet: SimFleet
 ) -> None:
