@@ -97,10 +97,13 @@ def test_fault_group_turns_exactly_its_items(
     assert outcome.ret == (1 if any(EXPECTED[f] for f in group) else 0)
 
 
-def test_healthy_fleet_passes_every_item_with_evidence(pytester: pytest.Pytester, tmp_path: Path) -> None:
-    with SimFleet(tmp_path / "fleet") as fleet:
-        outcome = run_gate(pytester, fleet)
-        connections = {run: fleet.connections(run) for run in fleet.run_ids}
+def test_healthy_fleet_passes_every_item_with_evidence(
+    pytester: pytest.Pytester, healthy_fleet: SimFleet
+) -> None:
+    fleet = healthy_fleet
+    before = {run: fleet.connections(run) for run in fleet.run_ids}
+    outcome = run_gate(pytester, fleet)
+    connections = {run: fleet.connections(run) - before[run] for run in fleet.run_ids}
     items = outcome.items()
     assert sorted(items) == sorted(expected_items(fleet))
     assert {e["outcome"] for e in items.values()} == {"passed"}, outcome.stdout[-3000:]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,11 +13,10 @@ from gate_harness import GATE_SUITE, expected_items, run_gate
 from sbxcheck.sim.fleet import SimFleet
 
 
-@pytest.fixture(scope="module")
-def live_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimFleet]:
-    """One healthy fleet, serving, shared by the tests of this module."""
-    with SimFleet(tmp_path_factory.mktemp("fleet")) as fleet:
-        yield fleet
+@pytest.fixture
+def live_fleet(healthy_fleet: SimFleet) -> SimFleet:
+    """The session's shared healthy fleet (these tests only read it)."""
+    return healthy_fleet
 
 
 def _suite(pytester: pytest.Pytester) -> Path:
