@@ -113,6 +113,7 @@ class GateFanout:
         self._jobs: dict[tuple[str, str, str | None], _Job] = {}
         self._nodeids: dict[str, tuple[str, str, str | None] | None] = {}
         self._cancelled = False
+        self._at_cancel: dict[str, str | None] | None = None  # each item's state at the interrupt
 
     # ------------------------------------------------------------ starting
 
@@ -246,18 +247,32 @@ class GateFanout:
             self._cancelled = True
             vms = list(self._vms.values())
             jobs = list(self._jobs.values())
+            nodeids = list(self._nodeids)
+        running = {id(job) for job in jobs if job.future.running()}
+        now = {nodeid: self._state_now(nodeid) for nodeid in nodeids}
+        self._at_cancel = {
+            n: "cancelled before it started" if st == "never started" else st for n, st in now.items()
+        }
         for job in jobs:
             job.future.cancel()  # only those not yet running
         for vm in vms:
             vm.connected.cancel()
-            if vm.host is not None and any(j.future.running() for j in jobs if j.planned.run is vm.run):
+            if vm.host is not None and any(id(j) in running for j in jobs if j.planned.run is vm.run):
                 with contextlib.suppress(Exception):
                     vm.host.close()  # its running commands fail at once
         self._vm_pool.shutdown(wait=False, cancel_futures=True)
         self._check_pool.shutdown(wait=False, cancel_futures=True)
 
     def state(self, nodeid: str) -> str | None:
-        """``not planned``, ``never started``, ``in flight``, ``finished`` or ``cancelled`` for an item."""
+        """``never started``, ``in flight``, ``cancelled …``, ``finished …`` for an item; None if not planned.
+
+        After ``cancel()`` this is the state the item was in at the interrupt.
+        """
+        if self._at_cancel is not None and nodeid in self._at_cancel:
+            return self._at_cancel[nodeid]
+        return self._state_now(nodeid)
+
+    def _state_now(self, nodeid: str) -> str | None:
         if nodeid not in self._nodeids:
             return None
         key = self._nodeids[nodeid]
