@@ -674,6 +674,10 @@ class SshHost:
         err = _Capture(self._settings.max_output_bytes)
 
         def timed_out() -> CommandTimeout:
+            while channel.recv_ready():  # what arrived up to the deadline counts in the evidence
+                out.add(channel.recv(_READ_CHUNK))
+            while channel.recv_stderr_ready():
+                err.add(channel.recv_stderr(_READ_CHUNK))
             channel.close()
             return CommandTimeout(
                 f"{self.alias}: command did not finish within {limit:g}s",
