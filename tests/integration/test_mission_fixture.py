@@ -9,11 +9,13 @@ import pytest
 from sbxcheck.ledger import Ledger
 from sbxcheck.sim.fleet import SimFleet
 
+pytestmark = pytest.mark.slow  # end-to-end: a child session against its own fleet
+
 CANARY = """
 import time
 import pytest
 
-pytestmark = [pytest.mark.canary, pytest.mark.slow]  # end-to-end against a fleet
+pytestmark = pytest.mark.canary
 
 
 def test_adhoc(sbx_mission, sbx_verdict):
