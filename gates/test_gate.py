@@ -1,7 +1,8 @@
 """The SSSF setup gate, A–E, as separate items per run (and per roster model for C).
 
-Run after ``just sbx lifecycle setup``: ``pytest -m gate``. Each item runs over one shared SSH
-connection to its VM; the runtime key is only ever read inside the VM.
+Run after ``just sbx lifecycle setup``: ``pytest -m gate``. The first gate item starts every VM's
+checks at once (one SSH connection per VM, its checks concurrent over it); each item waits for and
+reports its own check's result. The runtime key is only ever read inside the VM.
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ from sbxcheck.checks.gate import (
     check_roster_matches,
 )
 from sbxcheck.checks.records import check_run_record
+from sbxcheck.fanout import remote_check
 from sbxcheck.results import CheckResult, Classification
 from sbxcheck.session import GateRun
-from sbxcheck.transports.ssh import SshHost
 
 pytestmark = pytest.mark.gate
 
 Verdict = Callable[[CheckResult], None]
+Remote = Callable[[], CheckResult]
 
 
 def test_gate_run_record(sbx_run_entry: GateRun | str, sbx_verdict: Verdict) -> None:
@@ -38,30 +40,30 @@ def test_gate_run_record(sbx_run_entry: GateRun | str, sbx_verdict: Verdict) -> 
     sbx_verdict(check_run_record(sbx_run_entry.entry))
 
 
-def test_gate_A_git_integrity(sbx_gate_run: GateRun, sbx_vm: SshHost, sbx_verdict: Verdict) -> None:
+@remote_check(check_git_integrity)
+def test_gate_A_git_integrity(sbx_gate_run: GateRun, sbx_gate_result: Remote, sbx_verdict: Verdict) -> None:
     """A: HEAD matches the recorded commit_sha (prefix) and the working tree is clean."""
-    assert sbx_gate_run.target is not None
-    sbx_verdict(check_git_integrity(sbx_vm, sbx_gate_run.target))
+    sbx_verdict(sbx_gate_result())
 
 
-def test_gate_B_pi_models(sbx_gate_run: GateRun, sbx_vm: SshHost, sbx_verdict: Verdict) -> None:
+@remote_check(check_pi_models)
+def test_gate_B_pi_models(sbx_gate_run: GateRun, sbx_gate_result: Remote, sbx_verdict: Verdict) -> None:
     """B: pi is on PATH and lists every roster model."""
-    assert sbx_gate_run.target is not None
-    sbx_verdict(check_pi_models(sbx_vm, sbx_gate_run.target))
+    sbx_verdict(sbx_gate_result())
 
 
-def test_gate_C_roster_matches(sbx_gate_run: GateRun, sbx_vm: SshHost, sbx_verdict: Verdict) -> None:
+@remote_check(check_roster_matches)
+def test_gate_C_roster_matches(sbx_gate_run: GateRun, sbx_gate_result: Remote, sbx_verdict: Verdict) -> None:
     """C (roster): the VM's roster is the one the C items were collected for."""
-    assert sbx_gate_run.target is not None
-    sbx_verdict(check_roster_matches(sbx_vm, sbx_gate_run.target))
+    sbx_verdict(sbx_gate_result())
 
 
+@remote_check(check_model_answers)
 def test_gate_C_model_answers(
-    sbx_gate_model: tuple[GateRun, str | None], sbx_vm: SshHost, sbx_verdict: Verdict
+    sbx_gate_model: tuple[GateRun, str | None], sbx_gate_result: Remote, sbx_verdict: Verdict
 ) -> None:
     """C: one roster model answers a ping sent from inside the VM."""
     run, model = sbx_gate_model
-    assert run.target is not None
     if model is None:
         sbx_verdict(
             CheckResult.errored(
@@ -69,16 +71,18 @@ def test_gate_C_model_answers(
             )
         )
         return
-    sbx_verdict(check_model_answers(sbx_vm, run.target, model))
+    sbx_verdict(sbx_gate_result())
 
 
-def test_gate_D_cost_reported(sbx_gate_run: GateRun, sbx_vm: SshHost, sbx_verdict: Verdict) -> None:
+@remote_check(check_cost_reported)
+def test_gate_D_cost_reported(sbx_gate_run: GateRun, sbx_gate_result: Remote, sbx_verdict: Verdict) -> None:
     """D: pi reports a non-zero cost on a live call, and models.json carries four-field rates."""
-    assert sbx_gate_run.target is not None
-    sbx_verdict(check_cost_reported(sbx_vm, sbx_gate_run.target))
+    sbx_verdict(sbx_gate_result())
 
 
-def test_gate_E_credit_remaining(sbx_gate_run: GateRun, sbx_vm: SshHost, sbx_verdict: Verdict) -> None:
+@remote_check(check_credit_remaining)
+def test_gate_E_credit_remaining(
+    sbx_gate_run: GateRun, sbx_gate_result: Remote, sbx_verdict: Verdict
+) -> None:
     """E: the runtime key's remaining credit is above the floor (uncapped passes, saying so)."""
-    assert sbx_gate_run.target is not None
-    sbx_verdict(check_credit_remaining(sbx_vm, sbx_gate_run.target))
+    sbx_verdict(sbx_gate_result())

@@ -41,10 +41,12 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--dir", required=True, type=Path)
     up.add_argument("--fault", action="append", default=[], metavar="NAME[@RUN]")
     up.add_argument("--seed", type=int, default=None)
+    up.add_argument("--runs", type=int, default=3, metavar="N", help="simulated runs (VMs), default 3")
     serve = sim.add_parser("serve", help="run the fleet in the foreground (what `up` starts)")
     serve.add_argument("--dir", required=True, type=Path)
     serve.add_argument("--fault", action="append", default=[], metavar="NAME[@RUN]")
     serve.add_argument("--seed", type=int, default=None)
+    serve.add_argument("--runs", type=int, default=3, metavar="N", help="simulated runs (VMs), default 3")
     down = sim.add_parser("down", help="stop a fleet started with `up`")
     down.add_argument("--dir", required=True, type=Path)
     sim.add_parser("faults", help="list every fault name with one line each")
@@ -75,21 +77,21 @@ def main(argv: list[str] | None = None) -> int:
             print(describe_faults())
             return 0
         if args.sim_command == "serve":
-            return _serve(args.dir, args.fault, args.seed)
+            return _serve(args.dir, args.fault, args.seed, args.runs)
         if args.sim_command == "up":
-            return _up(args.dir, args.fault, args.seed)
+            return _up(args.dir, args.fault, args.seed, args.runs)
         return _down(args.dir)
     except SbxError as exc:
         print(f"sbxcheck: {exc.message}", file=sys.stderr)
         return 2
 
 
-def _serve(root: Path, faults: list[str], seed: int | None) -> int:
+def _serve(root: Path, faults: list[str], seed: int | None, runs: int = 3) -> int:
     from sbxcheck.sim.fleet import SimFleet
 
     root.mkdir(parents=True, exist_ok=True)
     (root / READY_FILE).unlink(missing_ok=True)
-    fleet = SimFleet(root, faults, seed=seed, embedded=False)
+    fleet = SimFleet(root, faults, seed=seed, runs=runs, embedded=False)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -110,7 +112,7 @@ def _serve(root: Path, faults: list[str], seed: int | None) -> int:
     return 0
 
 
-def _up(root: Path, faults: list[str], seed: int | None) -> int:
+def _up(root: Path, faults: list[str], seed: int | None, runs: int = 3) -> int:
     from sbxcheck.sim.faults import parse_fault
 
     for fault in faults:
@@ -126,12 +128,15 @@ def _up(root: Path, faults: list[str], seed: int | None) -> int:
         cmd += ["--fault", fault]
     if seed is not None:
         cmd += ["--seed", str(seed)]
+    cmd += ["--runs", str(runs)]
     with open(root / LOG_FILE, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + UP_DEADLINE_S
     while time.monotonic() < deadline:
         if (root / READY_FILE).exists():
-            print(f"sbxcheck sim: up (pid {proc.pid}); runs: {(root / READY_FILE).read_text().strip()}")
+            ready = (root / READY_FILE).read_text().strip()
+            shown = ready if len(ready) < 400 else f"{ready[:200]} … ({ready.count(',') + 1} runs)"
+            print(f"sbxcheck sim: up (pid {proc.pid}); runs: {shown}")
             print(f"inventory: {root / 'sbxcheck.toml'}")
             print(f"  pytest -m gate --sbx-inventory={root / 'sbxcheck.toml'}")
             print(f"  sbxcheck sim down --dir {root}")

@@ -5,6 +5,7 @@
 - ``sbx_sandbox``: the runs mounted for this session (``--sbx-mount``), each with its resolved run id.
 - ``sbx_ssh_pool``: one SSH connection per host per session, shared by every item on that host.
 - ``sbx_vm``: the connected VM of the current gate item (connect failures error the item in setup).
+- ``sbx_gate_result``: the current gate item's result, fanned out with every other VM's (call it).
 - ``sbx_mission``: a factory for ad-hoc missions, cancelled at teardown and kept in the ledger.
 - ``sbx_missions``: the mission dispatcher of the canary suite (routes and workspace canaries).
 - ``sbx_verdict``: records a CheckResult on the item, attaches its evidence, and fails/skips as it says.
@@ -183,6 +184,61 @@ def sbx_vm(request: pytest.FixtureRequest, sbx_ssh_pool: SshPool) -> SshHost:
     run = _gate_run_of(request)
     assert run.target is not None
     return sbx_ssh_pool.host(run.target.host)
+
+
+@pytest.fixture
+def sbx_gate_result(request: pytest.FixtureRequest) -> Callable[[], CheckResult]:
+    """Call it for this gate item's CheckResult (its test is marked ``remote_check(check_fn)``).
+
+    The first gate item starts every VM's checks at once (sbxcheck.fanout); setup waits for this
+    item's VM connection (a connect failure errors the item here, as with ``sbx_vm``), the call
+    waits for the item's own check. ``[ssh] max_parallel = 0`` runs the check inline instead.
+    """
+    import time
+
+    from sbxcheck.fanout import assigned_items, plan_item
+
+    session = _session(request)
+    item = request.node
+    planned = plan_item(item)
+    if planned is None:
+        raise RuntimeError(f"{item.nodeid}: sbx_gate_result needs a gate run parameter")
+    target = planned.run.target
+    assert target is not None
+    fanout = session.gate_fanout()
+    if fanout is None:
+        host = session.ssh_pool().host(target.host)
+
+        def inline() -> CheckResult:
+            assert planned.check is not None, f"{item.nodeid} has no remote_check mark"
+            started = time.monotonic()
+            args = (planned.model,) if planned.model is not None else ()
+            result = planned.check(host, target, *args)
+            remote_s = round(time.monotonic() - started, 3)
+            evidence = {**result.evidence, "remote_s": remote_s, "wait_s": 0.0}
+            return result.model_copy(update={"duration_s": remote_s, "evidence": evidence})
+
+        return inline
+    if fanout.state(item.nodeid) is None:  # the first item (of this VM, under xdist) starts them all
+        fanout.start(p for p in map(plan_item, assigned_items(request.session, item)) if p is not None)
+    fanout.host(planned.run)
+    return lambda: fanout.result(item.nodeid)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "sbx_remote(check): internal: the gate check function an item runs on its VM"
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Ctrl-C: cancel the gate checks still queued or in flight before the report is written."""
+    from sbxcheck.plugin import SESSION_KEY
+
+    state = session.config.stash.get(SESSION_KEY, None)
+    if state is not None and exitstatus == pytest.ExitCode.INTERRUPTED:
+        state.cancel_fanout()
 
 
 @pytest.fixture

@@ -69,6 +69,18 @@ class SshSection(_Strict):
     identity: Path | None = Field(default=None, description="private key used when ssh_config names none")
     connect_timeout_s: float = Field(default=10.0, gt=0, le=300)
     command_timeout_s: float = Field(default=240.0, gt=0, le=3600)
+    max_parallel: int = Field(
+        default=32,
+        ge=0,
+        le=1024,
+        description="VMs whose gate checks are in flight at once (0 = no fan-out: items run one by one)",
+    )
+    max_sessions: int = Field(
+        default=8,
+        ge=1,
+        le=64,
+        description="commands in flight per SSH connection (OpenSSH MaxSessions is 10)",
+    )
     machines: list[str] = Field(
         default_factory=list, description="SSH aliases listed in the machine inventory"
     )

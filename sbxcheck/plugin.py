@@ -133,6 +133,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "inventory file; relative to where pytest was started); also $SBXCHECK_STATE_DIR, ini sbx_state_dir",
     )
     group.addoption(
+        "--sbx-max-parallel",
+        type=int,
+        default=None,
+        metavar="N",
+        help="VMs gated at once (default: the inventory's [ssh] max_parallel, 32); 0 = no fan-out",
+    )
+    group.addoption(
         "--sbx-report",
         metavar="DIR",
         default=None,
@@ -243,7 +250,9 @@ def pytest_configure(config: pytest.Config) -> None:
                 raise
             session.mount_error = exc.message
     if config.pluginmanager.hasplugin("xdist"):
-        if getattr(config.option, "dist", None) == "load" and getattr(config.option, "numprocesses", None):
+        if getattr(config.option, "dist", None) == "load" and (
+            getattr(config.option, "numprocesses", None) or getattr(config.option, "tx", None)
+        ):
             # items of one VM (and of the control plane) go to one worker: one connection, one owner
             config.option.dist = "loadgroup"
         config.pluginmanager.register(_XdistNodes(config), "sbxcheck-xdist")
@@ -273,6 +282,7 @@ def get_session(config: pytest.Config) -> SbxSession:
     session.state_option = resolve(config, "sbx_state").value
     session.mount_names = list(config.getoption("sbx_mount"))
     session.sweep = bool(config.getoption("sbx_sweep"))
+    session.max_parallel = config.getoption("sbx_max_parallel")
     if workerinput is not None:
         session.run_ids.extend(r for r in workerinput.get("sbxcheck_mounted", []) if r not in session.run_ids)
         shared = workerinput.get("sbxcheck_inventory")
@@ -852,6 +862,8 @@ class ResultCollector:
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         interrupted = self.interrupted or session.exitstatus == pytest.ExitCode.INTERRUPTED
+        if interrupted:
+            self._add_not_run(session)
         self.finish(interrupted=interrupted)
         sbx = self.config.stash.get(SESSION_KEY, None)
         failed_cleanup = [c for c in (sbx.cleanup if sbx else []) if not c.get("ok", True)]
@@ -859,8 +871,13 @@ class ResultCollector:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a pending mission is not a green run
 
     def not_run(self) -> list[str]:
-        """Selected items that never reported (the session was interrupted before them)."""
-        return sorted(n for n in self.selected if n not in self.reported and n not in self.records)
+        """Selected items that never ran (the session was interrupted before them)."""
+        return sorted(
+            n
+            for n in self.selected
+            if (n not in self.reported and n not in self.records)
+            or (n in self.records and "not_run" in self.records[n].evidence)
+        )
 
     def finish(self, *, interrupted: bool) -> None:
         """Clean up (teardown policy, mission cancels), then write the reports with what cleanup did."""
@@ -946,6 +963,30 @@ class ResultCollector:
             with contextlib.suppress(OSError):
                 os.write(2, f"sbxcheck: interrupted; report: {out_dir / 'results.json'}\n".encode())
 
+    def _add_not_run(self, session: pytest.Session) -> None:
+        """Interrupted: every selected item without a result is reported as not run, and why."""
+        from sbxcheck.results import CheckRecord, Outcome
+
+        sbx = self.config.stash.get(SESSION_KEY, None)
+        fanout = sbx.fanout if sbx is not None else None
+        for item in session.items:
+            suite, nodeid = suite_of(item), _plain_nodeid(item)
+            if suite is None or nodeid in self.records:
+                continue
+            state = (fanout.state(item.nodeid) if fanout is not None else None) or "never started"
+            name = item.originalname if isinstance(item, pytest.Function) else item.name
+            self.records[nodeid] = CheckRecord(
+                nodeid=nodeid,
+                suite=suite,
+                check=name.removeprefix("test_").removeprefix(f"{suite}_"),
+                target=item.callspec.id
+                if isinstance(item, pytest.Function) and hasattr(item, "callspec")
+                else "",
+                outcome=Outcome.SKIPPED,
+                message=f"not run: the session was interrupted ({state})",
+                evidence={"not_run": state},
+            )
+
     def _gate_outcomes(self) -> dict[str, list[str]]:
         """Gate outcomes per mounted run (a C item's target is <run>-<model>); a selected item that
         never reported counts as ``not-run``."""
@@ -955,14 +996,14 @@ class ResultCollector:
             return target == run_id or target.startswith(run_id + "-")
 
         out: dict[str, list[str]] = {}
-        never = [n for n in self.not_run() if n not in self.records]
+        never = self.not_run()
         sbx = self.config.stash.get(SESSION_KEY, None)
         for mounted in sbx.mounts if sbx else []:
             if mounted.run_id:
                 out[mounted.run_id] = [
                     r.outcome.value
                     for r in self.records.values()
-                    if r.suite == "gate" and of_run(r.target, mounted.run_id)
+                    if r.suite == "gate" and of_run(r.target, mounted.run_id) and "not_run" not in r.evidence
                 ] + [NOT_RUN for n in never if of_run(self.selected[n], mounted.run_id)]
         return out
 

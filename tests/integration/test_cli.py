@@ -40,6 +40,7 @@ def test_unknown_fault_is_one_readable_error(tmp_path: Path) -> None:
     assert not (tmp_path / "sbxcheck.toml").exists()
 
 
+@pytest.mark.slow
 def test_sim_up_gate_down(tmp_path: Path, pytester: pytest.Pytester) -> None:
     fleet_dir = tmp_path / "fleet"
     up = sbxcheck("sim", "up", "--dir", str(fleet_dir), "--fault", "vm.head-mismatch", timeout=480)

@@ -11,6 +11,8 @@ from gate_harness import REPO, run_suite
 
 from sbxcheck.sim.fleet import SimFleet
 
+pytestmark = pytest.mark.slow  # end-to-end: child sessions against a fleet
+
 FLEET_SUITE = (REPO / "canaries" / "test_fleet.py",)
 F = "failed"
 

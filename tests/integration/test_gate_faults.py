@@ -15,6 +15,8 @@ from gate_harness import ROSTER, expected_items, run_gate
 from sbxcheck.sim.fleet import DEFAULT_SEED, SimFleet, plan_run_ids
 from sbxcheck.sim.sshd import private_tmp_supported
 
+pytestmark = pytest.mark.slow  # end-to-end: child sessions against a fleet
+
 ALL_C = "*"
 FAILED = ("failed", "check_failed")
 DOWN_MODEL = "google/gemini-3.6-flash"
@@ -109,10 +111,13 @@ def test_fault_group_turns_exactly_its_items(
     assert outcome.ret == (1 if any(EXPECTED[f] for f in group) else 0)
 
 
-def test_healthy_fleet_passes_every_item_with_evidence(pytester: pytest.Pytester, tmp_path: Path) -> None:
-    with SimFleet(tmp_path / "fleet") as fleet:
-        outcome = run_gate(pytester, fleet)
-        connections = {run: fleet.connections(run) for run in fleet.run_ids}
+def test_healthy_fleet_passes_every_item_with_evidence(
+    pytester: pytest.Pytester, healthy_fleet: SimFleet
+) -> None:
+    fleet = healthy_fleet
+    before = {run: fleet.connections(run) for run in fleet.run_ids}
+    outcome = run_gate(pytester, fleet)
+    connections = {run: fleet.connections(run) - before[run] for run in fleet.run_ids}
     items = outcome.items()
     assert sorted(items) == sorted(expected_items(fleet))
     outcomes = {key: e["outcome"] for key, e in items.items()}

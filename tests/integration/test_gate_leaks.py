@@ -11,6 +11,8 @@ from gate_harness import run_gate
 
 from sbxcheck.sim.fleet import DEFAULT_SEED, SimFleet, plan_run_ids
 
+pytestmark = pytest.mark.slow  # end-to-end: child sessions against a fleet
+
 KEY_SHAPE = re.compile(r"sk-or-v1-[0-9a-f]{64}")
 
 
@@ -72,10 +74,12 @@ def outcome_dir(pytester: pytest.Pytester) -> Path:
     return path
 
 
-def test_allure_results_carry_evidence_and_labels(pytester: pytest.Pytester, tmp_path: Path) -> None:
+def test_allure_results_carry_evidence_and_labels(
+    pytester: pytest.Pytester, tmp_path: Path, healthy_fleet: SimFleet
+) -> None:
     allure_dir = tmp_path / "allure"
-    with SimFleet(tmp_path / "fleet") as fleet:
-        run_gate(pytester, fleet, "--alluredir", str(allure_dir), "-k", "A_git or E_credit")
+    fleet = healthy_fleet
+    run_gate(pytester, fleet, "--alluredir", str(allure_dir), "-k", "A_git or E_credit")
     results = [json.loads(p.read_text()) for p in allure_dir.glob("*-result.json")]
     assert len(results) == 6
     for result in results:

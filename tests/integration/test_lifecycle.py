@@ -23,9 +23,10 @@ from sbxcheck.ledger import Ledger
 from sbxcheck.sim.fleet import SimFleet
 from sbxcheck.sim.sssf_recipes import clear_knob, set_knob
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("just") is None, reason="the just binary (PyPI rust-just) is missing"
-)
+pytestmark = [  # end-to-end: child sessions against a fleet
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("just") is None, reason="the just binary (PyPI rust-just) is missing"),
+]
 
 
 def gate(

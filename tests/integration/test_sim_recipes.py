@@ -34,9 +34,12 @@ from sbxcheck.sim.fleet import HOST_SUFFIX, SimFleet
 JUST = shutil.which("just")
 SSH = shutil.which("ssh")
 KEY_SHAPE = re.compile(r"sk-or-v1-[0-9a-f]{64}")
-pytestmark = pytest.mark.skipif(
-    JUST is None or SSH is None, reason="needs the just binary (pip install rust-just) and OpenSSH's ssh"
-)
+pytestmark = [  # end-to-end: child sessions against a fleet
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        JUST is None or SSH is None, reason="needs the just binary (pip install rust-just) and OpenSSH's ssh"
+    ),
+]
 
 
 @dataclass(frozen=True)

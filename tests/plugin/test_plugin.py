@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,11 +13,10 @@ from gate_harness import GATE_SUITE, expected_items, run_gate
 from sbxcheck.sim.fleet import SimFleet
 
 
-@pytest.fixture(scope="module")
-def live_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimFleet]:
-    """One healthy fleet, serving, shared by the tests of this module."""
-    with SimFleet(tmp_path_factory.mktemp("fleet")) as fleet:
-        yield fleet
+@pytest.fixture
+def live_fleet(healthy_fleet: SimFleet) -> SimFleet:
+    """The session's shared healthy fleet (these tests only read it)."""
+    return healthy_fleet
 
 
 def _suite(pytester: pytest.Pytester) -> Path:
@@ -101,6 +99,7 @@ def test_bad_inventory_is_one_readable_error_item(pytester: pytest.Pytester) -> 
     missing.stdout.fnmatch_lines(["*nope.toml: cannot read inventory (No such file or directory)*"])
 
 
+@pytest.mark.slow
 def test_bad_run_records_become_config_defect_items(pytester: pytest.Pytester, tmp_path: Path) -> None:
     with SimFleet(tmp_path / "fleet") as fleet:
         runs_dir = fleet.checkout / ".sandbox" / "runs"
@@ -134,6 +133,7 @@ def test_bad_run_records_become_config_defect_items(pytester: pytest.Pytester, t
     assert all(c["outcome"] == "passed" for c in a_items)
 
 
+@pytest.mark.slow
 def test_named_runs_closed_or_missing(pytester: pytest.Pytester, live_fleet: SimFleet) -> None:
     runs_dir = live_fleet.checkout / ".sandbox" / "runs"
     closed = next(p.stem for p in runs_dir.glob("*.json") if p.stem not in live_fleet.run_ids)
@@ -157,12 +157,11 @@ def test_named_runs_closed_or_missing(pytester: pytest.Pytester, live_fleet: Sim
     assert [t for (c, t) in checks if c == "E_credit_remaining"] == [live_fleet.run_ids[2]]
 
 
-def test_xdist_gives_the_same_results_as_a_serial_run(
+@pytest.mark.slow
+def test_fanout_xdist_and_one_by_one_give_the_same_results_over_one_connection_per_vm(
     pytester: pytest.Pytester, live_fleet: SimFleet
 ) -> None:
-    serial = run_gate(pytester, live_fleet)
-    shutil.rmtree(serial.report_dir)
-    parallel = run_gate(pytester, live_fleet, "-n", "2")
+    """Speed never changes an outcome, and each VM is reached over exactly one connection, in every mode."""
 
     def essence(report: dict[str, object]) -> list[tuple[object, ...]]:
         checks = report["checks"]
@@ -172,17 +171,61 @@ def test_xdist_gives_the_same_results_as_a_serial_run(
             for c in checks
         ]
 
-    assert essence(parallel.report) == essence(serial.report)
-    shutil.rmtree(parallel.report_dir)
+    runs: dict[str, dict[str, object]] = {}
+    connections: dict[str, dict[str, int]] = {}
+    for mode, args in {
+        "fan-out": (),
+        "xdist -n 2 (fan-out per worker)": ("-n", "2"),
+        "one by one": ("--sbx-max-parallel", "0", "-p", "no:xdist"),
+    }.items():
+        before = {r: live_fleet.connections(r) for r in live_fleet.run_ids}
+        outcome = run_gate(pytester, live_fleet, *args)
+        connections[mode] = {r: live_fleet.connections(r) - before[r] for r in live_fleet.run_ids}
+        runs[mode] = outcome.report
+        shutil.rmtree(outcome.report_dir)
+    serial = runs["one by one"]
+    assert len(essence(serial)) == 28  # 27 open-run items + the closed run's skip
+    for mode, report in runs.items():
+        assert essence(report) == essence(serial), mode
+        assert report["incidents"] == [], mode
+        assert connections[mode] == dict.fromkeys(live_fleet.run_ids, 1), mode
+    d_item = next(c for c in runs["fan-out"]["checks"] if c["check"] == "D_cost_reported")  # type: ignore[union-attr]
+    assert d_item["duration_s"] == d_item["evidence"]["remote_s"] > 0 and d_item["evidence"]["wait_s"] >= 0
+
+
+@pytest.mark.slow
+def test_execnet_gateways_merge_one_report_on_the_controller(
+    pytester: pytest.Pytester, live_fleet: SimFleet
+) -> None:
+    """Workers on execnet gateways (loopback popen here; ssh=… or socket=… across machines) gate their
+    VMs over one connection each; the controller writes one report with every worker's results."""
     before = {r: live_fleet.connections(r) for r in live_fleet.run_ids}
-    grouped = run_gate(pytester, live_fleet, "-n", "2", "--dist", "loadgroup")
-    assert essence(grouped.report) == essence(serial.report)
-    # grouped by run, each VM is reached over exactly one connection even with two workers
+    outcome = run_gate(
+        pytester,
+        live_fleet,
+        "--tx",
+        "2*popen",
+        "--dist",
+        "loadgroup",
+        "-k",
+        "run_record or A_git or E_credit",
+    )
+    closed = set(live_fleet.closed_run_ids)
+    assert all(c["outcome"] == "skipped" for c in outcome.report["checks"] if c["target"] in closed)
+    checks = [c for c in outcome.report["checks"] if c["target"] not in closed]
+    assert outcome.ret == 0, outcome.stdout[-2000:]
+    assert sorted((c["check"], c["target"]) for c in checks) == sorted(
+        (check, run)
+        for run in live_fleet.run_ids
+        for check in ("run_record", "A_git_integrity", "E_credit_remaining")
+    )
+    assert all(c["outcome"] == "passed" and c["evidence"] for c in checks)
+    assert "2 workers" in outcome.stdout or "gw1" in outcome.stdout
     assert {r: live_fleet.connections(r) - before[r] for r in live_fleet.run_ids} == dict.fromkeys(
         live_fleet.run_ids, 1
     )
-    assert len(essence(serial.report)) == 28
-    assert parallel.report["incidents"] == serial.report["incidents"] == []
+    junit = (outcome.report_dir / "junit.xml").read_text(encoding="utf-8")
+    assert all(run in junit for run in live_fleet.run_ids)
 
 
 def test_readme_main_job_collects_from_the_repository_root() -> None:
