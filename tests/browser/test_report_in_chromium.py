@@ -85,7 +85,8 @@ def _write(name: str, report: RunReport, history: list[RunReport] | None = None)
 
 
 def _write_page(name: str, report: RunReport, history: list[RunReport] | None) -> Path:
-    out = ARTIFACTS / name
+    worker = os.environ.get("PYTEST_XDIST_WORKER")  # one directory per xdist worker: no worker removes
+    out = ARTIFACTS / (f"{name}-{worker}" if worker else name)  # a page another is still loading
     shutil.rmtree(out, ignore_errors=True)
     history_dir = None
     if history:

@@ -414,7 +414,9 @@ def test_workspaces_listing_and_env_exposure(client: SandboxedClient, double: Co
     verity = listed["verity"]
     assert (verity.status, verity.workspace_type) == ("ready", "container")
     assert verity.env_var_names == ["DEPLOY_PASSWORD", "LEAN_CACHE_URL", "VERITY_API_TOKEN"]
-    assert verity.env_values_present and verity.credential_like_env_names == []  # REST sends values (§8.11)
+    assert verity.env_values_present  # REST sends values (§8.11)
+    # only generated-looking values under secret-sounding names: named by class, never a recognised key format
+    assert set(verity.credential_classes.values()) <= {"generic-secret"}
     raw = httpx.get(
         f"{client.base_url}/api/workspaces",
         headers={"Authorization": f"Bearer {client.bearer_token()}"},
@@ -423,8 +425,10 @@ def test_workspaces_listing_and_env_exposure(client: SandboxedClient, double: Co
     assert all(v.startswith("sim-secret-") for w in raw for v in w["env_vars"].values())
     double.inject("cp.env-values-exposed")
     exposed = client.get_workspace(verity.id)
-    assert exposed.credential_like_env_names == ["ANTHROPIC_API_KEY", "GH_TOKEN"]
-    assert client.get_workspace(listed["lean-lab"].id).credential_like_env_names == []
+    recognised = sorted(n for n, c in exposed.credential_classes.items() if c != "generic-secret")
+    assert recognised == ["ANTHROPIC_API_KEY", "GH_TOKEN"]
+    lean = client.get_workspace(listed["lean-lab"].id)
+    assert set(lean.credential_classes.values()) <= {"generic-secret"}
     text = "".join(repr(w) + w.model_dump_json() for w in [*listed.values(), exposed])
     assert not any(secret in text for secret in double.secret_values())
     with pytest.raises(NotFound):

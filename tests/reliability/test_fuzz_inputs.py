@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sbxcheck.clients.openrouter import OpenRouterAdmin
-from sbxcheck.clients.runrecords import discover_runs, read_run_record
+from sbxcheck.clients.runrecords import discover_runs, gate_problem, read_run_record
 from sbxcheck.clients.sandboxed import SandboxedClient
 from sbxcheck.errors import BadResponseError, CommandTimeout, InventoryError, SbxError
 from sbxcheck.inventory import load_inventory
@@ -120,8 +120,17 @@ def test_mutated_inventories_load_or_fail_readably(tmp_path: Path, data: st.Data
 # ---------------------------------------------------------------- run records
 
 
+# unknown or missing fields are deviations upstream's run_record.py tolerates (issue 8.3): not read errors
+LENIENT = {"extra.json"}
+
+
 @pytest.mark.parametrize("path", sorted((CORPUS / "runrecords").glob("*.json")), ids=lambda p: p.name)
 def test_hand_made_run_records_give_one_readable_error(path: Path) -> None:
+    if path.name in LENIENT:  # upstream's writer accepts it: read, with its deviations named, never its values
+        record = read_run_record(path)
+        assert record.deviations and gate_problem(record, path) is not None  # no vm_name: never gated
+        assert "sk-or-v1-" not in " ".join(record.deviations)
+        return
     with pytest.raises(ValueError) as info:
         read_run_record(path)
     readable(str(info.value))
@@ -183,8 +192,9 @@ def test_a_fifo_and_bad_records_beside_good_ones_do_not_hang_or_hide_them(tmp_pa
     assert "FIFO" in (entries["fifo-run"].problem or "")
     assert "cap" in (entries["huge"].problem or "")
     assert "nested deeper" in (entries["deep"].problem or "")
+    assert entries["extra"].record is not None and entries["extra"].record.deviations  # lenient, as upstream
     for entry in entries.values():
-        if entry.run_id != "good-run":
+        if entry.run_id not in ("good-run", "extra"):
             assert not entry.ok and entry.problem is not None
             readable(entry.problem)
 

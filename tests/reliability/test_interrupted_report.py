@@ -38,8 +38,12 @@ def test_an_interrupted_run_replaces_the_stale_report(pytester: pytest.Pytester)
     assert result.ret == pytest.ExitCode.INTERRUPTED
     report = json.loads((report_dir / "results.json").read_text())
     assert "stale" not in report and report["interrupted"] is True
-    assert [c["nodeid"] for c in report["checks"]] == ["test_suite.py::test_first"]
+    ran = [c["nodeid"] for c in report["checks"] if "not_run" not in c["evidence"]]
+    assert ran == ["test_suite.py::test_first"]
     assert report["not_run"] == ["test_suite.py::test_interrupted_here", "test_suite.py::test_never_reached"]
+    not_run_items = [c for c in report["checks"] if "not_run" in c["evidence"]]  # each item says why
+    assert [c["nodeid"] for c in not_run_items] == report["not_run"]
+    assert all(c["outcome"] == "skipped" and c["message"].startswith("not run") for c in not_run_items)
     result.stdout.fnmatch_lines(["*interrupted: 2 selected item(s) did not run*"])
 
 
@@ -59,5 +63,6 @@ def test_an_interrupt_before_any_item_still_marks_the_report(pytester: pytest.Py
     )
     assert result.ret == pytest.ExitCode.INTERRUPTED
     report = json.loads((report_dir / "results.json").read_text())
-    assert "stale" not in report and report["interrupted"] is True and report["checks"] == []
+    assert "stale" not in report and report["interrupted"] is True
+    assert all("not_run" in c["evidence"] for c in report["checks"])  # nothing ran: only not-run items
     assert len(report["not_run"]) == 3
