@@ -57,10 +57,8 @@ def test_sim_up_gate_down(tmp_path: Path, pytester: pytest.Pytester) -> None:
         result = pytester.runpytest_subprocess(
             "-m",
             "gate",
-            "--sbx-inventory",
-            str(inventory),
-            "--sbx-report",
-            str(report_dir),
+            f"--sbx-inventory={inventory}",  # the printed form: the space form would sway the rootdir
+            f"--sbx-report={report_dir}",
             "-k",
             "A_git",
             timeout=300,

@@ -72,4 +72,4 @@ def test_sigint_cancels_in_flight_checks_and_the_report_says_what_did_not_run(tm
         assert checks[name]["outcome"] == "skipped", checks[name]
         assert checks[name]["evidence"]["not_run"] == "cancelled while in flight", checks[name]
         assert checks[name]["message"].startswith("not run: the session was interrupted")
-    assert "not run (interrupted):" in text
+    assert "selected item(s) did not run" in text
