@@ -84,8 +84,8 @@ def test_allure_results_carry_evidence_and_labels(
     assert len(results) == 6
     for result in results:
         labels = {(lab["name"], lab["value"]) for lab in result["labels"]}
-        assert ("suite", "gate") in labels
-        run = next(v for n, v in labels if n == "run")
+        assert ("parentSuite", "gate") in labels  # Allure: parentSuite = the sbxcheck suite
+        run = next(v for n, v in labels if n == "subSuite")  # subSuite = the target: the run id for A and E
         assert run in fleet.run_ids
         [attachment] = [a for a in result["attachments"] if a["name"] == "evidence"]
         evidence = json.loads((allure_dir / attachment["source"]).read_text())
