@@ -244,7 +244,13 @@ def test_sigkill_at_mission_dispatch_then_sweep_cancels_by_id(clean: SimFleet, t
     fleet.controlplane.inject("cp.stuck-pending", "gemini")  # the route waits: a mission stays live
     proc = start_child(canary_child(fleet, tmp_path, "gemini-flash and dispatched"), tmp_path)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not any(e.state == "created" for e in Ledger(state).state()):
+
+    def settled() -> bool:
+        # the mission is created and its keyed retry (an intent of its own until answered) has coalesced
+        states = [e.state for e in Ledger(state).state()]
+        return "created" in states and "open" not in states
+
+    while time.monotonic() < deadline and not settled():
         time.sleep(0.05)
     kill(proc)
     [entry] = open_entries(state)
