@@ -47,6 +47,7 @@ import logging
 import os
 import re
 import socket
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -87,6 +88,7 @@ _STATUS_OPS: dict[str, EntryState] = {
 CLOSED_STATES: frozenset[str] = frozenset({"released", "unmatched"})
 OWNERS_DIR = "owners"
 _HELD_OWNER_LOCKS: dict[tuple[str, int], OwnerLock] = {}  # (state dir, pid) -> this process's lock
+_OWNER_LOCKS_GUARD = threading.Lock()
 
 log = logging.getLogger(__name__)
 
@@ -204,14 +206,15 @@ class Ledger:
     def _hold_owner_lock(self, start: str | None) -> None:
         """Hold this process's owner lock from its first intent until it exits (proof of life)."""
         key = (str(self.state_dir.resolve()), os.getpid())
-        if key in _HELD_OWNER_LOCKS:
-            return
-        lock = OwnerLock(self.state_dir / OWNERS_DIR, owner_lock_name(default_owner(), start))
-        if not lock.acquire(timeout_s=self.lock_timeout_s):
-            raise LedgerError(
-                f"{lock.path}: this process's owner lock is held by {lock.holder() or 'another'}"
-            )
-        _HELD_OWNER_LOCKS[key] = lock
+        with _OWNER_LOCKS_GUARD:  # threads of one process (the mission dispatcher's pool) share one lock
+            if key in _HELD_OWNER_LOCKS:
+                return
+            lock = OwnerLock(self.state_dir / OWNERS_DIR, owner_lock_name(default_owner(), start))
+            if not lock.acquire(timeout_s=self.lock_timeout_s):
+                raise LedgerError(
+                    f"{lock.path}: this process's owner lock is held by {lock.holder() or 'another'}"
+                )
+            _HELD_OWNER_LOCKS[key] = lock
 
     def mark_created(self, entry_id: str, ident: str) -> None:
         """The thing exists; ``ident`` is its real identity (for a mount, the printed run id)."""

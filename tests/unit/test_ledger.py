@@ -318,3 +318,25 @@ def test_resolve_mission_by_title_then_id() -> None:
     by_key = [{"id": "m-k", "idempotency_key": "sbxcheck-key", "created_at": "2026-01-01T10:00:01Z"}]
     assert resolve_mission(entry, by_key).ident == "m-k"
     assert resolve_mission(entry, [*missions, {**missions[1], "id": "m-twin"}]).status == "ambiguous"
+
+
+def test_threads_of_one_process_share_its_owner_lock(tmp_path: Path) -> None:
+    """The mission dispatcher writes intents from a thread pool: the first ones race for the owner lock."""
+    ledger = Ledger(tmp_path / "state")
+    barrier = threading.Barrier(8)
+    errors: list[BaseException] = []
+
+    def write(n: int) -> None:
+        barrier.wait()
+        try:
+            ledger.record_intent("mission", f"key-{n}", run_id=None, detail={})
+        except BaseException as exc:  # the test reports every thread's failure
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert errors == []
+    assert len(ledger.open_entries()) == 8
