@@ -450,19 +450,16 @@ class MissionDispatcher:
                     return
                 if status == "active" and has_evidence and not to_end:
                     return
-                if self._stop.is_set():
+                stopped = self._stop.is_set()
+                if stopped or time.monotonic() >= run.deadline_at:
                     if to_end:
-                        raise CommandTimeout(
-                            f"canary mission {mission_id} still {status} when the session stopped "
-                            f"({run.elapsed_s():.0f}s after dispatch)",
-                            evidence={"mission_id": mission_id, "status": status},
+                        why = (
+                            f"when the session stopped ({run.elapsed_s():.0f}s after dispatch)"
+                            if stopped
+                            else f"after {run.elapsed_s():.0f}s (deadline {run.deadline_s:.0f}s from dispatch)"
                         )
-                    return
-                if time.monotonic() >= run.deadline_at:
-                    if to_end:
                         raise CommandTimeout(
-                            f"canary mission {mission_id} still {status} after {run.elapsed_s():.0f}s "
-                            f"(deadline {run.deadline_s:.0f}s from dispatch)",
+                            f"canary mission {mission_id} still {status} {why}",
                             evidence={"mission_id": mission_id, "status": status},
                         )
                     return
