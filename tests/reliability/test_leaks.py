@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 from pathlib import Path
 
 import pytest
@@ -115,11 +114,6 @@ def test_no_seeded_secret_reaches_any_artifact(
     pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seeds = seeded_secrets()
-    # pytester points HOME at its own directory: keep the one pi install cache instead of a fresh npm install
-    real_home = Path(pwd.getpwuid(os.getuid()).pw_dir)
-    monkeypatch.setenv(
-        "SBXCHECK_CACHE", os.environ.get("SBXCHECK_CACHE") or str(real_home / ".cache" / "sbxcheck")
-    )
     monkeypatch.setenv("SBXLEAK_SEEDS", json.dumps(seeds))
     monkeypatch.setenv("SBXLEAK_TEXTS", json.dumps({n: in_context(n, v) for n, v in seeds.items()}))
     pytester.makepyfile(test_leak_probe=PROBE)
