@@ -386,6 +386,13 @@ class SimFleet:
             json.dumps(self._models_json(run.runtime_key, base_url), indent=2), encoding="utf-8"
         )
         models.chmod(0o600)
+        # The embedded fleet has no route to openrouter.ai: a VM whose models.json did not load makes
+        # pi fall back to the public URL, and pi's default retries (2 s, 4 s, 8 s, each with the SDK's
+        # own retries) only add ~20 s of waiting before the same "Connection error.". Same attempts,
+        # same verdict, shorter waits; a real VM keeps its own settings.
+        (agent / "settings.json").write_text(
+            json.dumps({"retry": {"baseDelayMs": 100, "provider": {"maxRetries": 0}}}), encoding="utf-8"
+        )
 
     def _write_record(self, runs_dir: Path, run: SimRun, sha: str, created: str, session_id: str) -> None:
         record = {
