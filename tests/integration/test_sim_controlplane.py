@@ -459,6 +459,8 @@ def test_fleet_endpoints_and_faults(client: SandboxedClient, double: ControlPlan
     assert fleet.enabled and set(nodes) == {"babylon", "nippur", "ashur", "dgx-spark"}
     assert all(n.status == "online" and not n.cordoned for n in nodes.values())
     assert "lean" in nodes["dgx-spark"].labels and nodes["dgx-spark"].lean_runtime_ready
+    # a mission of its own: under xdist the module's other tests may run on another worker
+    client.create_mission(title="fleet-health-count", prompt="hi")
     health = client.fleet_health()
     assert (health.status, health.control_responsive, health.disk_level) == ("ok", True, "ok")
     assert health.missions is not None and health.missions.total >= 1

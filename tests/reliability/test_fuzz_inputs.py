@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
+from fake_time import patch_module_time
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -402,7 +403,7 @@ def test_a_server_dribbling_its_headers_meets_the_deadline() -> None:
 
 def test_retry_after_is_honoured_by_both_clients(monkeypatch: pytest.MonkeyPatch) -> None:
     slept: list[float] = []
-    monkeypatch.setattr("sbxcheck.transports.http.time.sleep", slept.append)
+    patch_module_time(monkeypatch, "sbxcheck.transports.http", sleep=slept.append)
     answers = iter(
         [httpx.Response(503, headers={"retry-after": "1.5"}), httpx.Response(200, json={"data": []})]
     )

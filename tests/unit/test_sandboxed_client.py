@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
+from fake_time import patch_module_time
 
 import sbxcheck.clients.sandboxed as sandboxed
 from sbxcheck.clients.sandboxed import (
@@ -58,7 +59,7 @@ class Recorder:
 def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """Record backoff sleeps instead of sleeping."""
     slept: list[float] = []
-    monkeypatch.setattr("sbxcheck.clients.sandboxed.time.sleep", slept.append)
+    patch_module_time(monkeypatch, "sbxcheck.clients.sandboxed", sleep=slept.append)
     return slept
 
 
@@ -395,8 +396,9 @@ def test_wait_for_mission_has_a_deadline(
     make: Callable[..., tuple[SandboxedClient, Recorder]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = iter(float(i) for i in range(100))
-    monkeypatch.setattr("sbxcheck.clients.sandboxed.time.monotonic", lambda: next(clock))
-    monkeypatch.setattr("sbxcheck.clients.sandboxed.time.sleep", lambda s: None)
+    patch_module_time(
+        monkeypatch, "sbxcheck.clients.sandboxed", monotonic=lambda: next(clock), sleep=lambda s: None
+    )
     client, rec = make(lambda r: httpx.Response(200, json=mission(status="pending")))
     with pytest.raises(CommandTimeout, match="last status 'pending'"):
         client.wait_for_mission(MID, {"completed"}, timeout_s=3.0, interval_s=1.0)
