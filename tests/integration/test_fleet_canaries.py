@@ -62,20 +62,47 @@ def _items(report: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
     return out
 
 
-@pytest.mark.parametrize("fault", [None, *EXPECTED])
-def test_fault_turns_exactly_its_items(pytester: pytest.Pytester, tmp_path: Path, fault: str | None) -> None:
-    with SimFleet(tmp_path / "fleet", [fault] if fault else []) as fleet:
+# faults on different targets share a session (each session also shows the other items stay green);
+# the DGX faults, and the DGX node going offline, each get a session of their own
+GROUPS: list[tuple[str, ...]] = [
+    (),
+    (
+        "dgx.tailscaled-disabled",
+        "fleet.node-cordoned",
+        "fleet.degraded-disk",
+        "cp.env-values-exposed",
+        "gh.no-auth",
+        "openrouter.orphan-key",
+    ),
+    ("dgx.tailscaled-inactive",),
+    ("dgx.ping-timeout",),
+    ("dgx.unreachable",),
+    ("fleet.node-offline",),
+]
+
+
+def test_every_fleet_fault_is_in_a_group() -> None:
+    assert sorted(f for group in GROUPS for f in group) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("group", GROUPS, ids=["+".join(g) or "healthy" for g in GROUPS])
+def test_fault_turns_exactly_its_items(
+    pytester: pytest.Pytester, tmp_path: Path, group: tuple[str, ...]
+) -> None:
+    with SimFleet(tmp_path / "fleet", list(group)) as fleet:
         outcome = run_suite(pytester, fleet, "canary", FLEET_SUITE)
     items = _items(outcome.report)
     assert len(items) == 17, sorted(items)
-    want = EXPECTED.get(fault or "", {})
+    want: dict[tuple[str, str], tuple[str, str]] = {}
+    for fault in group:
+        want.update(EXPECTED[fault])
     mismatches = [
         f"{key}: want {want.get(key, ('passed', None))}, got {(e['outcome'], e['classification'])}: {e['message']}"
         for key, e in sorted(items.items())
         if (e["outcome"], e["classification"]) != want.get(key, ("passed", None))
     ]
     assert not mismatches, "\n".join(mismatches)
-    if fault is None:
+    if not group:
         machines = outcome.report["machine_inventory"]
         assert {row["name"] for row in machines} >= {"agent-core", "dgx-spark", "exe.dev", "babylon"}
         assert all(row.get("checked_at") for row in machines)

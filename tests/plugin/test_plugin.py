@@ -161,7 +161,11 @@ def test_named_runs_closed_or_missing(pytester: pytest.Pytester, live_fleet: Sim
 def test_fanout_xdist_and_one_by_one_give_the_same_results_over_one_connection_per_vm(
     pytester: pytest.Pytester, live_fleet: SimFleet
 ) -> None:
-    """Speed never changes an outcome, and each VM is reached over exactly one connection, in every mode."""
+    """Speed never changes an outcome, and each VM is reached over exactly one connection, in every mode.
+
+    Without the two pi checks (B, D: the same scripts, ~3 s of CPU per VM per mode); the gate fault
+    matrix and the healthy-fleet test run them in fan-out.
+    """
 
     def essence(report: dict[str, object]) -> list[tuple[object, ...]]:
         checks = report["checks"]
@@ -179,18 +183,18 @@ def test_fanout_xdist_and_one_by_one_give_the_same_results_over_one_connection_p
         "one by one": ("--sbx-max-parallel", "0", "-p", "no:xdist"),
     }.items():
         before = {r: live_fleet.connections(r) for r in live_fleet.run_ids}
-        outcome = run_gate(pytester, live_fleet, *args)
+        outcome = run_gate(pytester, live_fleet, *args, "-k", "not B_pi_models and not D_cost_reported")
         connections[mode] = {r: live_fleet.connections(r) - before[r] for r in live_fleet.run_ids}
         runs[mode] = outcome.report
         shutil.rmtree(outcome.report_dir)
     serial = runs["one by one"]
-    assert len(essence(serial)) == 28  # 27 open-run items + the closed run's skip
+    assert len(essence(serial)) == 22  # 21 open-run items (28 less B and D on 3 VMs) + the closed run's skip
     for mode, report in runs.items():
         assert essence(report) == essence(serial), mode
         assert report["incidents"] == [], mode
         assert connections[mode] == dict.fromkeys(live_fleet.run_ids, 1), mode
-    d_item = next(c for c in runs["fan-out"]["checks"] if c["check"] == "D_cost_reported")  # type: ignore[union-attr]
-    assert d_item["duration_s"] == d_item["evidence"]["remote_s"] > 0 and d_item["evidence"]["wait_s"] >= 0
+    c_item = next(c for c in runs["fan-out"]["checks"] if c["check"] == "C_model_answers")  # type: ignore[union-attr]
+    assert c_item["duration_s"] == c_item["evidence"]["remote_s"] > 0 and c_item["evidence"]["wait_s"] >= 0
 
 
 @pytest.mark.slow

@@ -59,7 +59,8 @@ class Recorder:
 def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """Record backoff sleeps instead of sleeping."""
     slept: list[float] = []
-    patch_module_time(monkeypatch, "sbxcheck.clients.sandboxed", sleep=slept.append)
+    for module in ("sbxcheck.clients.sandboxed", "sbxcheck.transports.http"):  # polls; retry backoff
+        patch_module_time(monkeypatch, module, sleep=slept.append)
     return slept
 
 
