@@ -50,6 +50,7 @@ def test_m_gate_selects_only_gate_items_and_collect_only_opens_no_connection(
     assert {r: live_fleet.connections(r) for r in live_fleet.run_ids} == before
 
 
+@pytest.mark.slow  # children that build the embedded fleet (or collect the whole repository)
 def test_ids_are_readable_and_stable_across_runs(pytester: pytest.Pytester) -> None:
     _suite(pytester)
     first = _collected_ids(pytester.runpytest_subprocess("--collect-only", "-q", "-m", "gate"))
@@ -60,6 +61,7 @@ def test_ids_are_readable_and_stable_across_runs(pytester: pytest.Pytester) -> N
     assert f"test_gate.py::test_gate_C_model_answers[{run}-google/gemini-3.6-flash]" in first
 
 
+@pytest.mark.slow  # children that build the embedded fleet (or collect the whole repository)
 def test_header_says_which_fleet(pytester: pytest.Pytester, live_fleet: SimFleet) -> None:
     _suite(pytester)
     sim = pytester.runpytest_subprocess("--collect-only", "-q", "-m", "gate", "-p", "no:xdist")
@@ -232,6 +234,7 @@ def test_execnet_gateways_merge_one_report_on_the_controller(
     assert all(run in junit for run in live_fleet.run_ids)
 
 
+@pytest.mark.slow  # children that build the embedded fleet (or collect the whole repository)
 def test_readme_main_job_collects_from_the_repository_root() -> None:
     """`pytest -m gate` from the root collects gates/, canaries/ and tests/ together: no clashing names."""
     import subprocess

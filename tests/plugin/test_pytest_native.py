@@ -321,6 +321,7 @@ def test_fixtures_are_documented_and_the_internal_marker_hidden(pytester: pytest
     assert "@pytest.mark.gate" in markers and "sbx_placeholder" not in markers
 
 
+@pytest.mark.slow  # six child sessions
 def test_ini_options_resolve_cli_over_env_over_ini(pytester: pytest.Pytester) -> None:
     pytester.makepyprojecttoml('[tool.pytest.ini_options]\nsbx_report_dir = "from-ini"\n')
     pytester.makepyfile(test_g="import pytest\n\n@pytest.mark.gate\ndef test_g():\n    pass\n")
