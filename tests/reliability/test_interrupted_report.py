@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -25,19 +26,27 @@ def test_never_reached():
 """
 
 
-def test_an_interrupted_run_replaces_the_stale_report(pytester: pytest.Pytester) -> None:
+def _interrupted_over_a_stale_report(
+    pytester: pytest.Pytester, suite: str
+) -> tuple[pytest.RunResult, dict[str, Any]]:
+    """Run ``suite`` (it raises KeyboardInterrupt) where a stale results.json waits; return the new one."""
     inventory = pytester.path / "fleet.toml"
     inventory.write_text("[ssh]\n")
     report_dir = pytester.path / "r"
     report_dir.mkdir()
     (report_dir / "results.json").write_text(json.dumps({"schema": 1, "checks": [], "stale": True}))
-    pytester.makepyfile(test_suite=SUITE)
+    pytester.makepyfile(test_suite=suite)
     result = pytester.runpytest_subprocess(
         "-p", "no:randomly", "-m", "gate", "--sbx-inventory", str(inventory), "--sbx-report", str(report_dir)
     )
     assert result.ret == pytest.ExitCode.INTERRUPTED
-    report = json.loads((report_dir / "results.json").read_text())
+    report: dict[str, Any] = json.loads((report_dir / "results.json").read_text())
     assert "stale" not in report and report["interrupted"] is True
+    return result, report
+
+
+def test_an_interrupted_run_replaces_the_stale_report(pytester: pytest.Pytester) -> None:
+    result, report = _interrupted_over_a_stale_report(pytester, SUITE)
     ran = [c["nodeid"] for c in report["checks"] if "not_run" not in c["evidence"]]
     assert ran == ["test_suite.py::test_first"]
     assert report["not_run"] == ["test_suite.py::test_interrupted_here", "test_suite.py::test_never_reached"]
@@ -48,21 +57,7 @@ def test_an_interrupted_run_replaces_the_stale_report(pytester: pytest.Pytester)
 
 
 def test_an_interrupt_before_any_item_still_marks_the_report(pytester: pytest.Pytester) -> None:
-    inventory = pytester.path / "fleet.toml"
-    inventory.write_text("[ssh]\n")
-    report_dir = pytester.path / "r"
-    report_dir.mkdir()
-    (report_dir / "results.json").write_text(json.dumps({"schema": 1, "checks": [], "stale": True}))
-    pytester.makepyfile(
-        test_suite=SUITE.replace(
-            "def test_first():\n    pass", "def test_first():\n    raise KeyboardInterrupt"
-        )
-    )
-    result = pytester.runpytest_subprocess(
-        "-p", "no:randomly", "-m", "gate", "--sbx-inventory", str(inventory), "--sbx-report", str(report_dir)
-    )
-    assert result.ret == pytest.ExitCode.INTERRUPTED
-    report = json.loads((report_dir / "results.json").read_text())
-    assert "stale" not in report and report["interrupted"] is True
+    first_raises = SUITE.replace("def test_first():\n    pass", "def test_first():\n    raise KeyboardInterrupt")
+    _result, report = _interrupted_over_a_stale_report(pytester, first_raises)
     assert all("not_run" in c["evidence"] for c in report["checks"])  # nothing ran: only not-run items
     assert len(report["not_run"]) == 3
