@@ -169,19 +169,15 @@ def sbx_github_probe(request: pytest.FixtureRequest) -> Any:
     return _target(request)
 
 
-def _gate_run_of(request: pytest.FixtureRequest) -> GateRun:
-    from sbxcheck.plugin import param_object
-
-    params = request.node.callspec.params
-    run_id = params["sbx_gate_run"] if "sbx_gate_run" in params else params["sbx_gate_model"][0]
-    run: GateRun = param_object(request.config, "run", run_id)
-    return run
-
-
 @pytest.fixture
 def sbx_vm(request: pytest.FixtureRequest, sbx_ssh_pool: SshPool) -> SshHost:
     """The SSH host of the current gate item's run, connected (strict host keys)."""
-    run = _gate_run_of(request)
+    from sbxcheck.fanout import gate_run_of
+
+    found = gate_run_of(request.node)
+    if found is None:
+        raise RuntimeError(f"{request.node.nodeid}: sbx_vm needs a gate run parameter")
+    run: GateRun = found[0]
     assert run.target is not None
     return sbx_ssh_pool.host(run.target.host)
 

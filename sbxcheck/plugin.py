@@ -582,8 +582,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if not names & {"sbx_run_entry", "sbx_gate_run", "sbx_gate_model"}:
         return
     runs, why_none = _gate_runs(config)
-    for run in runs:
-        _keyed(config, "run", run.run_id, run)
     if "sbx_run_entry" in names:
         if why_none and not runs:
             params = [pytest.param(_keyed(config, "sbx_run_entry", "inventory", why_none), id="inventory")]

@@ -253,3 +253,21 @@ def test_readme_main_job_collects_from_the_repository_root() -> None:
     assert proc.returncode == 0, proc.stdout[-3000:]
     gate_items = [line for line in proc.stdout.splitlines() if line.startswith("gates/test_gate.py::")]
     assert len(gate_items) == 28
+
+
+def test_sbx_vm_is_the_connected_vm_of_the_items_run(pytester: pytest.Pytester, live_fleet: SimFleet) -> None:
+    """A user's own gate check gets the VM of its item's run (one item per gateable run)."""
+    pytester.makepyfile(
+        test_own_check="""
+import pytest
+
+@pytest.mark.gate
+def test_home_is_the_runs(sbx_gate_run, sbx_vm):
+    assert sbx_vm.run("echo $HOME", timeout=20).stdout.strip().endswith("/" + sbx_gate_run.run_id)
+"""
+    )
+    result = pytester.runpytest_subprocess(
+        "-m", "gate", "-p", "no:randomly", f"--sbx-inventory={live_fleet.inventory_path}",
+        f"--sbx-report={pytester.path / 'r'}",
+    )  # fmt: skip
+    assert result.parseoutcomes() == {"passed": len(live_fleet.run_ids)}, result.outlines[-20:]
