@@ -744,6 +744,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         from sbxcheck.redact import redact_exception
 
         redact_exception(call.excinfo)  # before pytest, junit or Allure format it
+    if call.excinfo is not None and not item.config.getoption("fulltrace", False):
+        _hide_sbxcheck_frames(call.excinfo)
     report: pytest.TestReport = yield
     if suite is None:
         return report
@@ -779,6 +781,35 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if record.outcome in (Outcome.FAILED, Outcome.ERROR):
         report.sections.append(("sbxcheck", detail_block(document)))
     return report
+
+
+def _hide_sbxcheck_frames(excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+    """An SbxError's traceback ends where it entered sbxcheck (``--full-trace`` shows it whole).
+
+    The error is sbxcheck's answer about the fleet (unreachable, host key changed, bad inventory),
+    with its message, classification and evidence in the item's sbxcheck section: the frames inside
+    sbxcheck are noise at 3 a.m., and pytest renders each with its source (tenths of a second per
+    item, for every item of an unreachable VM). A user's test frame that called sbxcheck stays.
+    """
+    from sbxcheck.errors import SbxError
+
+    if not isinstance(excinfo.value, SbxError):
+        return  # anything else may be a bug: its whole traceback is the evidence
+    import _pytest
+    import pluggy
+
+    package = Path(__file__).resolve().parent
+    runners = (Path(_pytest.__file__).resolve().parent, Path(pluggy.__file__).resolve().parent)
+    kept = []
+    for entry in excinfo.traceback:
+        path = entry.path
+        if not isinstance(path, Path):
+            kept.append(entry)
+        elif path.is_relative_to(package):
+            break
+        elif not any(path.is_relative_to(runner) for runner in runners):  # pytest would cut these too
+            kept.append(entry)
+    excinfo.traceback = type(excinfo.traceback)(kept)
 
 
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> tuple[str, str, str] | None:

@@ -1,0 +1,40 @@
+"""An SbxError's traceback ends where it entered sbxcheck; any other exception keeps all of it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import sbxcheck
+from sbxcheck.errors import InventoryError
+from sbxcheck.inventory import load_inventory
+from sbxcheck.plugin import _hide_sbxcheck_frames
+
+PACKAGE = Path(sbxcheck.__file__).resolve().parent
+
+
+def _in_package(excinfo: pytest.ExceptionInfo[BaseException]) -> list[Path]:
+    return [e.path for e in excinfo.traceback if isinstance(e.path, Path) and e.path.is_relative_to(PACKAGE)]
+
+
+def test_an_sbxerror_keeps_the_callers_frame_and_drops_sbxchecks() -> None:
+    with pytest.raises(InventoryError) as excinfo:
+        load_inventory(Path("/nonexistent/sbxcheck.toml"))
+    assert _in_package(excinfo)  # raised two frames deep inside sbxcheck
+    _hide_sbxcheck_frames(excinfo)
+    [caller] = excinfo.traceback
+    assert caller.name == test_an_sbxerror_keeps_the_callers_frame_and_drops_sbxchecks.__name__
+    assert not _in_package(excinfo)
+
+
+def test_any_other_exception_keeps_its_whole_traceback() -> None:
+    def deep() -> None:
+        load_inventory(None)  # type: ignore[arg-type]  # a bug: a TypeError inside sbxcheck
+
+    with pytest.raises(TypeError) as excinfo:
+        deep()
+    before = [(e.path, e.lineno) for e in excinfo.traceback]
+    _hide_sbxcheck_frames(excinfo)
+    assert [(e.path, e.lineno) for e in excinfo.traceback] == before
+    assert _in_package(excinfo)
