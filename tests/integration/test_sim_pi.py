@@ -170,6 +170,18 @@ def test_version_goes_to_stderr_without_a_tty(pi_bin: Path, tmp_path: Path) -> N
     assert r.stderr.split()[0] == PI_VERSION
 
 
+def test_pi_keeps_its_compiled_modules_beside_the_install(pi_bin: Path, tmp_path: Path) -> None:
+    """Every simulated VM's pi shares one node compile cache (node >= 22.1), so starts after the first are cheaper."""
+    install = ensure_pi(timeout_s=600)
+    assert (install.compile_cache.parent / "node_modules").is_dir()
+    assert f"export NODE_COMPILE_CACHE={install.compile_cache}" in (pi_bin / "pi").read_text()
+    r = run_pi(pi_bin, make_home(tmp_path, None, "", []), "--version")
+    assert r.rc == 0
+    version = subprocess.run([str(install.node), "--version"], capture_output=True, text=True, check=True)
+    if tuple(int(n) for n in version.stdout.strip().lstrip("v").split(".")[:2]) >= (22, 1):
+        assert any(p.is_file() for p in install.compile_cache.rglob("*"))
+
+
 @pytest.mark.slow  # node startups; --version below keeps the real pi in the inner loop
 def test_list_models_healthy(pi_bin: Path, openrouter: Double, tmp_path: Path) -> None:
     secret, _ = openrouter.double.mint("sbx-list", 50.0)
