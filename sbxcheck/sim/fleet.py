@@ -804,6 +804,8 @@ class SimFleet:
                 "SBX_VM_OPENROUTER_URL": base_url,
                 "SBX_FILL_REPO": str(self.checkout),
                 "SBX_KNOBS": str(self.knobs_dir),
+                # the interpreter running the fleet: no version-manager shim (pyenv's costs ~70 ms a call)
+                "SBX_PYTHON": sys.executable or "python3",
             },
         )
 

@@ -7,13 +7,12 @@
 #
 # .sandbox/sim.env (optional, non-secret, written by the sbxcheck simulator) overrides where
 # things are: SBX_SSH_CONFIG, SBX_KNOWN_HOSTS, SBX_OPENROUTER_URL, SBX_VM_OPENROUTER_URL,
-# SBX_FILL_REPO, SBX_KNOBS, SBX_SSH_WAIT_S.
+# SBX_FILL_REPO, SBX_KNOBS, SBX_SSH_WAIT_S, SBX_PYTHON (the python3 that runs the stdlib-only
+# host helpers, isolated: -I -S).
 
 SBX_ROOT=$PWD
 SBX_RUNS=$SBX_ROOT/.sandbox/runs
 SBX_HOST_DIR=$SBX_ROOT/sandbox_mount/host
-RR=(python3 "$SBX_HOST_DIR/run_record.py")
-SJ=(python3 "$SBX_HOST_DIR/sbx_json.py")
 J=("${SBX_JUST:-just}" --justfile "$SBX_ROOT/justfile")
 OR_URL=https://openrouter.ai/api/v1
 VM_SUFFIX=.exe.xyz
@@ -26,6 +25,8 @@ if [ -f "$SBX_ROOT/.sandbox/sim.env" ]; then
   # shellcheck disable=SC1091
   . "$SBX_ROOT/.sandbox/sim.env"
 fi
+RR=("${SBX_PYTHON:-python3}" -I -S "$SBX_HOST_DIR/run_record.py")
+SJ=("${SBX_PYTHON:-python3}" -I -S "$SBX_HOST_DIR/sbx_json.py")
 [ -n "${SBX_OPENROUTER_URL:-}" ] && OR_URL=${SBX_OPENROUTER_URL%/}
 [ -n "${SBX_SSH_CONFIG:-}" ] && SBX_SSH_OPTS+=(-F "$SBX_SSH_CONFIG")
 if [ -n "${SBX_KNOWN_HOSTS:-}" ]; then
