@@ -6,7 +6,9 @@ The floor is a plain paramiko script: one connection per VM, VMs in parallel, ea
 flight together over its connection — exactly the commands and stdin the gate's check functions send
 (taken from the check functions themselves), read to the end, nothing judged. Both are child
 processes, timed wall clock from start to exit, interleaved (floor, gate, floor, gate, …). Prints each
-median, the ratio (target ≤ 1.15×) and the gate's peak RSS.
+median, the ratio (target ≤ 1.15×) and the gate's peak RSS. The gate loads the pytest plugins the
+quick start installs (sbxcheck's own dependencies); ``--all-plugins`` adds the test extras' and the
+machine's (each adds its import and hooks to every pytest run, sbxcheck or not).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _child import REPO
+from _child import REPO, foreign_plugins
 
 FLOOR_MARK = "--floor-child"
 
@@ -149,6 +151,11 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--extra", default="", help="extra pytest arguments for the gate, space separated")
     parser.add_argument(
+        "--all-plugins",
+        action="store_true",
+        help="load every installed pytest plugin into the gate (default: only those `pip install sbxcheck` brings)",
+    )
+    parser.add_argument(
         "--max-parallel",
         type=int,
         default=32,
@@ -156,6 +163,13 @@ def main() -> int:
     )
     args = parser.parse_args()
     from sbxcheck.sim.fleet import SimFleet
+
+    blocked = [] if args.all_plugins else foreign_plugins()
+    print(
+        f"gate plugins: {'every installed one' if args.all_plugins else 'as installed by the quick start'}"
+        f"{' (left out: ' + ' '.join(blocked[1::2]) + ')' if blocked else ''}",
+        flush=True,
+    )
 
     medians: dict[int, tuple[float, float]] = {}
     for n in args.runs:
@@ -180,7 +194,7 @@ def main() -> int:
             gate_cmd = [
                 sys.executable, "-m", "pytest", "-m", "gate", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
                 "--sbx-inventory", str(inv), "--sbx-report", str(Path(tmp) / "report"),
-                "--sbx-max-parallel", str(args.max_parallel), *args.extra.split(), str(REPO / "gates"),
+                "--sbx-max-parallel", str(args.max_parallel), *blocked, *args.extra.split(), str(REPO / "gates"),
             ]  # fmt: skip
             floors, gates, rss = [], [], []
             for i in range(args.repeat):
