@@ -35,7 +35,15 @@ CHILD_BLOCKED_PLUGINS = ("hypothesispytest", "anyio", "benchmark", "xdist.loopon
 
 
 @pytest.fixture(autouse=True)
-def _children_skip_unused_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every pytest a test starts (pytester or subprocess) loads sbxcheck, xdist and allure, not the rest."""
+def _children_skip_unused_plugins(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every pytest a test starts (pytester or subprocess) loads sbxcheck, xdist and allure, not the rest.
+
+    pytester deletes PYTEST_ADDOPTS when it is made, so it is made first and the option set after it
+    (and undone before pytester restores the environment it found).
+    """
+    if "pytester" in request.fixturenames:
+        request.getfixturevalue("pytester")
     blocked = " ".join(f"-p no:{name}" for name in CHILD_BLOCKED_PLUGINS)
-    monkeypatch.setenv("PYTEST_ADDOPTS", f"{os.environ.get('PYTEST_ADDOPTS', '')} {blocked}".strip())
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PYTEST_ADDOPTS", f"{os.environ.get('PYTEST_ADDOPTS', '')} {blocked}".strip())
+        yield
