@@ -23,17 +23,19 @@ Messages name the endpoint and the exposure class (counts, variable names); valu
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from pydantic import ValidationError
 
 from sbxcheck.checks.base import run_check
-from sbxcheck.clients.mcp import McpToolResult
 from sbxcheck.clients.sandboxed import Workspace, _validation_summary, excerpt
 from sbxcheck.errors import BadResponseError, SbxError
 from sbxcheck.results import CheckResult, Classification
 from sbxcheck.safeio import loads_bounded
 from sbxcheck.secrets import GENERIC
+
+if TYPE_CHECKING:  # the MCP client (and the mcp SDK) load only when a session uses MCP
+    from sbxcheck.clients.mcp import McpToolResult
 
 REST_ENDPOINT: Final = "REST GET /api/workspaces"
 MCP_ENDPOINT: Final = "MCP list_workspaces"

@@ -12,14 +12,16 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Callable
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from sbxcheck.checks.base import run_check
-from sbxcheck.clients.mcp import McpToolResult
 from sbxcheck.clients.sandboxed import ExecResult, excerpt
 from sbxcheck.errors import BadResponseError
 from sbxcheck.inventory import GITHUB_HOST_RE, credential_free_remote
 from sbxcheck.results import CheckResult, Classification
+
+if TYPE_CHECKING:  # the MCP client (and the mcp SDK) load only when a session uses MCP
+    from sbxcheck.clients.mcp import McpToolResult
 
 CHECK: Final = "github_stored_auth"
 _REPO_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*/[A-Za-z0-9._-]+$")
