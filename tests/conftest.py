@@ -30,8 +30,10 @@ def healthy_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimFleet
 
 # Plugins that no child session under test uses; each costs a child pytest ~0.1-0.4 s of CPU to
 # import (hypothesis alone ~0.4 s), and the suite starts ~140 children. Blocked for children only:
-# this session's own plugins are already loaded when a test runs.
-CHILD_BLOCKED_PLUGINS = ("hypothesispytest", "anyio", "benchmark", "xdist.looponfail")
+# this session's own plugins are already loaded when a test runs. pytest's unraisableexception
+# runs gc.collect() five times at exit (0.1-0.5 s in a child that served a fleet) to find warnings
+# no test reads in a child's output; this session keeps it.
+CHILD_BLOCKED_PLUGINS = ("hypothesispytest", "anyio", "benchmark", "xdist.looponfail", "unraisableexception")
 
 
 @pytest.fixture(autouse=True)
