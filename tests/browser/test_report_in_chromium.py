@@ -38,6 +38,10 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 
+# one worker drives every page through one browser (sbxcheck turns -n's load into loadgroup):
+# a Chromium per xdist worker cost ~1.5 s CPU each and made the pages wait on each other
+pytestmark = pytest.mark.xdist_group("chromium")
+
 sync_api = pytest.importorskip(
     "playwright.sync_api", reason="playwright is not installed (pip install -e '.[test]')"
 )

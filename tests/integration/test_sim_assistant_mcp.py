@@ -27,6 +27,9 @@ from sbxcheck.clients.mcp import AssistantMcpClient, McpToolResult
 from sbxcheck.sim.assistant_mcp import NEWEST_PAGE, NO_TOKEN_MESSAGE, TOOL_NAMES
 from sbxcheck.sim.httpserver import BackgroundServer
 
+# its module-scoped servers start once, on one xdist worker (sbxcheck makes -n use loadgroup)
+pytestmark = pytest.mark.xdist_group("mcp-server")
+
 TOKEN = "sim-assistant-token-0123456789"
 MID = "11111111-2222-3333-4444-555555555555"
 BUSY = "99999999-8888-7777-6666-555555555555"  # settings PATCH answers 409 for this one

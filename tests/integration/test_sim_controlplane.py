@@ -23,6 +23,9 @@ from sbxcheck.redact import Redactor
 from sbxcheck.sim.controlplane import CONTROLPLANE_FAULTS, NIL_UUID, ControlPlaneDouble
 from sbxcheck.sim.httpserver import BackgroundServer
 
+# its module-scoped servers start once, on one xdist worker (sbxcheck makes -n use loadgroup)
+pytestmark = pytest.mark.xdist_group("controlplane-double")
+
 TERMINAL_OR_PARKED = {"completed", "failed", "interrupted", "awaiting_user"}
 
 

@@ -21,6 +21,9 @@ from gate_harness import REPO, run_gate
 
 from sbxcheck.sim.fleet import SimFleet
 
+# its module-scoped servers start once, on one xdist worker (sbxcheck makes -n use loadgroup)
+pytestmark = pytest.mark.xdist_group("pytest-native")
+
 SECRET = "sk-or-v1-" + "a1b2c3d4" * 8
 ADVICE_TAIL = "END-OF-ADVICE"
 ADVICE = (

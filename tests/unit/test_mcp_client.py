@@ -23,6 +23,9 @@ from sbxcheck.clients.mcp import (
 )
 from sbxcheck.errors import BadResponseError, CommandTimeout, HostUnreachable
 
+# its module-scoped servers start once, on one xdist worker (sbxcheck makes -n use loadgroup)
+pytestmark = pytest.mark.xdist_group("mcp-client")
+
 SECRET = "tok-unit-test-4f9c1d2e8a7b"
 
 SERVER = """
