@@ -34,7 +34,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Self, TextIO, TypeVar
+from typing import Any, Final, Protocol, Self, TextIO, TypeVar
 
 import anyio
 import mcp_types
@@ -42,7 +42,6 @@ import pydantic
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.shared._stream_protocols import ReadStream
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
@@ -161,6 +160,17 @@ class _StderrCapture:
         self._thread.join(timeout_s)
 
 
+class _MessageSource(Protocol):
+    """What :class:`_EofWatch` needs of the transport's read stream.
+
+    Our own protocol: the SDK's (``ReadStream``) lives in a private module a minor release may move.
+    """
+
+    async def receive(self) -> SessionMessage | Exception: ...
+
+    async def aclose(self) -> None: ...
+
+
 class _EofWatch:
     """Wraps the transport's read stream and records when it ends (the server's stdout closed).
 
@@ -168,7 +178,7 @@ class _EofWatch:
     this flag tells them apart.
     """
 
-    def __init__(self, inner: ReadStream[SessionMessage | Exception]) -> None:
+    def __init__(self, inner: _MessageSource) -> None:
         self._inner = inner
         self.ended = threading.Event()
 
