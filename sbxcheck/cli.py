@@ -5,7 +5,8 @@ sbxcheck sim down --dir DIR                    stop it
 sbxcheck sim faults                            every fault name, one line each
 sbxcheck report [DIR]                          summarise DIR/results.json
 sbxcheck history DIR [--keep N]                flaky items, since-when failing, incidents new/ongoing/resolved
-sbxcheck version
+sbxcheck doctor [--inventory PATH]             every precondition of a run, one line each (exit 0/1)
+sbxcheck version (or sbxcheck --version)
 """
 
 from __future__ import annotations
@@ -33,30 +34,53 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sbxcheck", description="sandbox fleet checks (pytest plugin companion)"
     )
+    parser.add_argument("--version", action="version", version=f"sbxcheck {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     sim = sub.add_parser("sim", help="the embedded simulated fleet").add_subparsers(
         dest="sim_command", required=True
     )
     up = sim.add_parser("up", help="start the fleet in the background and write DIR/sbxcheck.toml")
-    up.add_argument("--dir", required=True, type=Path)
-    up.add_argument("--fault", action="append", default=[], metavar="NAME[@RUN]")
-    up.add_argument("--seed", type=int, default=None)
-    up.add_argument("--runs", type=int, default=3, metavar="N", help="simulated runs (VMs), default 3")
     serve = sim.add_parser("serve", help="run the fleet in the foreground (what `up` starts)")
-    serve.add_argument("--dir", required=True, type=Path)
-    serve.add_argument("--fault", action="append", default=[], metavar="NAME[@RUN]")
-    serve.add_argument("--seed", type=int, default=None)
-    serve.add_argument("--runs", type=int, default=3, metavar="N", help="simulated runs (VMs), default 3")
+    for command in (up, serve):
+        command.add_argument(
+            "--dir", required=True, type=Path, help="the fleet's directory (its sbxcheck.toml, keys, log)"
+        )
+        command.add_argument(
+            "--fault",
+            action="append",
+            default=[],
+            metavar="NAME[@RUN]",
+            help="inject a named fault (repeatable; `sbxcheck sim faults` lists them)",
+        )
+        command.add_argument(
+            "--seed", type=int, default=None, help="a different fleet layout (run ids, ports); default fixed"
+        )
+        command.add_argument("--runs", type=int, default=3, metavar="N", help="simulated runs (VMs), default 3")
     down = sim.add_parser("down", help="stop a fleet started with `up`")
-    down.add_argument("--dir", required=True, type=Path)
+    down.add_argument("--dir", required=True, type=Path, help="the directory given to `sim up`")
     sim.add_parser("faults", help="list every fault name with one line each")
     report = sub.add_parser("report", help="summarise a results.json")
-    report.add_argument("dir", nargs="?", default="sbxcheck-report", type=Path)
+    report.add_argument(
+        "dir",
+        nargs="?",
+        default="sbxcheck-report",
+        type=Path,
+        help="a report directory or a results.json (default sbxcheck-report)",
+    )
     history = sub.add_parser(
         "history", help="summarise a --sbx-history directory: flaky, failing since, incidents, trends"
     )
-    history.add_argument("dir", type=Path)
+    history.add_argument("dir", type=Path, help="the --sbx-history directory")
     history.add_argument("--keep", type=int, default=None, metavar="N", help="only the last N runs")
+    doctor = sub.add_parser(
+        "doctor", help="check every precondition of a run (inventory, files, known_hosts, env, services, tools)"
+    )
+    doctor.add_argument(
+        "--inventory",
+        metavar="PATH",
+        default=None,
+        help="the inventory to check (default: $SBXCHECK_INVENTORY, else ./sbxcheck.toml, else the embedded fleet)",
+    )
     sub.add_parser("version", help="print the version")
     return parser
 
@@ -67,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "version":
             print(f"sbxcheck {__version__}")
             return 0
+        if args.command == "doctor":
+            from sbxcheck.doctor import choose_for_cli, run_doctor
+
+            return run_doctor(choose_for_cli(args.inventory, Path.cwd()))
         if args.command == "report":
             return _report(args.dir)
         if args.command == "history":

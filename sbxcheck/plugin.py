@@ -147,6 +147,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     add_ini_options(parser)
     _add_history_options(parser, group)
+    _add_first_contact_options(parser, group)
+
+
+def _add_first_contact_options(parser: pytest.Parser, group: Any) -> None:
+    """Issue 18: a lost inventory is a usage error on request; the doctor checks before anything runs."""
+    group.addoption(
+        "--sbx-require-inventory",
+        action="store_true",
+        default=False,
+        help="no inventory found is a usage error (exit 4) instead of a run on the embedded simulated fleet "
+        "(what CI sets); also $SBXCHECK_REQUIRE_INVENTORY=1, ini sbx_require_inventory = true",
+    )
+    group.addoption(
+        "--sbx-doctor",
+        action="store_true",
+        default=False,
+        help="check every precondition (inventory, files, known_hosts, env vars, control plane, OpenRouter "
+        "key, tools), one line each, and collect nothing: the same as `sbxcheck doctor`",
+    )
+    parser.addini(
+        "sbx_require_inventory", "no inventory found is a usage error (as --sbx-require-inventory)", type="bool"
+    )
 
 
 # History and metrics (issue 9): CLI, then ini, then default.
@@ -217,6 +239,10 @@ def pytest_configure(config: pytest.Config) -> None:
     for dest in ("sbx_inventory", "sbx_report", "sbx_teardown", "sbx_state"):
         resolve(config, dest)  # a bad value is a usage error now, naming its source
     _history_keep(config)  # a bad value stops the run before anything is mounted
+    if config.getoption("sbx_doctor"):
+        _run_doctor(config)
+    if getattr(config, "workerinput", None) is None:
+        _preflight(config)  # a bad configuration is one usage error, before collection (exit 4)
     config.stash[PARAMS_KEY] = {}
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
     config.stash[SESSION_TAG_KEY] = (
@@ -256,6 +282,46 @@ def pytest_configure(config: pytest.Config) -> None:
             # items of one VM (and of the control plane) go to one worker: one connection, one owner
             config.option.dist = "loadgroup"
         config.pluginmanager.register(_XdistNodes(config), "sbxcheck-xdist")
+
+
+def _preflight(config: pytest.Config) -> None:
+    """Raise pytest.UsageError with one message when the configuration cannot give a fleet verdict."""
+    from sbxcheck.options import resolve
+    from sbxcheck.preflight import REQUIRE_ENV, choose_inventory, configuration_problem, require_flag
+
+    setting = resolve(config, "sbx_inventory")
+    faults = list(config.getoption("sbx_sim_fault"))
+    choice = choose_inventory(
+        setting.value,
+        setting.source,
+        Path(str(config.rootpath)),
+        force_sim=bool(config.getoption("sbx_sim") or faults),
+    )
+    try:
+        required = require_flag(
+            bool(config.getoption("sbx_require_inventory")),
+            os.environ.get(REQUIRE_ENV),
+            config.getini("sbx_require_inventory"),
+        )
+    except ValueError as exc:
+        raise pytest.UsageError(f"sbxcheck: {exc}") from None
+    problem = configuration_problem(
+        choice, required=required, faults=faults, markexpr=str(config.getoption("markexpr") or "")
+    )
+    if problem:
+        raise pytest.UsageError(problem)
+
+
+def _run_doctor(config: pytest.Config) -> None:
+    """--sbx-doctor: the doctor's report instead of a test run (exit 0 or 1), nothing collected."""
+    from sbxcheck.doctor import run_doctor
+    from sbxcheck.options import resolve
+    from sbxcheck.preflight import choose_inventory
+
+    setting = resolve(config, "sbx_inventory")
+    choice = choose_inventory(setting.value, setting.source, Path(str(config.rootpath)), force_sim=False)
+    code = run_doctor(choice)
+    pytest.exit("sbxcheck doctor: all preconditions met" if code == 0 else "sbxcheck doctor: see the ✗ lines", code)
 
 
 def get_session(config: pytest.Config) -> SbxSession:
@@ -439,6 +505,10 @@ def pytest_report_collectionfinish(
         from sbxcheck.sim.pi import pi_status
 
         lines.append(f"sbxcheck: simulated VMs run {pi_status()}")
+        lines.append(
+            "sbxcheck: SIMULATED RUN: these verdicts are about the embedded fleet, not yours "
+            "(CI: --sbx-require-inventory makes a lost inventory exit 4)"
+        )
     return lines
 
 

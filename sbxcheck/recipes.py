@@ -220,6 +220,11 @@ def run_recipe(
     """
     argv = build_command(templates, name, run_id)
     shown = [default_redactor().redact_text(a) for a in argv]
+    if argv and os.sep not in argv[0]:
+        from sbxcheck.tools import find_tool
+
+        # the venv's own `just` (rust-just) even when the venv is not activated (cron, CI, venv/bin/python)
+        argv = [find_tool(argv[0]) or argv[0], *argv[1:]]
     timeout = templates.timeout(name)
     cwd = templates.cwd
     full_env = {**os.environ, **(env or {})}

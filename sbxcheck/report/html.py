@@ -248,10 +248,17 @@ def _top(ctx: _Ctx) -> str:
     if ctx.history is not None:
         toc.append(("#history", f"History (flaky: {len(ctx.history.flaky)})"))
     nav = '<nav class="toc">' + "".join(f'<a href="{h}">{_e(t)}</a>' for h, t in toc) + "</nav>"
+    banner = (
+        '<p class="warn sim-banner" id="simulated"><strong>Simulated run</strong>: these verdicts are '
+        "about the embedded simulated fleet, not a real one (no inventory was given, or --sbx-sim). "
+        "CI jobs set --sbx-require-inventory so a lost inventory stops the run instead.</p>"
+        if inventory.sim
+        else ""
+    )
     return (
         f'<header class="verdict v-{verdict}" id="verdict" data-verdict="{verdict}">'
         f"<h1>{_e(_HEADLINE[verdict])}</h1><p>{_e(total)} checks: {pills_text(summary)}</p></header>"
-        f'<main><div class="meta">{meta_html}{history}</div><p>{pills}</p>{nav}{details}'
+        f'<main>{banner}<div class="meta">{meta_html}{history}</div><p>{pills}</p>{nav}{details}'
     )
 
 

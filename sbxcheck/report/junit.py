@@ -17,7 +17,9 @@ Layout:
   ``errors`` attribute still counts them); a skipped one has ``<skipped message=...>``;
 - the details — key evidence, next step, then the full evidence as JSON — in the testcase's
   ``<system-out>``. No ``<properties>`` inside a testcase (the schema forbids them) and no suite-level
-  evidence.
+  evidence;
+- each testsuite's ``<properties>`` say which fleet was checked: ``sbxcheck.fleet`` is ``simulated``
+  (the embedded fleet) or ``real``, and ``sbxcheck.inventory`` names the inventory's source.
 
 Everything is rendered from the already redacted results document, and the final text passes
 through the redactor once more.
@@ -106,6 +108,16 @@ def _case(check: Mapping[str, Any], incident: str | None) -> ET.Element:
     return case
 
 
+def _fleet_properties(document: Mapping[str, Any]) -> ET.Element:
+    """``<properties>``: a simulated run says so in junit.xml too (a CI job that lost its inventory)."""
+    inventory = document.get("inventory") or {}
+    properties = ET.Element("properties")
+    fleet = "simulated" if inventory.get("sim") else "real"
+    ET.SubElement(properties, "property", {"name": "sbxcheck.fleet", "value": fleet})
+    ET.SubElement(properties, "property", {"name": "sbxcheck.inventory", "value": str(inventory.get("source", ""))})
+    return properties
+
+
 def render_junit_xml(document: Mapping[str, Any], redactor: Redactor) -> str:
     """junit.xml text for a (redacted) results document as produced by ``report_dict``."""
     incident_of: dict[str, str] = {}
@@ -140,6 +152,7 @@ def render_junit_xml(document: Mapping[str, Any], redactor: Redactor) -> str:
                 "timestamp": str(document.get("started_at", "")),
             },
         )
+        element.append(_fleet_properties(document))
         for check in checks:
             element.append(_case(check, incident_of.get(str(check["nodeid"]))))
         for key in totals:

