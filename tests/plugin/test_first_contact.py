@@ -1,0 +1,239 @@
+"""First contact (issue 18): a bad configuration is one usage error, a lost inventory never a green fleet,
+the doctor says what is missing before anything runs, and tools come with the interpreter."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from lifecycle_harness import child_argv, read_report, suites_dir
+
+from sbxcheck.cli import _parser as cli_parser
+from sbxcheck.cli import main as cli_main
+from sbxcheck.doctor import run_doctor
+from sbxcheck.preflight import InventoryChoice, selected_suites
+from sbxcheck.sim.fleet import SimFleet
+
+GATE_STUB = "import pytest\npytestmark = pytest.mark.gate\n\ndef test_stub():\n    pass\n"
+
+
+def _usage_error(result: pytest.RunResult) -> str:
+    """The one ERROR line of an exit-4 run (no traceback, nothing collected)."""
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str() + result.stderr.str()
+    out, err = result.stdout.str(), result.stderr.str()
+    assert "Traceback" not in out + err and "collected" not in out
+    lines = [line for line in err.splitlines() if line.startswith("ERROR:")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+# ------------------------------------------------------------------ configuration errors: exit 4
+
+
+def test_require_inventory_without_one_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_stub=GATE_STUB)
+    line = _usage_error(pytester.runpytest_subprocess("-m", "gate", "--sbx-require-inventory"))
+    assert "no inventory found and --sbx-require-inventory requires one" in line and "--sbx-inventory" in line
+    env = pytester.runpytest_subprocess("-m", "gate", "--collect-only")  # the switch is off by default
+    assert env.ret == pytest.ExitCode.OK
+    os.environ["SBXCHECK_REQUIRE_INVENTORY"] = "1"
+    try:
+        assert "$SBXCHECK_REQUIRE_INVENTORY" in _usage_error(pytester.runpytest_subprocess("-m", "gate"))
+        os.environ["SBXCHECK_REQUIRE_INVENTORY"] = "maybe"
+        assert "expected 1/true/yes or 0/false/no" in _usage_error(
+            pytester.runpytest_subprocess("-m", "gate")
+        )
+    finally:
+        del os.environ["SBXCHECK_REQUIRE_INVENTORY"]
+    pytester.makeini("[pytest]\nsbx_require_inventory = true\n")
+    assert "ini sbx_require_inventory" in _usage_error(pytester.runpytest_subprocess("-m", "gate"))
+
+
+def test_toml_error_unknown_fault_and_unset_env_var_are_one_message_each(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_stub=GATE_STUB)
+    broken = pytester.path / "broken.toml"
+    broken.write_text("[ssh\nconnect_timeout_s = 5\n")
+    line = _usage_error(pytester.runpytest_subprocess("-m", "gate", f"--sbx-inventory={broken}"))
+    assert f"{broken}: not valid TOML" in line and "fix the file" in line
+    line = _usage_error(pytester.runpytest_subprocess("-m", "gate", "--sbx-sim-fault", "vm.on-fire"))
+    assert "--sbx-sim-fault: unknown fault 'vm.on-fire'; known faults:" in line
+    unset = pytester.path / "unset.toml"
+    unset.write_text('[sandboxed]\nurl = "http://127.0.0.1:9"\ntoken_env = "SBX_FIRST_CONTACT_UNSET"\n')
+    os.environ.pop("SBX_FIRST_CONTACT_UNSET", None)
+    line = _usage_error(pytester.runpytest_subprocess("-m", "canary or triage", f"--sbx-inventory={unset}"))
+    assert "sandboxed.token_env: SBX_FIRST_CONTACT_UNSET" in line and "export them" in line
+    # the gate reads no secret from the environment: the same inventory is fine for -m gate
+    gate = pytester.runpytest_subprocess("-m", "gate", "--collect-only", f"--sbx-inventory={unset}")
+    assert gate.ret == pytest.ExitCode.OK, gate.stderr.str()
+
+
+@pytest.mark.parametrize(
+    ("expr", "suites"),
+    [
+        ("", {"gate", "canary", "triage"}),
+        ("gate", {"gate"}),
+        ("canary or triage", {"canary", "triage"}),
+        ("not gate", {"canary", "triage"}),
+        ("(gate or canary) and not slow", {"gate", "canary"}),
+        ("gate and canary", set()),
+        ("flaky(reruns=2)", {"gate", "canary", "triage"}),  # not understood: every suite, never fewer
+    ],
+)
+def test_selected_suites_reads_the_marker_expression(expr: str, suites: set[str]) -> None:
+    assert selected_suites(expr) == suites
+
+
+# ------------------------------------------------------------------ a simulated run says so
+
+
+def test_simulated_run_says_so_in_header_junit_and_results(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_sim="""
+        import pytest
+        from sbxcheck.results import CheckResult
+        pytestmark = pytest.mark.gate
+
+        def test_one(sbx_verdict):
+            sbx_verdict(CheckResult.passed("one", "t", "ok", {"checked": True}))
+        """
+    )
+    result = pytester.runpytest_subprocess("-m", "gate", "--sbx-sim", "--sbx-report=r")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["sbxcheck: SIMULATED RUN: these verdicts are about the embedded fleet*"])
+    import json
+    import xml.etree.ElementTree as ET
+
+    assert json.loads((pytester.path / "r" / "results.json").read_text())["inventory"]["sim"] is True
+    root = ET.parse(pytester.path / "r" / "junit.xml").getroot()
+    props = {p.get("name"): p.get("value") for p in root.iter("property")}
+    assert props["sbxcheck.fleet"] == "simulated"
+    assert 'id="simulated"' in (pytester.path / "r" / "report.html").read_text()
+
+
+# ------------------------------------------------------------------ CLI
+
+
+def test_version_flag_and_help_on_every_argument(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli_main(["--version"])
+    assert info.value.code == 0 and capsys.readouterr().out.startswith("sbxcheck ")
+    missing: list[str] = []
+
+    def walk(parser: object, path: str) -> None:
+        for action in parser._actions:  # type: ignore[attr-defined]
+            if action.help is None and not action.choices:
+                missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+            for name, sub in (action.choices or {}).items() if hasattr(action, "_name_parser_map") else []:
+                walk(sub, f"{path} {name}")
+
+    walk(cli_parser(), "sbxcheck")
+    assert missing == []
+
+
+# ------------------------------------------------------------------ doctor
+
+
+def _doctor(path: Path | None) -> tuple[int, str]:
+    out = io.StringIO()
+    code = run_doctor(InventoryChoice(path, "--sbx-inventory" if path else "no inventory given"), out)
+    return code, out.getvalue()
+
+
+def test_doctor_on_a_healthy_fleet_passes(healthy_fleet: SimFleet) -> None:
+    code, out = _doctor(healthy_fleet.inventory_path)
+    assert code == 0, out
+    for label in (
+        "inventory validates",
+        "file ssh.identity",
+        "known_hosts exe.dev",
+        "control plane auth",
+        "OpenRouter provisioning key",
+        "just",
+        "node",
+        "pi",
+        "pytest",
+        "pytest-xdist",
+    ):
+        assert f"✓ {label}:" in out, label
+    assert "✗" not in out and out.rstrip().endswith("sbxcheck doctor: all preconditions met")
+    password = (
+        Path(healthy_fleet.inventory_path.parent / "secrets" / "controlplane_password").read_text().strip()
+    )
+    assert password not in out  # no secret value printed
+
+
+def test_doctor_names_each_missing_precondition_and_its_fix(healthy_fleet: SimFleet, tmp_path: Path) -> None:
+    """A key file 0644, an unset token env var, a host missing from known_hosts, an unreachable control
+    plane: exit 1, one ✗ line each naming the file/var/host/URL and the fix (the fleet is not touched)."""
+    import tomllib
+
+    import tomli_w
+
+    doc = tomllib.loads(healthy_fleet.inventory_path.read_text())
+    key = tmp_path / "id_wide"
+    shutil.copy(doc["ssh"]["identity"], key)
+    key.chmod(0o644)
+    known = tmp_path / "known_hosts"
+    lines = Path(doc["ssh"]["known_hosts"][0]).read_text().splitlines()
+    kept = []
+    for line in lines:  # drop the pattern dgx-spark from every entry (an entry may name several hosts)
+        hosts, _, rest = line.partition(" ")
+        names = [h for h in hosts.split(",") if h != "dgx-spark"]
+        if names:
+            kept.append(",".join(names) + " " + rest)
+    known.write_text("\n".join(kept) + "\n")
+    doc["ssh"].update(identity=str(key), known_hosts=[str(known)])
+    doc["sandboxed"].update(url="http://127.0.0.1:9", token_env="SBX_DOCTOR_UNSET_TOKEN")  # discard port
+    os.environ.pop("SBX_DOCTOR_UNSET_TOKEN", None)
+    inventory = tmp_path / "sbxcheck.toml"
+    inventory.write_text(tomli_w.dumps(doc))
+    code, out = _doctor(inventory)
+    assert code == 1 and "Traceback" not in out
+    failed = [line for line in out.splitlines() if line.startswith("✗")]
+    assert any(f"{key}: mode 0644" in line and f"fix: chmod 600 {key}" in line for line in failed), out
+    assert any("env SBX_DOCTOR_UNSET_TOKEN: not set (sandboxed.token_env" in line for line in failed), out
+    assert any(
+        line.startswith("✗ known_hosts dgx-spark:") and "ssh-keyscan" in line and str(known) in line
+        for line in failed
+    ), out
+    assert any(
+        "http://127.0.0.1:9/api/health unreachable" in line and "[sandboxed] url" in line for line in failed
+    )
+    assert len(failed) == 4, out  # nothing else is blamed
+
+
+def test_pytest_sbx_doctor_collects_nothing(pytester: pytest.Pytester, healthy_fleet: SimFleet) -> None:
+    pytester.makepyfile(test_stub=GATE_STUB)
+    result = pytester.runpytest_subprocess("--sbx-doctor", f"--sbx-inventory={healthy_fleet.inventory_path}")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        ["✓ inventory: *(from --sbx-inventory)", "sbxcheck doctor: all preconditions met"]
+    )
+    assert "collected" not in result.stdout.str()
+
+
+# ------------------------------------------------------------------ tools come with the interpreter
+
+
+@pytest.mark.slow  # mounts a sandbox through the real `just sbx` recipes
+def test_mount_finds_the_venvs_just_without_the_venv_on_path(tmp_path: Path) -> None:
+    venv_bin = Path(sys.executable).parent
+    assert (venv_bin / "just").exists() and shutil.which("just", path="/usr/bin:/bin") is None
+    with SimFleet(tmp_path / "fleet") as fleet:
+        suites = suites_dir(tmp_path, quick_gate=True)
+        argv = child_argv(
+            suites, fleet.inventory_path, tmp_path, "--sbx-mount", "demo", "--sbx-teardown=always"
+        )
+        env = {**os.environ, "PATH": "/usr/bin:/bin"}  # venv/bin/python -m pytest, the venv not activated
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env, check=False
+        )
+        report = read_report(tmp_path)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+        [mount] = report["mounts"]
+        assert mount["mounted"] and "just is not installed" not in proc.stdout
