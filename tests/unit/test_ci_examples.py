@@ -109,6 +109,7 @@ def test_every_option_command_and_path_exists(path: Path) -> None:
     assert f"{report_dir}/" in text.split("-m pytest", 1)[1]  # the report directory is uploaded
     assert values["--alluredir"] in text.split("-m pytest", 1)[1]
     assert f"{INVENTORY_ENV}:" in text  # the env var the plugin reads
+    assert 'SBXCHECK_REQUIRE_INVENTORY: "1"' in text  # a lost inventory is exit 4, not a simulated run
 
     # the sbxcheck subcommands they call parse
     for command in commands:
