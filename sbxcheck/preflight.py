@@ -177,15 +177,20 @@ def configuration_problem(
     faults: list[str],
     markexpr: str,
 ) -> str | None:
-    """The one message that stops the session, or None when the configuration is usable."""
-    from sbxcheck.errors import SbxError
+    """The one message that stops the session, or None when the configuration is usable.
 
+    Imports the fault table and the inventory model only when there is a fault or an inventory to check.
+    """
     if choice.simulated and required[0] and not faults and choice.source == "no inventory given":
         return (
             f"sbxcheck: no inventory found and {required[1]} requires one: give --sbx-inventory=PATH, "
             "set $SBXCHECK_INVENTORY or ini sbx_inventory, or put sbxcheck.toml in the rootdir "
             "(a run without one would check the embedded simulated fleet)"
         )
+    if not faults and choice.path is None:
+        return None
+    from sbxcheck.errors import SbxError
+
     if faults:
         from sbxcheck.sim.faults import parse_fault
 

@@ -311,7 +311,8 @@ def test_on_pass_needs_every_selected_item_run() -> None:
 
 
 def test_missing_just_says_how_to_install_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PATH", str(tmp_path))  # no just anywhere
+    monkeypatch.setenv("PATH", str(tmp_path))  # no just anywhere: not on PATH, not in the interpreter's bin/
+    monkeypatch.setattr("sbxcheck.tools.interpreter_bin_dirs", lambda: [tmp_path])
     result = run_recipe(RecipeTemplates(cwd=tmp_path), "list")
     assert result.error == "just is not installed (pip install rust-just or your package manager)"
 
