@@ -289,6 +289,11 @@ def _preflight(config: pytest.Config) -> None:
     from sbxcheck.options import resolve
     from sbxcheck.preflight import REQUIRE_ENV, choose_inventory, configuration_problem, require_flag
 
+    max_parallel = config.getoption("sbx_max_parallel")
+    if max_parallel is not None and max_parallel < 0:
+        raise pytest.UsageError(
+            f"--sbx-max-parallel: expected 0 (no fan-out) or a number of VMs at once, got {max_parallel}"
+        )
     setting = resolve(config, "sbx_inventory")
     faults = list(config.getoption("sbx_sim_fault"))
     choice = choose_inventory(
@@ -505,11 +510,24 @@ def pytest_report_collectionfinish(
         from sbxcheck.sim.pi import pi_status
 
         lines.append(f"sbxcheck: simulated VMs run {pi_status()}")
+    if simulated_fleet(session):
         lines.append(
-            "sbxcheck: SIMULATED RUN: these verdicts are about the embedded fleet, not yours "
+            "sbxcheck: SIMULATED RUN: these verdicts are about a simulated fleet, not yours "
             "(CI: --sbx-require-inventory makes a lost inventory exit 4)"
         )
     return lines
+
+
+def simulated_fleet(session: SbxSession) -> bool:
+    """The embedded fleet, or an inventory the simulator wrote (``sbxcheck sim up``: its ``[sim]`` section)."""
+    if session.uses_sim:
+        return True
+    from sbxcheck.errors import SbxError
+
+    try:
+        return session.inventory().sim is not None
+    except SbxError:
+        return False
 
 
 # ------------------------------------------------------------------ parametrization
@@ -1022,7 +1040,7 @@ class ResultCollector:
             )
         info = InventoryInfo(
             source=sbx.describe_source(),
-            sim=sbx.uses_sim,
+            sim=simulated_fleet(sbx),  # issue 18: a `sbxcheck sim up` inventory is a simulated fleet too
             details=sbx.describe_details(),
         )
         report = assemble_report(records, started_at=self.started_at, finished_at=_now(), inventory=info)

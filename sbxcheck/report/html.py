@@ -219,7 +219,7 @@ def _top(ctx: _Ctx) -> str:
     inventory = report.inventory
     source = inventory.source
     if inventory.sim and "simulated" not in source:
-        source += " (embedded simulated fleet)"
+        source += " (simulated fleet)"
     meta = [
         ("inventory", source),
         ("started (UTC)", report.started_at),
@@ -250,7 +250,8 @@ def _top(ctx: _Ctx) -> str:
     nav = '<nav class="toc">' + "".join(f'<a href="{h}">{_e(t)}</a>' for h, t in toc) + "</nav>"
     banner = (
         '<p class="warn sim-banner" id="simulated"><strong>Simulated run</strong>: these verdicts are '
-        "about the embedded simulated fleet, not a real one (no inventory was given, or --sbx-sim). "
+        "about a simulated fleet, not a real one (the embedded one: no inventory was given, or --sbx-sim; "
+        "or an inventory `sbxcheck sim up` wrote). "
         "CI jobs set --sbx-require-inventory so a lost inventory stops the run instead.</p>"
         if inventory.sim
         else ""

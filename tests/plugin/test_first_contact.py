@@ -60,6 +60,8 @@ def test_toml_error_unknown_fault_and_unset_env_var_are_one_message_each(pyteste
     broken.write_text("[ssh\nconnect_timeout_s = 5\n")
     line = _usage_error(pytester.runpytest_subprocess("-m", "gate", f"--sbx-inventory={broken}"))
     assert f"{broken}: not valid TOML" in line and "fix the file" in line
+    line = _usage_error(pytester.runpytest_subprocess("-m", "gate", "--sbx-max-parallel=-1"))
+    assert line == "ERROR: --sbx-max-parallel: expected 0 (no fan-out) or a number of VMs at once, got -1"
     line = _usage_error(pytester.runpytest_subprocess("-m", "gate", "--sbx-sim-fault", "vm.on-fire"))
     assert "--sbx-sim-fault: unknown fault 'vm.on-fire'; known faults:" in line
     unset = pytester.path / "unset.toml"
@@ -91,7 +93,9 @@ def test_selected_suites_reads_the_marker_expression(expr: str, suites: set[str]
 # ------------------------------------------------------------------ a simulated run says so
 
 
-def test_simulated_run_says_so_in_header_junit_and_results(pytester: pytest.Pytester) -> None:
+def test_simulated_run_says_so_in_header_junit_and_results(
+    pytester: pytest.Pytester, healthy_fleet: SimFleet
+) -> None:
     pytester.makepyfile(
         test_sim="""
         import pytest
@@ -104,7 +108,7 @@ def test_simulated_run_says_so_in_header_junit_and_results(pytester: pytest.Pyte
     )
     result = pytester.runpytest_subprocess("-m", "gate", "--sbx-sim", "--sbx-report=r")
     assert result.ret == 0, result.stdout.str()
-    result.stdout.fnmatch_lines(["sbxcheck: SIMULATED RUN: these verdicts are about the embedded fleet*"])
+    result.stdout.fnmatch_lines(["sbxcheck: SIMULATED RUN: these verdicts are about a simulated fleet*"])
     import json
     import xml.etree.ElementTree as ET
 
@@ -113,6 +117,19 @@ def test_simulated_run_says_so_in_header_junit_and_results(pytester: pytest.Pyte
     props = {p.get("name"): p.get("value") for p in root.iter("property")}
     assert props["sbxcheck.fleet"] == "simulated"
     assert 'id="simulated"' in (pytester.path / "r" / "report.html").read_text()
+    # an inventory `sbxcheck sim up` wrote (its [sim] section) is a simulated fleet too
+    upped = pytester.runpytest_subprocess(
+        "-m", "gate", f"--sbx-inventory={healthy_fleet.inventory_path}", "--sbx-report=u"
+    )
+    assert upped.ret == 0, upped.stdout.str()
+    upped.stdout.fnmatch_lines(["sbxcheck: SIMULATED RUN:*"])
+    assert json.loads((pytester.path / "u" / "results.json").read_text())["inventory"]["sim"] is True
+    real = pytester.path / "real.toml"
+    real.write_text("[ssh]\nconnect_timeout_s = 5\n")
+    plain = pytester.runpytest_subprocess("-m", "gate", f"--sbx-inventory={real}", "--sbx-report=p")
+    assert plain.ret == 0 and "SIMULATED" not in plain.stdout.str(), plain.stdout.str()
+    root = ET.parse(pytester.path / "p" / "junit.xml").getroot()
+    assert {p.get("name"): p.get("value") for p in root.iter("property")}["sbxcheck.fleet"] == "real"
 
 
 # ------------------------------------------------------------------ CLI
@@ -237,3 +254,45 @@ def test_mount_finds_the_venvs_just_without_the_venv_on_path(tmp_path: Path) -> 
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
         [mount] = report["mounts"]
         assert mount["mounted"] and "just is not installed" not in proc.stdout
+
+
+def test_doctor_other_failures_each_name_their_fix(
+    healthy_fleet: SimFleet,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An invalid inventory, a missing file, a refused token, no `just`: one ✗ each, exit 1, via the CLI too."""
+    import tomllib
+
+    import tomli_w
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[ssh]\nport_knocking = true\n")
+    code, out = _doctor(bad)
+    assert code == 1 and "✗ inventory validates:" in out and "unknown field 'ssh.port_knocking'" in out
+    doc = tomllib.loads(healthy_fleet.inventory_path.read_text())
+    doc["ssh"]["config"] = str(tmp_path / "no-such-ssh-config")
+    doc["sandboxed"]["token_env"] = "SBX_DOCTOR_WRONG_TOKEN"
+    doc["sandboxed"].pop("password_file", None)
+    monkeypatch.setenv("SBX_DOCTOR_WRONG_TOKEN", "not-a-valid-jwt-for-this-control-plane")
+    monkeypatch.setattr("sbxcheck.tools.find_tool", lambda name: None)
+    inventory = tmp_path / "sbxcheck.toml"
+    inventory.write_text(tomli_w.dumps(doc))
+    assert cli_main(["doctor", "--inventory", str(inventory)]) == 1
+    out = capsys.readouterr().out
+    failed = [line for line in out.splitlines() if line.startswith("✗")]
+    assert any(
+        line.startswith("✗ inventory validates:") and "no-such-ssh-config" in line for line in failed
+    ), out
+    assert "not-a-valid-jwt" not in out  # the value is never printed
+    doc["ssh"].pop("config")
+    inventory.write_text(tomli_w.dumps(doc))
+    assert cli_main(["doctor", "--inventory", str(inventory)]) == 1
+    out = capsys.readouterr().out
+    failed = [line for line in out.splitlines() if line.startswith("✗")]
+    assert any(line.startswith("✗ control plane auth: GET /api/workspaces refused") for line in failed), out
+    assert any(line.startswith("✗ just: not found") and "pip install rust-just" in line for line in failed), (
+        out
+    )
+    assert "not-a-valid-jwt" not in out
