@@ -241,7 +241,7 @@ def pytest_configure(config: pytest.Config) -> None:
     _history_keep(config)  # a bad value stops the run before anything is mounted
     if config.getoption("sbx_doctor"):
         _run_doctor(config)
-    if getattr(config, "workerinput", None) is None:
+    if getattr(config, "workerinput", None) is None and not getattr(config.option, "help", False):
         _preflight(config)  # a bad configuration is one usage error, before collection (exit 4)
     config.stash[PARAMS_KEY] = {}
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
