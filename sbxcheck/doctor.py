@@ -38,9 +38,12 @@ class Finding:
     fix: str = ""
 
     def render(self) -> str:
+        """The line, through the one redactor (a URL with a password, a key in an error text)."""
+        from sbxcheck.redact import default_redactor
+
         mark = "✓" if self.ok else "✗"
         fix = f" — fix: {self.fix}" if self.fix and not self.ok else ""
-        return f"{mark} {self.label}: {self.detail}{fix}"
+        return default_redactor().redact_text(f"{mark} {self.label}: {self.detail}{fix}")
 
 
 def choose_for_cli(option: str | None, cwd: Path) -> InventoryChoice:
@@ -304,50 +307,18 @@ def _check_env_vars(inv: Inventory, emit: Callable[[Finding], None]) -> None:
 
 
 def _check_control_plane(inv: Inventory, emit: Callable[[Finding], None]) -> None:
+    """``/api/health`` (public), then one cheap authenticated GET with the credential [sandboxed] names."""
     section = inv.sandboxed
     if section is None:
         return
-    import httpx
-
+    from sbxcheck.clients.sandboxed import SandboxedClient
     from sbxcheck.errors import SbxError
 
     url = section.url.rstrip("/")
-    try:
-        resp = httpx.get(f"{url}/api/health", timeout=section.request_timeout_s)
-        body = resp.json() if resp.status_code == 200 else {}
-    except (httpx.HTTPError, ValueError) as exc:
-        emit(
-            Finding(
-                False,
-                "control plane",
-                f"{url}/api/health unreachable: {type(exc).__name__}: {exc}",
-                f"check [sandboxed] url = {section.url!r} and that the control plane runs",
-            )
-        )
-        return
-    if resp.status_code != 200:
-        emit(
-            Finding(False, "control plane", f"{url}/api/health answered {resp.status_code}", "check the URL")
-        )
-        return
-    status = body.get("status") if isinstance(body, dict) else None
-    emit(Finding(True, "control plane", f"{url}/api/health answers (status {status!r})"))
     token = _env_value(section.token_env)
     password = _env_value(section.password_env)
     if password is None and section.password_file is not None:
         password = _file_secret(section.password_file, "")
-    if token is None and password is None:
-        emit(
-            Finding(
-                False,
-                "control plane auth",
-                "no credential to try (token_env / password_env unset, no readable password_file)",
-                "set the variable [sandboxed] names, or password_file",
-            )
-        )
-        return
-    from sbxcheck.clients.sandboxed import SandboxedClient
-
     client = SandboxedClient(
         section.url,
         token=token,
@@ -356,20 +327,48 @@ def _check_control_plane(inv: Inventory, emit: Callable[[Finding], None]) -> Non
         timeout_s=section.request_timeout_s,
     )
     try:
-        workspaces = client.list_workspaces()
-    except SbxError as exc:
+        try:
+            health = client.health()
+        except SbxError as exc:
+            emit(
+                Finding(
+                    False,
+                    "control plane",
+                    f"{url}/api/health: {exc.message}",
+                    f"check [sandboxed] url = {section.url!r} and that the control plane runs",
+                )
+            )
+            return
+        emit(Finding(True, "control plane", f"{url}/api/health answers (status {health.status!r})"))
+        if token is None and password is None:
+            emit(
+                Finding(
+                    False,
+                    "control plane auth",
+                    "no credential to try (token_env / password_env unset, no readable password_file)",
+                    "set the variable [sandboxed] names, or password_file",
+                )
+            )
+            return
+        try:
+            workspaces = client.list_workspaces()
+        except SbxError as exc:
+            emit(
+                Finding(
+                    False,
+                    "control plane auth",
+                    f"GET /api/workspaces refused: {exc.message}",
+                    "renew the token (or password) that [sandboxed] names",
+                )
+            )
+            return
         emit(
             Finding(
-                False,
-                "control plane auth",
-                f"GET /api/workspaces refused: {exc.message}",
-                "renew the token (or password) that [sandboxed] names",
+                True, "control plane auth", f"GET /api/workspaces accepted ({len(workspaces)} workspaces)"
             )
         )
-        return
     finally:
         client.close()
-    emit(Finding(True, "control plane auth", f"GET /api/workspaces accepted ({len(workspaces)} workspaces)"))
 
 
 def _check_openrouter(inv: Inventory, emit: Callable[[Finding], None]) -> None:

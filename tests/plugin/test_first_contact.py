@@ -219,7 +219,8 @@ def test_doctor_names_each_missing_precondition_and_its_fix(healthy_fleet: SimFl
         for line in failed
     ), out
     assert any(
-        "http://127.0.0.1:9/api/health unreachable" in line and "[sandboxed] url" in line for line in failed
+        line.startswith("✗ control plane: http://127.0.0.1:9/api/health") and "[sandboxed] url" in line
+        for line in failed
     )
     assert len(failed) == 4, out  # nothing else is blamed
 
