@@ -104,6 +104,15 @@ FAULTS: dict[str, Fault] = {
         Fault("exedev.ls-garbage", "exe.dev's `ls --json` prints a banner, not JSON"),
         Fault("gh.no-auth", "the verity workspace has no stored gh/git credentials"),
         Fault("openrouter.orphan-key", "an sbx- key of a closed run is still listed (never revoked)"),
+        # issue 22
+        Fault(
+            "vm.noisy-shell",
+            "the VM's ~/.bashrc prints before and after every command, on stdout and stderr (the third "
+            "run's VM always does)",
+        ),
+        Fault(
+            "vm.foreign-clone", "~/app is owned by another user: git refuses it (detected dubious ownership)"
+        ),
     )
 }
 

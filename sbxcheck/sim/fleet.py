@@ -55,6 +55,7 @@ from sbxcheck.sim.hosts import (
     make_agent_core,
     make_dgx_spark,
     make_exedev,
+    write_lived_in_shell,
     write_vms,
 )
 from sbxcheck.sim.httpserver import BackgroundServer
@@ -133,6 +134,21 @@ def plan_run_ids(seed: int, count: int, day: dt.date | None = None) -> list[str]
         task = RUN_TASKS[i % len(RUN_TASKS)] + (str(i // len(RUN_TASKS)) if i >= len(RUN_TASKS) else "")
         ids.append(f"{task}-{stamp}-{rng.getrandbits(24):06x}")
     return ids
+
+
+FOREIGN_UID = 65534  # "nobody": the owner of a clone another user made (vm.foreign-clone)
+
+
+def _chown_tree(root: Path, uid: int) -> None:
+    """Give ``root`` and everything under it to ``uid`` (git then refuses it: dubious ownership)."""
+    if os.geteuid() != 0:
+        raise SimError(
+            "fault vm.foreign-clone needs root (sim VMs are homes on this machine, chown needs root)"
+        )
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in [*dirnames, *filenames]:
+            os.lchown(os.path.join(dirpath, name), uid, -1)
+    os.lchown(root, uid, -1)
 
 
 def _git(cwd: Path, *args: str) -> str:
@@ -539,6 +555,9 @@ class SimFleet:
         )
 
     def _apply_file_faults(self) -> None:
+        for run in self.runs:
+            if self._is_lived_in(run):
+                write_lived_in_shell(run.home)
         for spec in self.fault_specs:
             if is_controlplane_fault(spec.name) or is_fleet_host_fault(spec.name):
                 continue
@@ -570,6 +589,8 @@ class SimFleet:
                 record_path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
             elif spec.name == "vm.no-models":
                 models.unlink()
+            elif spec.name == "vm.foreign-clone":  # issue 22
+                _chown_tree(app, FOREIGN_UID)
             elif spec.name in ("vm.partial-cost", "vm.zero-cost"):
                 doc = json.loads(models.read_text(encoding="utf-8"))
                 for model in doc["providers"]["openrouter"]["models"]:
@@ -617,6 +638,10 @@ class SimFleet:
             for s in self.fault_specs
         )
 
+    def _is_lived_in(self, run: SimRun) -> bool:
+        """The third run's VM (and any run with vm.noisy-shell) has a shell that prints around every command."""
+        return run is (self.runs[2] if len(self.runs) > 2 else None) or self._has_fault("vm.noisy-shell", run)
+
     def _fleet_faults(self) -> set[str]:
         return {s.name for s in self.fault_specs if is_fleet_host_fault(s.name)}
 
@@ -629,8 +654,8 @@ class SimFleet:
         core_options = fault_options("agent-core", faults)
         if "dgx.unreachable" in faults:
             core_options["ping"] = "no-reply"  # the DGX itself is down: the tailnet is fine, nobody answers
-        self.hosts["agent-core"] = make_agent_core(hosts_root, **core_options)
-        self.hosts["dgx-spark"] = make_dgx_spark(hosts_root)
+        self.hosts["agent-core"] = make_agent_core(hosts_root, lived_in=True, **core_options)
+        self.hosts["dgx-spark"] = make_dgx_spark(hosts_root, lived_in=True)
         self.hosts["exe.dev"] = make_exedev(
             hosts_root, [exe_vm(r.run_id) for r in self.runs], **fault_options("exe.dev", faults)
         )
@@ -917,6 +942,7 @@ class SimFleet:
                     mode=mode,
                     private_tmp=self._private_tmp(run) if self._has_fault("vm.foreign-tmp", run) else None,
                     private_tmp_keep=(self.root, default_cache_dir()),
+                    source_bashrc=(run.home / ".bashrc").is_file(),
                 )
                 self.ssh_server.add_host(sim_host, run.ssh_port, host_key=host_key)
             for name, home in self.hosts.items():

@@ -46,8 +46,15 @@ class HostHome:
         return self.home / _STATE
 
     def sim_host(self, *, user: str = "exedev", mode: Literal["ok", "refuse", "silent"] = "ok") -> SimHost:
-        """The :class:`SimHost` serving this home over SSH."""
-        return SimHost(name=self.name, home=self.home, user=user, path_dirs=self.path_dirs, mode=mode)
+        """The :class:`SimHost` serving this home over SSH (a home with a ~/.bashrc has it read, as on Debian)."""
+        return SimHost(
+            name=self.name,
+            home=self.home,
+            user=user,
+            path_dirs=self.path_dirs,
+            mode=mode,
+            source_bashrc=(self.home / ".bashrc").is_file(),
+        )
 
     def env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """An environment for running the programs directly: HOME and PATH (ours first)."""
@@ -367,15 +374,17 @@ def make_agent_core(
     dgx_ip: str = DGX_TAILSCALE_IP,
     dgx_name: str = "dgx-spark",
     ping_hang_s: float = 60.0,
+    lived_in: bool = False,
 ) -> HostHome:
     """agent-core: systemctl + tailscale fakes; ``tailscale ping <dgx_ip>`` pongs while tailscaled is active.
 
     Knobs: tailscaled disabled / inactive, ``ping`` mode (``ok`` direct pong, ``derp`` relayed pongs
     then exit 1, ``no-reply``, ``timeout`` = sleep ``ping_hang_s`` then exit 1, ``silent`` = nothing,
     exit 0), ``systemctl_unknown`` (answers ``unknown``), ``enable_denied`` (enable fails: Access denied),
-    ``sudo_refused`` (``sudo -n`` answers "a password is required"; otherwise sudo is passwordless).
+    ``sudo_refused`` (``sudo -n`` answers "a password is required"; otherwise sudo is passwordless),
+    ``lived_in`` (a ~/.bashrc that prints around every command, see :data:`LIVED_IN_BASHRC`).
     """
-    return _tailscale_host(
+    host = _tailscale_host(
         root,
         name,
         enabled=tailscaled_enabled,
@@ -388,11 +397,16 @@ def make_agent_core(
         peer_name=dgx_name,
         ping_hang_s=ping_hang_s,
     )
+    if lived_in:
+        write_lived_in_shell(host.home)
+    return host
 
 
-def make_dgx_spark(root: Path, *, name: str = "dgx-spark", agent_core_ip: str = "100.64.0.1") -> HostHome:
+def make_dgx_spark(
+    root: Path, *, name: str = "dgx-spark", agent_core_ip: str = "100.64.0.1", lived_in: bool = False
+) -> HostHome:
     """dgx-spark itself: a plain host (``true`` works) with tailscaled enabled and active."""
-    return _tailscale_host(
+    host = _tailscale_host(
         root,
         name,
         enabled=True,
@@ -404,6 +418,9 @@ def make_dgx_spark(root: Path, *, name: str = "dgx-spark", agent_core_ip: str = 
         peer_name="agent-core",
         ping_hang_s=60.0,
     )
+    if lived_in:
+        write_lived_in_shell(host.home)
+    return host
 
 
 def make_exedev(
@@ -457,3 +474,25 @@ def write_vms(host: HostHome, vms: Sequence[Mapping[str, Any]]) -> None:
     tmp = host.state_dir / "vms.json.tmp"
     tmp.write_text(json.dumps({"vms": [dict(v) for v in vms]}, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, host.state_dir / "vms.json")
+
+
+# ---------------------------------------------------------------- lived-in shells
+
+# What a lived-in VM's ~/.bashrc prints for every `ssh host CMD` (Debian's bash reads it then): an
+# MOTD hook and a version manager before the command, on both streams, a line left open, text that
+# looks like the gate's own markers and a JSON body, and an EXIT trap that prints after the command.
+LIVED_IN_BASHRC: Final = r"""# a lived-in VM: MOTD hook, nvm, direnv (sbxcheck sim)
+printf 'Welcome to Ubuntu 24.04.1 LTS (GNU/Linux 6.8.0-49-generic x86_64)\n * Documentation:  https://help.ubuntu.com\n'
+printf '{"data": {"usage": 0, "limit": 999}}\nSBX_HTTP 200\nSBX_CURL_RC 0\nSBX_END\n'
+printf 'nvm: using node v22.11.0 (npm v10.9.0)\n' >&2
+printf 'direnv: loading ~/.envrc'
+printf 'direnv: export +VIRTUAL_ENV' >&2
+trap 'printf "\nSBX_END\nlogout: see you soon\n"; printf "direnv: unloading\n" >&2' EXIT
+"""
+
+
+def write_lived_in_shell(home: Path) -> Path:
+    """Give ``home`` the noisy ~/.bashrc above; the SSH server must source it (``SimHost.source_bashrc``)."""
+    rc = home / ".bashrc"
+    rc.write_text(LIVED_IN_BASHRC, encoding="utf-8")
+    return rc

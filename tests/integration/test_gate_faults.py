@@ -57,6 +57,9 @@ EXPECTED: dict[str, dict[tuple[str, str | None], tuple[str, str]]] = {
     | {("C_model_answers", ALL_C): ("error", "infra_unreachable")},
     "vm.host-key-changed": {(c, None): ("error", "host_key_mismatch") for c in SSH_CHECKS}
     | {("C_model_answers", ALL_C): ("error", "host_key_mismatch")},
+    # issue 22: a lived-in shell changes no verdict; a foreign-owned clone is git's refusal, not damage
+    "vm.noisy-shell": {},
+    "vm.foreign-clone": {("A_git_integrity", None): ("failed", "config_defect")},
 }
 GROUPS = [
     ("vm.dirty-tree", "vm.no-pi", "openrouter.model-down"),
@@ -65,6 +68,7 @@ GROUPS = [
     ("vm.no-app", "vm.zero-cost", "openrouter.key-uncapped"),
     ("vm.unreachable", "vm.host-key-changed"),
     ("vm.no-runtime-key", "vm.foreign-tmp", "vm.ports-list"),
+    ("vm.foreign-clone", "vm.noisy-shell"),  # and the third run's VM is lived-in by default
 ]
 
 
@@ -109,6 +113,10 @@ def test_fault_group_turns_exactly_its_items(
         assert entry["evidence"] or entry["outcome"] == "error", f"{entry['nodeid']} has no evidence"
     assert not mismatches, "\n".join(mismatches)
     assert outcome.ret == (1 if any(EXPECTED[f] for f in group) else 0)
+    if "vm.foreign-clone" in group:  # git's refusal named, with its fix, never "damaged"
+        refused = items[("A_git_integrity", next(iter(faulted)), None)]
+        assert "detected dubious ownership" in refused["message"] and "damaged" not in refused["message"]
+        assert "safe.directory" in outcome.stdout and "chown -R" in outcome.stdout
     if "vm.unreachable" in group:  # the terminal gives the error's own line, not sbxcheck's frames
         assert "E   sbxcheck.errors.HostUnreachable: cannot reach" in outcome.stdout
         assert "sbxcheck/transports/" not in outcome.stdout
