@@ -113,6 +113,14 @@ FAULTS: dict[str, Fault] = {
         Fault(
             "vm.foreign-clone", "~/app is owned by another user: git refuses it (detected dubious ownership)"
         ),
+        Fault(
+            "vm.wide-modes",
+            "~/app/.env and ~/.pi/agent/models.json are 0644 on the VM, the run's .key 0644 on the host",
+        ),
+        Fault(
+            "vm.provisioning-key-planted",
+            "the host's provisioning key sits in ~/.config/openrouter/credentials on the VM",
+        ),
     )
 }
 

@@ -591,6 +591,13 @@ class SimFleet:
                 models.unlink()
             elif spec.name == "vm.foreign-clone":  # issue 22
                 _chown_tree(app, FOREIGN_UID)
+            elif spec.name == "vm.wide-modes":
+                for path in (app / ".env", models, self.checkout / ".sandbox" / "runs" / f"{run.run_id}.key"):
+                    path.chmod(0o644)
+            elif spec.name == "vm.provisioning-key-planted":
+                planted = run.home / ".config" / "openrouter" / "credentials"
+                planted.parent.mkdir(parents=True, exist_ok=True)
+                planted.write_text(f"export OPENROUTER_API_KEY={self.openrouter.provisioning_key}\n")
             elif spec.name in ("vm.partial-cost", "vm.zero-cost"):
                 doc = json.loads(models.read_text(encoding="utf-8"))
                 for model in doc["providers"]["openrouter"]["models"]:
@@ -943,6 +950,7 @@ class SimFleet:
                     private_tmp=self._private_tmp(run) if self._has_fault("vm.foreign-tmp", run) else None,
                     private_tmp_keep=(self.root, default_cache_dir()),
                     source_bashrc=(run.home / ".bashrc").is_file(),
+                    received_log=self.received_log(run.run_id),
                 )
                 self.ssh_server.add_host(sim_host, run.ssh_port, host_key=host_key)
             for name, home in self.hosts.items():
@@ -955,6 +963,10 @@ class SimFleet:
             self.stop()
             raise
         self._serving = True
+
+    def received_log(self, run_id: str) -> Path:
+        """Everything the VM of ``run_id`` received over SSH (commands and stdin), appended by the sim sshd."""
+        return self.root / "vms" / f"{run_id}.received"
 
     def connections(self, run_id: str) -> int:
         """SSH connections the VM of ``run_id`` has accepted so far."""
