@@ -114,6 +114,14 @@ FAULTS: dict[str, Fault] = {
             "vm.foreign-clone", "~/app is owned by another user: git refuses it (detected dubious ownership)"
         ),
         Fault(
+            "dgx.two-nodes-down",
+            "tailscaled on agent-core is disabled and babylon is down too: the sentinel reports two nodes",
+        ),
+        Fault(
+            "dgx.sentinel-stuck",
+            "tailscaled on agent-core is disabled, and the sentinel still reports the DGX after the fix",
+        ),
+        Fault(
             "vm.wide-modes",
             "~/app/.env and ~/.pi/agent/models.json are 0644 on the VM, the run's .key 0644 on the host",
         ),

@@ -41,6 +41,7 @@ from sbxcheck.inventory import (
 )
 from sbxcheck.sim.admin import KnobGate, SimAdmin, VmExists
 from sbxcheck.sim.controlplane import ControlPlaneDouble
+from sbxcheck.sim.dgx_route import DgxRoute
 from sbxcheck.sim.faults import (
     CONTROLPLANE_TARGETS,
     FaultSpec,
@@ -136,6 +137,7 @@ def plan_run_ids(seed: int, count: int, day: dt.date | None = None) -> list[str]
     return ids
 
 
+DGX_ROUTE_FAULTS = ("dgx.two-nodes-down", "dgx.sentinel-stuck")  # issue 22: tailscaled down, and more
 FOREIGN_UID = 65534  # "nobody": the owner of a clone another user made (vm.foreign-clone)
 
 
@@ -235,6 +237,7 @@ class SimFleet:
         self._recipe_vms: dict[str, RecipeVm] = {}
         self._created: list[str] = []
         self._vm_lock = threading.Lock()
+        self._dgx_route: DgxRoute | None = None
 
     # ------------------------------------------------------------ stage 1: files
 
@@ -673,6 +676,7 @@ class SimFleet:
             "dgx.tailscaled-inactive",
             "dgx.sudo-refused",
             "dgx.unreachable",
+            *DGX_ROUTE_FAULTS,
         }:
             # off the tailnet (or down), the DGX misses its heartbeats too
             assert self.controlplane is not None
@@ -690,6 +694,7 @@ class SimFleet:
             "dgx.tailscaled-inactive",
             "dgx.sudo-refused",
             "dgx.unreachable",
+            *DGX_ROUTE_FAULTS,
         }
         return "refuse" if down else "ok"
 
@@ -771,7 +776,7 @@ class SimFleet:
                 provisioning_key_env=None,
                 provisioning_key_file=self.checkout / ".env",
             ),
-            dgx=DgxSection(command_timeout_s=5.0),
+            dgx=DgxSection(command_timeout_s=5.0, sentinel_command="disk-sentinel --once"),
             sandboxed=self._sandboxed_section(),
             sim=SimSection(
                 embedded=self.embedded,
@@ -956,6 +961,16 @@ class SimFleet:
             for name, home in self.hosts.items():
                 mode = self._dgx_mode() if name == "dgx-spark" else "ok"
                 self.ssh_server.add_host(home.sim_host(user=VM_USER, mode=mode), self._host_ports[name])
+            if self._dgx_mode() == "refuse" and "dgx.unreachable" not in self._fleet_faults():
+                self._dgx_route = DgxRoute(  # issue 22: `enable --now tailscaled` brings the DGX back
+                    self.ssh_server,
+                    self.hosts["agent-core"],
+                    self.hosts["dgx-spark"],
+                    self._host_ports["dgx-spark"],
+                    dgx_down=False,
+                    on_change=self._dgx_route_changed,
+                )
+                self._dgx_route.start()
             self.admin = SimAdmin(self, self._admin_token)
             self.admin_http = BackgroundServer(self.admin.app, port=self._admin_port, name="sim-admin")
             self.admin_http.start()
@@ -974,8 +989,21 @@ class SimFleet:
             return 0
         return self.ssh_server.connections(f"{run_id}{HOST_SUFFIX}")
 
+    def _dgx_route_changed(self, up: bool) -> None:
+        """The DGX's heartbeats follow its route (unless fleet.node-offline was asked for)."""
+        assert self.controlplane is not None
+        if "fleet.node-offline" in {s.name for s in self.fault_specs}:
+            return
+        if up:
+            self.controlplane.clear_faults("fleet.node-offline")
+        else:
+            self.controlplane.inject("fleet.node-offline", "dgx-spark")
+
     def stop(self) -> None:
         """Stop every server; idempotent. Files stay on disk for inspection."""
+        if self._dgx_route is not None:
+            self._dgx_route.stop()
+            self._dgx_route = None
         if self.admin_http is not None:
             self.admin_http.stop()
             self.admin_http = None

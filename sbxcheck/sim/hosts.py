@@ -117,6 +117,19 @@ HOST_FAULTS: Final[dict[str, HostFault]] = {
             "tailscaled on agent-core is disabled and the SSH user has no passwordless sudo",
             {"tailscaled_enabled": False, "tailscaled_active": False, "sudo_refused": True},
         ),
+        # issue 22
+        HostFault(
+            "dgx.two-nodes-down",
+            "agent-core",
+            "tailscaled on agent-core is disabled and babylon is down too: the sentinel reports two nodes",
+            {"tailscaled_enabled": False, "tailscaled_active": False, "sentinel_others": ("babylon",)},
+        ),
+        HostFault(
+            "dgx.sentinel-stuck",
+            "agent-core",
+            "tailscaled on agent-core is disabled, and the sentinel still reports the DGX after the fix",
+            {"tailscaled_enabled": False, "tailscaled_active": False, "sentinel_stuck": True},
+        ),
         HostFault(
             "exedev.ls-fails",
             "exe.dev",
@@ -257,6 +270,20 @@ echo "pong from $peer_name ($peer_ip) via 192.168.50.20:41641 in 3ms"
 exit 0
 """
 
+# issue 22: the fleet's disk-sentinel, one pass: silent when every node answers, one line per node that
+# does not. The DGX answers while tailscaled runs here and the DGX itself is up (ping mode not no-reply).
+_SENTINEL = r"""#!/bin/bash
+# sbxcheck sim: disk-sentinel --once
+state=@STATE@; dgx=@PEER_NAME@
+report() { echo "disk-sentinel: $1 unreachable (no answer on :22 for 7m)"; }
+if [ -e "$state/sentinel.stuck" ] || [ "$(cat "$state/tailscaled.active" 2>/dev/null)" != active ] \
+   || [ "$(cat "$state/ping.mode" 2>/dev/null)" = no-reply ]; then
+  report "$dgx"
+fi
+for node in $(cat "$state/sentinel.others" 2>/dev/null); do report "$node"; done
+exit 0
+"""
+
 _EXE_LS = r"""#!/bin/bash
 # sbxcheck sim: exe.dev's `ls [-a] [pattern] --json` verb; without --json, the real ls.
 state=@STATE@
@@ -375,6 +402,8 @@ def make_agent_core(
     dgx_name: str = "dgx-spark",
     ping_hang_s: float = 60.0,
     lived_in: bool = False,
+    sentinel_others: tuple[str, ...] = (),
+    sentinel_stuck: bool = False,
 ) -> HostHome:
     """agent-core: systemctl + tailscale fakes; ``tailscale ping <dgx_ip>`` pongs while tailscaled is active.
 
@@ -382,7 +411,9 @@ def make_agent_core(
     then exit 1, ``no-reply``, ``timeout`` = sleep ``ping_hang_s`` then exit 1, ``silent`` = nothing,
     exit 0), ``systemctl_unknown`` (answers ``unknown``), ``enable_denied`` (enable fails: Access denied),
     ``sudo_refused`` (``sudo -n`` answers "a password is required"; otherwise sudo is passwordless),
-    ``lived_in`` (a ~/.bashrc that prints around every command, see :data:`LIVED_IN_BASHRC`).
+    ``lived_in`` (a ~/.bashrc that prints around every command, see :data:`LIVED_IN_BASHRC`);
+    ``disk-sentinel --once`` reports the DGX while it cannot answer, every node in ``sentinel_others``,
+    and with ``sentinel_stuck`` the DGX even after it answers again.
     """
     host = _tailscale_host(
         root,
@@ -396,6 +427,16 @@ def make_agent_core(
         peer_ip=dgx_ip,
         peer_name=dgx_name,
         ping_hang_s=ping_hang_s,
+    )
+    state = host.state_dir
+    (state / "sentinel.others").write_text("".join(f"{n}\n" for n in sentinel_others))
+    (state / "sentinel.stuck").unlink(missing_ok=True)
+    if sentinel_stuck:
+        (state / "sentinel.stuck").touch()
+    _install(
+        host.path_dirs[0],
+        "disk-sentinel",
+        _fill(_SENTINEL, STATE=_sh_quote(str(state)), PEER_NAME=_sh_quote(dgx_name)),
     )
     if lived_in:
         write_lived_in_shell(host.home)

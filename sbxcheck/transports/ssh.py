@@ -901,6 +901,15 @@ class SshPool:
                 self._hosts[alias] = host
             return host
 
+    def forget(self, alias: str) -> None:
+        """Drop ``alias``'s cached connect failure (and close its connection), so the next
+        :meth:`host` connects afresh — after a remediation that should have made it reachable."""
+        with self._lock:
+            self._failures.pop(alias, None)
+            host = self._hosts.pop(alias, None)
+        if host is not None:
+            host.close()
+
     def stats(self) -> dict[str, int]:
         """Alias -> number of SSH connections successfully opened (jump hops not counted)."""
         with self._lock:
