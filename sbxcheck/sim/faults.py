@@ -122,6 +122,10 @@ FAULTS: dict[str, Fault] = {
             "tailscaled on agent-core is disabled, and the sentinel still reports the DGX after the fix",
         ),
         Fault(
+            "openrouter.revoke-ignored",
+            "DELETE /keys/<hash> answers 200 but the key stays enabled, listed on page 2 of GET /keys",
+        ),
+        Fault(
             "vm.wide-modes",
             "~/app/.env and ~/.pi/agent/models.json are 0644 on the VM, the run's .key 0644 on the host",
         ),
@@ -160,7 +164,10 @@ def is_controlplane_fault(name: str) -> bool:
 
 def is_fleet_host_fault(name: str) -> bool:
     """Faults of the fleet's own hosts and accounts (agent-core, the DGX, exe.dev, GitHub, orphan keys)."""
-    return name.startswith(("dgx.", "exedev.", "gh.")) or name == "openrouter.orphan-key"
+    return name.startswith(("dgx.", "exedev.", "gh.")) or name in (
+        "openrouter.orphan-key",
+        "openrouter.revoke-ignored",
+    )
 
 
 @dataclass(frozen=True)

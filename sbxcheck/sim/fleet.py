@@ -686,6 +686,10 @@ class SimFleet:
             self.openrouter.mint(
                 f"sbx-{closed}", 50.0
             )  # teardown closed the record but never revoked the key
+        if "openrouter.revoke-ignored" in faults:  # issue 22
+            self.openrouter.ignore_deletes = True
+            for i in range(100):  # personal keys listed first: sbx- keys minted later land on page 2
+                self.openrouter.mint(f"personal-{i:03d}", None)
         self._make_github_shims("gh.no-auth" in faults)
 
     def _dgx_mode(self) -> Literal["ok", "refuse"]:
