@@ -92,7 +92,10 @@ def test_triage_dgx_routing(
         return {f"{module}::{name}[{param}]": probe() for name, probe in probes.items()}
 
     results = run_probes()
-    incident = dgx.triage_dgx(results, dgx_targets=frozenset({sbx_dgx.dgx_host}), agent_core=sbx_dgx.core)
+    view, sentinel = _fleet_view(sbx_dgx, sbx_ssh_pool, sbx_session)
+    incident = dgx.triage_dgx(
+        results, dgx_targets=frozenset({sbx_dgx.dgx_host}), agent_core=sbx_dgx.core, fleet_unreachable=view
+    )
     if incident is None:
         states = {k.split("::")[1].split("[")[0]: r.outcome.value for k, r in results.items()}
         sbx_verdict(
@@ -105,11 +108,57 @@ def test_triage_dgx_routing(
             )
         )
         return
+    if sentinel is not None:
+        incident = incident.model_copy(
+            update={"evidence": {**incident.evidence, "sentinel": sentinel.message}}
+        )
     if sbx_session.remediate and incident.cause == dgx.DGX_CAUSE:
         fix = dgx.remediate_tailscaled(shell, sudo=sbx_dgx.remediation_sudo)
-        recheck = run_probes() if fix.evidence.get("command_run") else {}
+        recheck: dict[str, CheckResult] = {}
+        if fix.evidence.get("command_run"):
+            sbx_ssh_pool.forget(sbx_dgx.dgx_host)  # the DGX was unreachable before: connect afresh
+            recheck = run_probes()
         incident = dgx.report_remediation(incident, fix, recheck)
+        ssh_ok = any(r.check == dgx.CHECK_SSH and r.outcome.value == "passed" for r in recheck.values())
+        after = (
+            _fleet_view(sbx_dgx, sbx_ssh_pool, sbx_session)[1]
+            if ssh_ok and sbx_dgx.sentinel_command
+            else None
+        )
+        if sbx_dgx.sentinel_command:  # remediate -> strict SSH -> a silent sentinel run -> resolved
+            incident = dgx.close_dgx_loop(incident, fix, recheck, after)
     sbx_verdict(incident)
+
+
+def _fleet_view(
+    section: DgxSection, pool: SshPool, session: SbxSession
+) -> tuple[list[str] | None, CheckResult | None]:
+    """The fleet's unreachable nodes: the configured sentinel's report, else the offline remote nodes.
+
+    None when neither can be read (the rule then judges from the DGX checks alone, as before).
+    """
+    if section.sentinel_command:
+        inv = session.inventory()
+        known = [section.dgx_host, *section.agent_cores, *inv.ssh.machines]
+        if inv.sandboxed is not None:
+            known.extend(inv.sandboxed.expected_nodes)
+        try:
+            host = pool.host(section.sentinel_host or section.core)
+        except SbxError:
+            return None, None
+        result = dgx.check_sentinel(
+            host, section.sentinel_command, known, timeout_s=section.command_timeout_s * 3
+        )
+        if result.outcome.value == "error":
+            return None, result
+        return list(result.evidence.get("unreachable_nodes", [])), result
+    if session.inventory().sandboxed is None:
+        return None, None
+    try:
+        nodes = session.sandboxed_client().remote_nodes().nodes
+    except SbxError:
+        return None, None
+    return [n.id for n in nodes if n.status.lower() == "offline"], None
 
 
 # ------------------------------------------------------------------ control plane and nodes (§6, §8.14)

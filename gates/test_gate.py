@@ -19,8 +19,10 @@ from sbxcheck.checks.gate import (
     check_pi_models,
     check_roster_matches,
 )
+from sbxcheck.checks.hygiene import check_vm_hygiene, host_secrets, judge_hygiene
 from sbxcheck.checks.records import check_run_record
 from sbxcheck.fanout import remote_check
+from sbxcheck.inventory import Inventory
 from sbxcheck.results import CheckResult, Classification
 from sbxcheck.session import GateRun
 
@@ -86,3 +88,20 @@ def test_gate_E_credit_remaining(
 ) -> None:
     """E: the runtime key's remaining credit is above the floor (uncapped passes, saying so)."""
     sbx_verdict(sbx_gate_result())
+
+
+@remote_check(check_vm_hygiene)
+def test_vm_hygiene(
+    sbx_gate_run: GateRun, sbx_gate_result: Remote, sbx_inventory: Inventory, sbx_verdict: Verdict
+) -> None:
+    """Secret files are 0600 (VM .env, models.json; the host's .key) and the provisioning key is not on the VM."""
+    sssf = sbx_inventory.sssf
+    assert sssf is not None and sbx_gate_run.target is not None
+    host = host_secrets(
+        sssf.runs_path / f"{sbx_gate_run.run_id}.key",
+        env_name=sssf.provisioning_key_env,
+        key_path=sssf.provisioning_key_file,
+    )
+    record = sbx_gate_run.entry.record
+    own_hash = (record.key_hash or "") if record is not None else ""
+    sbx_verdict(judge_hygiene(sbx_gate_run.target, sbx_gate_result(), host, own_hash))

@@ -254,6 +254,14 @@ class DgxSection(_Strict):
         default="auto",
         description="--sbx-remediate runs its command with `sudo -n`: auto = when the SSH user is not root",
     )
+    sentinel_command: str | None = Field(  # issue 22
+        default=None,
+        description="the fleet sentinel, run over SSH (e.g. `disk-sentinel --once`): one line per unreachable "
+        "node, silent when all answer; without it the fleet view is GET /api/remote-nodes",
+    )
+    sentinel_host: str | None = Field(
+        default=None, description="ssh alias the sentinel runs on (default: agent-core)"
+    )
 
     @field_validator("agent_core")
     @classmethod

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sbxcheck.ledger import Ledger, LedgerEntry
 from sbxcheck.recipes import (
@@ -27,6 +27,9 @@ from sbxcheck.recipes import (
     run_recipe,
 )
 from sbxcheck.redact import clip
+
+if TYPE_CHECKING:
+    from sbxcheck.checks.revocation import RevocationVerifier
 
 
 @dataclass
@@ -70,6 +73,7 @@ class MountManager:
         self.ledger = ledger
         self.vm_suffix = vm_suffix
         self.mounts: list[Mounted] = []
+        self.revocation: RevocationVerifier | None = None  # issue 22: GET /keys proves each revoke
 
     def mount(self, name: str) -> Mounted:
         """Run the mount recipe for ``name``; the ledger entry is written before anything exists."""
@@ -137,16 +141,23 @@ class MountManager:
     def release(self, entry: LedgerEntry, run_id: str) -> tuple[bool, dict[str, Any]]:
         """Tear down ``run_id``, which an earlier session's ``entry`` created (``--sbx-sweep``)."""
         harvest = run_recipe(self.templates, "harvest", run_id=run_id)
+        if self.revocation is not None:
+            self.revocation.snapshot(run_id)
         teardown = run_recipe(self.templates, "teardown", run_id=run_id)
         parsed = parse_teardown_output(teardown.stdout, run_id=run_id)
         ok = teardown.ok and parsed.ok
+        reason = parsed.reason
+        proof = self.revocation.prove(run_id) if ok and self.revocation is not None else None
+        if proof is not None and proof.status == "live":
+            ok, reason = False, proof.message
         if ok:
             self.ledger.mark_released(entry.id, "swept: just sbx lifecycle teardown")
         return ok, {
             "harvest": harvest.evidence(1000),
             "teardown": teardown.evidence(2000),
             "teardown_ok": ok,
-            "reason": parsed.reason,
+            "reason": reason,
+            **({"revocation": proof.evidence()} if proof is not None else {}),
         }
 
     def _teardown(self, mounted: Mounted, why: str) -> None:
@@ -154,6 +165,8 @@ class MountManager:
         started = time.monotonic()
         harvest = run_recipe(self.templates, "harvest", run_id=mounted.run_id)
         mounted.harvest = {**harvest.evidence(1000), **_harvest_facts(harvest, mounted.run_id)}
+        if self.revocation is not None:
+            self.revocation.snapshot(mounted.run_id)  # the key's usage, before the revoke
         teardown = run_recipe(self.templates, "teardown", run_id=mounted.run_id)
         parsed = parse_teardown_output(teardown.stdout, run_id=mounted.run_id)
         mounted.teardown = {
@@ -162,7 +175,15 @@ class MountManager:
             "gate": parsed.gate,
             "duration_s": round(time.monotonic() - started, 2),
         }
-        if teardown.ok and parsed.ok:
+        proof = None
+        if teardown.ok and parsed.ok and self.revocation is not None:
+            proof = self.revocation.prove(mounted.run_id)
+            mounted.teardown["revocation"] = proof.evidence()
+        if proof is not None and proof.status == "live":  # the recipe said revoked; GET /keys says not
+            mounted.action = "teardown-failed"
+            mounted.why = f"{why}; teardown failed: {proof.message}"
+            mounted.reason = mounted.why  # the ledger entry stays open
+        elif teardown.ok and parsed.ok:
             mounted.action, mounted.why = "torn-down", why
             self.ledger.mark_released(mounted.entry_id, "just sbx lifecycle teardown")
         else:

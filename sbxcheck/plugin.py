@@ -197,7 +197,9 @@ def _add_history_options(parser: pytest.Parser, group: Any) -> None:
     )
     parser.addini("sbx_history", "history directory (as --sbx-history), relative to the ini file", default="")
     parser.addini("sbx_history_keep", "runs the history keeps (as --sbx-history-keep)", default="")
-    parser.addini("sbx_metrics", "Prometheus textfile (as --sbx-metrics), relative to the ini file", default="")
+    parser.addini(
+        "sbx_metrics", "Prometheus textfile (as --sbx-metrics), relative to the ini file", default=""
+    )
 
 
 def _resolved_path(config: pytest.Config, option: str, ini: str) -> Path | None:
@@ -549,7 +551,10 @@ def _gate_runs(config: pytest.Config) -> tuple[list[GateRun], str | None]:
         if session.run_ids:
             return [], f"no run records for the named runs under {inv.sssf.runs_path}"
         if not inv.sssf.runs_path.is_dir():
-            return [], f"no run records: {inv.sssf.runs_path} does not exist (no run was created from this checkout)"
+            return (
+                [],
+                f"no run records: {inv.sssf.runs_path} does not exist (no run was created from this checkout)",
+            )
         return [], f"no run records under {inv.sssf.runs_path}"
     return runs, None
 

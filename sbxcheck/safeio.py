@@ -44,7 +44,13 @@ def read_regular_file(path: Path, cap: int = MAX_FILE_BYTES) -> bytes:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            kind = "a FIFO, " if stat.S_ISFIFO(st.st_mode) else "a directory, " if stat.S_ISDIR(st.st_mode) else ""
+            kind = (
+                "a FIFO, "
+                if stat.S_ISFIFO(st.st_mode)
+                else "a directory, "
+                if stat.S_ISDIR(st.st_mode)
+                else ""
+            )
             raise UnsafeInput(f"{path}: {kind}not a regular file; only regular files are read")
         if st.st_size > cap:
             raise UnsafeInput(f"{path}: {st.st_size} bytes, above the {_mib(cap)} cap; not read")

@@ -56,7 +56,7 @@ def _release_hint(entry: LedgerEntry, ident: str | None) -> str:
 if TYPE_CHECKING:  # production runs never import the simulator
     from sbxcheck.clients.channels import MissionChannel
     from sbxcheck.clients.mcp import AssistantMcpClient
-    from sbxcheck.clients.openrouter import OpenRouterAdmin
+    from sbxcheck.clients.openrouter import OpenRouterAdmin, OpenRouterKey
     from sbxcheck.clients.sandboxed import SandboxedClient
     from sbxcheck.fanout import GateFanout
     from sbxcheck.lifecycle import MissionDispatcher
@@ -499,7 +499,15 @@ class SbxSession:
             self._mount_manager = MountManager(
                 sssf.recipe_templates(), self.ledger(), vm_suffix=sssf.vm_host_suffix
             )
+            from sbxcheck.checks.revocation import RevocationVerifier
+
+            self._mount_manager.revocation = RevocationVerifier(sssf.runs_path, self._list_keys)  # issue 22
         return self._mount_manager
+
+    def _list_keys(self) -> list[OpenRouterKey]:
+        """Every key on the account, all pages (the proof of a teardown's revoke)."""
+        with self.openrouter_admin() as admin:
+            return admin.list_keys()
 
     def mount_all(self) -> None:
         """Mount every --sbx-mount name (else the inventory's [sssf] mounts), once; their runs are gated."""

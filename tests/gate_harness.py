@@ -16,7 +16,14 @@ REPO = Path(__file__).resolve().parents[1]
 GATE_SUITE = REPO / "gates" / "test_gate.py"
 CANARY_SUITES = (REPO / "canaries" / "test_routes.py", REPO / "canaries" / "test_workspaces.py")
 ROSTER = ("deepseek/deepseek-v4-flash-0731", "google/gemini-3.6-flash", "openai/gpt-5.6-luna")
-RUN_CHECKS = ("A_git_integrity", "B_pi_models", "C_roster_matches", "D_cost_reported", "E_credit_remaining")
+RUN_CHECKS = (
+    "A_git_integrity",
+    "B_pi_models",
+    "C_roster_matches",
+    "D_cost_reported",
+    "E_credit_remaining",
+    "vm_hygiene",
+)
 
 
 @dataclass

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -46,6 +46,14 @@ CHECK_PING: Final = "tailscale_ping"
 CHECK_SSH: Final = "dgx_ssh"
 CHECK_TRIAGE: Final = "dgx_routing_triage"
 CHECK_REMEDIATE: Final = "tailscaled_remediation"
+CHECK_SENTINEL: Final = "fleet_sentinel"
+DGX_FLEET_CAUSE: Final = "fleet-outage"
+NO_TUNNEL: Final = "Do not recreate an old-agent tunnel: old-agent is compute-only."
+FLEET_OUTAGE_NEXT: Final = (
+    "several nodes are unreachable at once: look at what they share (the tailnet/DERP, the network "
+    "path, the sentinel host itself, the control plane) before any one node; not tailscaled on "
+    "agent-core alone, and not keys or topology"
+)
 
 #: Results with these classifications (failed or error) say "this target could not be reached".
 UNREACHABLE: Final = frozenset({Classification.INFRA_UNREACHABLE, Classification.TIMEOUT})
@@ -346,6 +354,7 @@ def triage_dgx(
     *,
     dgx_targets: frozenset[str] = frozenset({DGX_HOST}),
     agent_core: str = AGENT_CORE,
+    fleet_unreachable: Sequence[str] | None = None,
 ) -> CheckResult | None:
     """The §8.13 incident, or None: only the DGX is unreachable and tailscaled is down on agent-core.
 
@@ -354,7 +363,13 @@ def triage_dgx(
     every such result must target one of ``dgx_targets``. "tailscaled is down" means the
     is-enabled or is-active check *failed* on ``agent_core`` (an error there means we could not
     tell, so there is no incident). The recommendation never involves an old-agent tunnel.
+
+    ``fleet_unreachable`` is the fleet's own view (the sentinel's report, or the offline remote
+    nodes): when it names any node besides the DGX, the rule does not apply — that is a wider
+    outage (:func:`fleet_outage`), never a DGX routing incident, and no tailscaled advice.
     """
+    if fleet_unreachable is not None and set(fleet_unreachable) - dgx_targets:
+        return fleet_outage(results, fleet_unreachable, dgx_targets=dgx_targets, agent_core=agent_core)
     routing_checks = {CHECK_ENABLED, CHECK_ACTIVE, CHECK_PING, CHECK_TRIAGE, CHECK_REMEDIATE}
     unreachable = {
         key: r
@@ -399,6 +414,8 @@ def triage_dgx(
         f"{'not enabled' if r.check == CHECK_ENABLED else 'not active'} ({r.evidence.get('state')})"
         for r in sorted(down.values(), key=lambda r: r.check)
     )
+    if fleet_unreachable is not None:
+        evidence["fleet_unreachable"] = sorted(fleet_unreachable)
     return CheckResult.failed(
         CHECK_TRIAGE,
         agent_core,
@@ -444,12 +461,192 @@ def _path_verdict(
         CHECK_TRIAGE,
         agent_core,
         f"tailscaled on {agent_core} is enabled and active, yet {what}: the fault is on the DGX or the path, "
-        "not tailscaled on agent-core",
+        f"not tailscaled on agent-core. {NO_TUNNEL}",
         evidence,
         Classification.INFRASTRUCTURE,
         cause=DGX_PATH_CAUSE,
         recommendation=DGX_PATH_NEXT,
     )
+
+
+def fleet_outage(
+    results: Mapping[str, CheckResult],
+    fleet_unreachable: Sequence[str],
+    *,
+    dgx_targets: frozenset[str] = frozenset({DGX_HOST}),
+    agent_core: str = AGENT_CORE,
+) -> CheckResult:
+    """More than the DGX is unreachable in the fleet's view: a path/fleet incident, not the DGX routing rule."""
+    nodes = sorted(set(fleet_unreachable))
+    daemon = {
+        r.check: r.evidence.get("state")
+        for r in results.values()
+        if r.check in (CHECK_ENABLED, CHECK_ACTIVE) and r.target == agent_core
+    }
+    evidence: dict[str, Any] = {
+        "fleet_unreachable": nodes,
+        "rule": f"the DGX routing rule needs only {', '.join(sorted(dgx_targets))} unreachable; "
+        f"{len(nodes)} nodes are",
+        "tailscaled_on_agent_core": daemon or "not checked",
+        "supporting_checks": sorted(results),
+    }
+    return CheckResult.failed(
+        CHECK_TRIAGE,
+        agent_core,
+        f"{len(nodes)} nodes are unreachable ({', '.join(nodes)}): a fleet/path outage, not the DGX routing "
+        f"incident (that rule needs the DGX alone unreachable). {NO_TUNNEL}",
+        evidence,
+        Classification.INFRASTRUCTURE,
+        cause=DGX_FLEET_CAUSE,
+        recommendation=FLEET_OUTAGE_NEXT,
+    )
+
+
+# ---------------------------------------------------------------- the fleet's view: the sentinel
+
+
+_UNREACHABLE_WORD_RE: Final = re.compile(r"(?i)\bunreachable\b|\bdown\b|\bno answer\b|\boffline\b")
+_NODE_TOKEN_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def parse_sentinel(text: str, known: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``(unreachable nodes, other lines)`` from a sentinel's report.
+
+    A line that says a node is unreachable (``unreachable``, ``down``, ``offline``, ``no answer``)
+    names every known node in it; such a line naming no known node counts as an unknown node
+    (``?<first word>``), so the DGX is never wrongly "the only one". Other lines are returned as-is.
+    """
+    known_set = set(known)
+    nodes: list[str] = []
+    other: list[str] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if not _UNREACHABLE_WORD_RE.search(line):
+            other.append(line)
+            continue
+        named = [t for t in _NODE_TOKEN_RE.findall(line) if t in known_set]
+        if not named:
+            words = [t for t in _NODE_TOKEN_RE.findall(line.split(":", 1)[-1]) if t.lower() != "unreachable"]
+            named = [f"?{words[0] if words else 'unknown'}"]
+        nodes.extend(n for n in named if n not in nodes)
+    return nodes, other
+
+
+def check_sentinel(
+    shell: RemoteShell, command: str, known: Sequence[str], *, timeout_s: float = 60.0
+) -> CheckResult:
+    """The configured sentinel run on its host is silent: exit 0 and nothing printed on either stream.
+
+    ``evidence["unreachable_nodes"]`` is the fleet's view (empty when silent); a run that times out
+    or cannot start is an ``error`` (the view is unknown), never "silent".
+    """
+    host = shell.alias
+
+    def body() -> CheckResult:
+        res = shell.run(command, timeout=timeout_s)
+        nodes, other = parse_sentinel(f"{res.stdout}\n{res.stderr}", known)
+        ev: dict[str, Any] = {
+            "host": host,
+            "ran": command,
+            "exit_code": res.exit_code,
+            "unreachable_nodes": nodes,
+            "stdout": trim(res.stdout, 800),
+            "stderr": trim(res.stderr, 500),
+        }
+        if res.exit_code in _NOT_FOUND_EXITS:
+            return CheckResult.errored(
+                CHECK_SENTINEL,
+                host,
+                f"{host}: the sentinel `{command}` could not run (exit {res.exit_code})",
+                Classification.CONFIG_DEFECT,
+                ev,
+            )
+        if res.exit_code == 0 and not res.stdout.strip() and not res.stderr.strip():
+            return CheckResult.passed(
+                CHECK_SENTINEL, host, f"{host}: `{command}` ran silent (exit 0): every node answers", ev
+            )
+        if nodes:
+            why = f"reports {len(nodes)} unreachable: {', '.join(nodes)}"
+        else:
+            why = f"is not silent (exit {res.exit_code}; {len(other)} line(s): {trim(other[0], 160) if other else ''})"
+        return CheckResult.failed(
+            CHECK_SENTINEL, host, f"{host}: `{command}` {why}", ev, Classification.INFRASTRUCTURE
+        )
+
+    return run_check(CHECK_SENTINEL, host, body)
+
+
+def close_dgx_loop(
+    remediated: CheckResult,
+    fix: CheckResult,
+    recheck: Mapping[str, CheckResult],
+    sentinel: CheckResult | None,
+) -> CheckResult:
+    """After ``--sbx-remediate``: the incident is ``resolved`` only when the command ran and worked, the
+    re-check (strict-host-key SSH to the DGX included) passed, and then the sentinel ran silent.
+
+    Otherwise it stays open (failed) with what is still wrong; ``remediated`` is
+    :func:`report_remediation`'s result.
+    """
+    bad = {k: r for k, r in recheck.items() if r.outcome is not Outcome.PASSED}
+    ssh = [r for r in recheck.values() if r.check == CHECK_SSH]
+    steps: dict[str, Any] = {
+        "remediation": fix.outcome.value,
+        "strict_ssh": ssh[0].outcome.value if ssh else "not run",
+        "sentinel": sentinel.outcome.value if sentinel is not None else "not run",
+    }
+    evidence = {**remediated.evidence, "closed_loop": steps}
+    if sentinel is not None:
+        evidence["sentinel"] = {"message": sentinel.message, **sentinel.evidence}
+    ran = isinstance(fix.evidence.get("command"), dict)
+    if fix.outcome is Outcome.PASSED and ran and recheck and not bad and ssh and sentinel is not None:
+        if sentinel.outcome is Outcome.PASSED:
+            evidence["incident"] = "resolved"
+            return remediated.model_copy(
+                update={
+                    "outcome": Outcome.PASSED,
+                    "message": f"DGX routing incident resolved: {fix.message}; strict-host-key SSH to "
+                    f"{ssh[0].target} ok; {sentinel.message}",
+                    "evidence": evidence,
+                    "recommendation": None,
+                }
+            )
+        evidence["incident"] = "open"
+        still = sentinel.evidence.get("unreachable_nodes") or []
+        return remediated.model_copy(
+            update={
+                "message": f"{_sentence(remediated.message)} Still open: the sentinel is not silent after the fix "
+                f"({sentinel.message}). {NO_TUNNEL}",
+                "evidence": evidence,
+                "recommendation": (
+                    f"tailscaled is up and SSH works, yet the sentinel still reports {', '.join(still)}: "
+                    "read its output in the evidence (a stale sentinel state, or the sentinel host's own view); "
+                    "do not re-run the fix"
+                    if still
+                    else "read the sentinel's output in the evidence; do not re-run the fix"
+                ),
+            }
+        )
+    evidence["incident"] = "open"
+    why = []
+    if fix.outcome is not Outcome.PASSED:
+        why.append(f"remediation {fix.outcome.value}")
+    why.extend(f"{r.check} {r.outcome.value}" for r in bad.values())
+    if sentinel is None and fix.outcome is Outcome.PASSED:
+        why.append("sentinel not run (SSH to the DGX must pass first)")
+    return remediated.model_copy(
+        update={
+            "message": f"{_sentence(remediated.message)} Still open: {', '.join(why) or 'not re-checked'}. {NO_TUNNEL}",
+            "evidence": evidence,
+        }
+    )
+
+
+def _sentence(text: str) -> str:
+    text = text.rstrip()
+    return text if text.endswith((".", "!", "?")) else text + "."
 
 
 # ---------------------------------------------------------------- remediation

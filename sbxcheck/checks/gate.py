@@ -126,7 +126,9 @@ _GIT_SCRIPT = (
 [ -d "$HOME/app" ] || { echo "SBX_NOAPP"; echo "SBX_END"; exit 0; }
 cd "$HOME/app" || { echo "SBX_NOAPP"; echo "SBX_END"; exit 0; }
 if ! head=$(git rev-parse HEAD 2>&1); then
-  echo "SBX_NOHEAD"; printf '%s\n' "$head" | head -n 5; echo "SBX_END"; exit 0
+  echo "SBX_NOHEAD"; printf '%s\n' "$head" | head -n 5
+  echo "SBX_OWNER $(stat -c '%U' . 2>/dev/null || echo '?') $(id -un 2>/dev/null || echo '?')"
+  echo "SBX_END"; exit 0
 fi
 echo "SBX_HEAD $head"
 echo "SBX_STATUS_BEGIN"
@@ -338,8 +340,12 @@ def judge_git_integrity(target: GateTarget, run: ScriptRun) -> CheckResult:
     if "SBX_NOAPP" in lines:
         return CheckResult.failed(check, tgt, "no ~/app on this VM — FILL never ran", ev)
     if "SBX_NOHEAD" in lines:
-        ev["git_output"] = trim("\n".join(ln for ln in lines if ln not in ("SBX_NOHEAD", END)))
-        return CheckResult.failed(check, tgt, "git rev-parse failed — .git is damaged", ev)
+        output = [ln for ln in lines if ln not in ("SBX_NOHEAD", END) and not ln.startswith("SBX_OWNER ")]
+        ev["git_output"] = trim("\n".join(output))
+        owner = next((ln.split()[1:] for ln in lines if ln.startswith("SBX_OWNER ")), [])
+        if len(owner) == 2:
+            ev["app_owner"], ev["ssh_user"] = owner
+        return git_refusal(check, tgt, "\n".join(output), ev, target)
     head = next((ln.split(" ", 1)[1].strip() for ln in lines if ln.startswith("SBX_HEAD ")), "")
     status = _section(lines, "SBX_STATUS_BEGIN", "SBX_STATUS_END")
     end = next((ln for ln in lines if ln.startswith("SBX_STATUS_END ")), None)
@@ -367,6 +373,36 @@ def judge_git_integrity(target: GateTarget, run: ScriptRun) -> CheckResult:
     return CheckResult.passed(
         check, tgt, f"HEAD {head[:12]} matches {target.commit_sha[:12]} ({ev['match']}); tree clean", ev
     )
+
+
+def git_refusal(check: str, tgt: str, output: str, ev: dict[str, Any], target: GateTarget) -> CheckResult:
+    """A failed ``git rev-parse HEAD``: git's known refusals named as what they are, with their fix."""
+    text = output.lower()
+    if "dubious ownership" in text:
+        owner, user = ev.get("app_owner", "another user"), ev.get("ssh_user", "the SSH user")
+        ev["git_refusal"] = "dubious_ownership"
+        return CheckResult.failed(
+            check,
+            tgt,
+            f"git refuses ~/app: detected dubious ownership (owned by {owner}, the SSH user is {user}); "
+            "the clone is intact, git will not read it",
+            ev,
+            Classification.CONFIG_DEFECT,
+            recommendation=f"on {target.host}: `chown -R {user} ~/app` if the clone should be this user's, "
+            'or trust it as it is: `git config --global --add safe.directory "$HOME/app"`; then re-run '
+            f"`just sbx lifecycle setup {target.run_id}`. Nothing was changed",
+        )
+    if "not a git repository" in text:
+        ev["git_refusal"] = "not_a_repository"
+        return CheckResult.failed(
+            check,
+            tgt,
+            "git says ~/app is not a git repository — .git is damaged or missing (FILL's clone was replaced?)",
+            ev,
+            recommendation=f"re-clone with `just sbx lifecycle fill {target.run_id}`, then re-run "
+            f"`just sbx lifecycle setup {target.run_id}`. Nothing was changed",
+        )
+    return CheckResult.failed(check, tgt, "git rev-parse failed — .git is damaged", ev)
 
 
 @advised

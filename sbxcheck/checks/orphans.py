@@ -180,6 +180,8 @@ def _judge_key(
     ev.update(vm=vm, record="none" if record is None else "open" if record.is_open else "closed")
     why: str | None = None
     advice = REAP_ADVICE
+    if record is not None and not record.is_open and key.disabled:
+        return None  # issue 22: listed disabled = revoked (as teardown's proof counts it), not an orphan
     if record is not None and not record.is_open:
         why = f"record closed {record.closed_at}"
         ev["record_closed_at"] = record.closed_at

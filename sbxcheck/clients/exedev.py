@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from sbxcheck.clients.sandboxed import _validation_summary, excerpt
 from sbxcheck.errors import BadResponseError, TransportError
 from sbxcheck.safeio import loads_bounded
-from sbxcheck.transports.ssh import CommandResult
+from sbxcheck.transports.ssh import CommandResult, SshHost
 
 LS_COMMAND: Final = "ls --json"
 
@@ -57,7 +57,10 @@ class ExeDevCommandFailed(TransportError):
 
 def list_vms(shell: ControlShell, *, timeout_s: float = 30.0) -> list[ExeVm]:
     """Every VM ``ls --json`` lists; raises (never returns ``[]``) when the answer cannot be had."""
-    res = shell.run(LS_COMMAND, timeout=timeout_s)
+    if isinstance(shell, SshHost):  # exe.dev's SSH endpoint is its CLI, not a shell: no framing wrapper
+        res = shell.run(LS_COMMAND, timeout=timeout_s, frame=False)
+    else:
+        res = shell.run(LS_COMMAND, timeout=timeout_s)
     ev: dict[str, Any] = {"host": shell.alias, "ran": LS_COMMAND, "exit_code": res.exit_code}
     if res.exit_code != 0:
         ev["stderr"] = excerpt(res.stderr, 500)

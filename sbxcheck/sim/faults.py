@@ -104,6 +104,35 @@ FAULTS: dict[str, Fault] = {
         Fault("exedev.ls-garbage", "exe.dev's `ls --json` prints a banner, not JSON"),
         Fault("gh.no-auth", "the verity workspace has no stored gh/git credentials"),
         Fault("openrouter.orphan-key", "an sbx- key of a closed run is still listed (never revoked)"),
+        # issue 22
+        Fault(
+            "vm.noisy-shell",
+            "the VM's ~/.bashrc prints before and after every command, on stdout and stderr (the third "
+            "run's VM always does)",
+        ),
+        Fault(
+            "vm.foreign-clone", "~/app is owned by another user: git refuses it (detected dubious ownership)"
+        ),
+        Fault(
+            "dgx.two-nodes-down",
+            "tailscaled on agent-core is disabled and babylon is down too: the sentinel reports two nodes",
+        ),
+        Fault(
+            "dgx.sentinel-stuck",
+            "tailscaled on agent-core is disabled, and the sentinel still reports the DGX after the fix",
+        ),
+        Fault(
+            "openrouter.revoke-ignored",
+            "DELETE /keys/<hash> answers 200 but the key stays enabled, listed on page 2 of GET /keys",
+        ),
+        Fault(
+            "vm.wide-modes",
+            "~/app/.env and ~/.pi/agent/models.json are 0644 on the VM, the run's .key 0644 on the host",
+        ),
+        Fault(
+            "vm.provisioning-key-planted",
+            "the host's provisioning key sits in ~/.config/openrouter/credentials on the VM",
+        ),
     )
 }
 
@@ -135,7 +164,10 @@ def is_controlplane_fault(name: str) -> bool:
 
 def is_fleet_host_fault(name: str) -> bool:
     """Faults of the fleet's own hosts and accounts (agent-core, the DGX, exe.dev, GitHub, orphan keys)."""
-    return name.startswith(("dgx.", "exedev.", "gh.")) or name == "openrouter.orphan-key"
+    return name.startswith(("dgx.", "exedev.", "gh.")) or name in (
+        "openrouter.orphan-key",
+        "openrouter.revoke-ignored",
+    )
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from sbxcheck.inventory import (
 )
 from sbxcheck.sim.admin import KnobGate, SimAdmin, VmExists
 from sbxcheck.sim.controlplane import ControlPlaneDouble
+from sbxcheck.sim.dgx_route import DgxRoute
 from sbxcheck.sim.faults import (
     CONTROLPLANE_TARGETS,
     FaultSpec,
@@ -55,6 +56,7 @@ from sbxcheck.sim.hosts import (
     make_agent_core,
     make_dgx_spark,
     make_exedev,
+    write_lived_in_shell,
     write_vms,
 )
 from sbxcheck.sim.httpserver import BackgroundServer
@@ -133,6 +135,22 @@ def plan_run_ids(seed: int, count: int, day: dt.date | None = None) -> list[str]
         task = RUN_TASKS[i % len(RUN_TASKS)] + (str(i // len(RUN_TASKS)) if i >= len(RUN_TASKS) else "")
         ids.append(f"{task}-{stamp}-{rng.getrandbits(24):06x}")
     return ids
+
+
+DGX_ROUTE_FAULTS = ("dgx.two-nodes-down", "dgx.sentinel-stuck")  # issue 22: tailscaled down, and more
+FOREIGN_UID = 65534  # "nobody": the owner of a clone another user made (vm.foreign-clone)
+
+
+def _chown_tree(root: Path, uid: int) -> None:
+    """Give ``root`` and everything under it to ``uid`` (git then refuses it: dubious ownership)."""
+    if os.geteuid() != 0:
+        raise SimError(
+            "fault vm.foreign-clone needs root (sim VMs are homes on this machine, chown needs root)"
+        )
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in [*dirnames, *filenames]:
+            os.lchown(os.path.join(dirpath, name), uid, -1)
+    os.lchown(root, uid, -1)
 
 
 def _git(cwd: Path, *args: str) -> str:
@@ -219,6 +237,7 @@ class SimFleet:
         self._recipe_vms: dict[str, RecipeVm] = {}
         self._created: list[str] = []
         self._vm_lock = threading.Lock()
+        self._dgx_route: DgxRoute | None = None
 
     # ------------------------------------------------------------ stage 1: files
 
@@ -539,6 +558,9 @@ class SimFleet:
         )
 
     def _apply_file_faults(self) -> None:
+        for run in self.runs:
+            if self._is_lived_in(run):
+                write_lived_in_shell(run.home)
         for spec in self.fault_specs:
             if is_controlplane_fault(spec.name) or is_fleet_host_fault(spec.name):
                 continue
@@ -570,6 +592,15 @@ class SimFleet:
                 record_path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
             elif spec.name == "vm.no-models":
                 models.unlink()
+            elif spec.name == "vm.foreign-clone":  # issue 22
+                _chown_tree(app, FOREIGN_UID)
+            elif spec.name == "vm.wide-modes":
+                for path in (app / ".env", models, self.checkout / ".sandbox" / "runs" / f"{run.run_id}.key"):
+                    path.chmod(0o644)
+            elif spec.name == "vm.provisioning-key-planted":
+                planted = run.home / ".config" / "openrouter" / "credentials"
+                planted.parent.mkdir(parents=True, exist_ok=True)
+                planted.write_text(f"export OPENROUTER_API_KEY={self.openrouter.provisioning_key}\n")
             elif spec.name in ("vm.partial-cost", "vm.zero-cost"):
                 doc = json.loads(models.read_text(encoding="utf-8"))
                 for model in doc["providers"]["openrouter"]["models"]:
@@ -617,6 +648,10 @@ class SimFleet:
             for s in self.fault_specs
         )
 
+    def _is_lived_in(self, run: SimRun) -> bool:
+        """The third run's VM (and any run with vm.noisy-shell) has a shell that prints around every command."""
+        return run is (self.runs[2] if len(self.runs) > 2 else None) or self._has_fault("vm.noisy-shell", run)
+
     def _fleet_faults(self) -> set[str]:
         return {s.name for s in self.fault_specs if is_fleet_host_fault(s.name)}
 
@@ -629,8 +664,8 @@ class SimFleet:
         core_options = fault_options("agent-core", faults)
         if "dgx.unreachable" in faults:
             core_options["ping"] = "no-reply"  # the DGX itself is down: the tailnet is fine, nobody answers
-        self.hosts["agent-core"] = make_agent_core(hosts_root, **core_options)
-        self.hosts["dgx-spark"] = make_dgx_spark(hosts_root)
+        self.hosts["agent-core"] = make_agent_core(hosts_root, lived_in=True, **core_options)
+        self.hosts["dgx-spark"] = make_dgx_spark(hosts_root, lived_in=True)
         self.hosts["exe.dev"] = make_exedev(
             hosts_root, [exe_vm(r.run_id) for r in self.runs], **fault_options("exe.dev", faults)
         )
@@ -641,6 +676,7 @@ class SimFleet:
             "dgx.tailscaled-inactive",
             "dgx.sudo-refused",
             "dgx.unreachable",
+            *DGX_ROUTE_FAULTS,
         }:
             # off the tailnet (or down), the DGX misses its heartbeats too
             assert self.controlplane is not None
@@ -650,6 +686,10 @@ class SimFleet:
             self.openrouter.mint(
                 f"sbx-{closed}", 50.0
             )  # teardown closed the record but never revoked the key
+        if "openrouter.revoke-ignored" in faults:  # issue 22
+            self.openrouter.ignore_deletes = True
+            for i in range(100):  # personal keys listed first: sbx- keys minted later land on page 2
+                self.openrouter.mint(f"personal-{i:03d}", None)
         self._make_github_shims("gh.no-auth" in faults)
 
     def _dgx_mode(self) -> Literal["ok", "refuse"]:
@@ -658,6 +698,7 @@ class SimFleet:
             "dgx.tailscaled-inactive",
             "dgx.sudo-refused",
             "dgx.unreachable",
+            *DGX_ROUTE_FAULTS,
         }
         return "refuse" if down else "ok"
 
@@ -739,7 +780,7 @@ class SimFleet:
                 provisioning_key_env=None,
                 provisioning_key_file=self.checkout / ".env",
             ),
-            dgx=DgxSection(command_timeout_s=5.0),
+            dgx=DgxSection(command_timeout_s=5.0, sentinel_command="disk-sentinel --once"),
             sandboxed=self._sandboxed_section(),
             sim=SimSection(
                 embedded=self.embedded,
@@ -917,11 +958,23 @@ class SimFleet:
                     mode=mode,
                     private_tmp=self._private_tmp(run) if self._has_fault("vm.foreign-tmp", run) else None,
                     private_tmp_keep=(self.root, default_cache_dir()),
+                    source_bashrc=(run.home / ".bashrc").is_file(),
+                    received_log=self.received_log(run.run_id),
                 )
                 self.ssh_server.add_host(sim_host, run.ssh_port, host_key=host_key)
             for name, home in self.hosts.items():
                 mode = self._dgx_mode() if name == "dgx-spark" else "ok"
                 self.ssh_server.add_host(home.sim_host(user=VM_USER, mode=mode), self._host_ports[name])
+            if self._dgx_mode() == "refuse" and "dgx.unreachable" not in self._fleet_faults():
+                self._dgx_route = DgxRoute(  # issue 22: `enable --now tailscaled` brings the DGX back
+                    self.ssh_server,
+                    self.hosts["agent-core"],
+                    self.hosts["dgx-spark"],
+                    self._host_ports["dgx-spark"],
+                    dgx_down=False,
+                    on_change=self._dgx_route_changed,
+                )
+                self._dgx_route.start()
             self.admin = SimAdmin(self, self._admin_token)
             self.admin_http = BackgroundServer(self.admin.app, port=self._admin_port, name="sim-admin")
             self.admin_http.start()
@@ -930,14 +983,31 @@ class SimFleet:
             raise
         self._serving = True
 
+    def received_log(self, run_id: str) -> Path:
+        """Everything the VM of ``run_id`` received over SSH (commands and stdin), appended by the sim sshd."""
+        return self.root / "vms" / f"{run_id}.received"
+
     def connections(self, run_id: str) -> int:
         """SSH connections the VM of ``run_id`` has accepted so far."""
         if self.ssh_server is None:
             return 0
         return self.ssh_server.connections(f"{run_id}{HOST_SUFFIX}")
 
+    def _dgx_route_changed(self, up: bool) -> None:
+        """The DGX's heartbeats follow its route (unless fleet.node-offline was asked for)."""
+        assert self.controlplane is not None
+        if "fleet.node-offline" in {s.name for s in self.fault_specs}:
+            return
+        if up:
+            self.controlplane.clear_faults("fleet.node-offline")
+        else:
+            self.controlplane.inject("fleet.node-offline", "dgx-spark")
+
     def stop(self) -> None:
         """Stop every server; idempotent. Files stay on disk for inspection."""
+        if self._dgx_route is not None:
+            self._dgx_route.stop()
+            self._dgx_route = None
         if self.admin_http is not None:
             self.admin_http.stop()
             self.admin_http = None

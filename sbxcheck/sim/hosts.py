@@ -46,8 +46,15 @@ class HostHome:
         return self.home / _STATE
 
     def sim_host(self, *, user: str = "exedev", mode: Literal["ok", "refuse", "silent"] = "ok") -> SimHost:
-        """The :class:`SimHost` serving this home over SSH."""
-        return SimHost(name=self.name, home=self.home, user=user, path_dirs=self.path_dirs, mode=mode)
+        """The :class:`SimHost` serving this home over SSH (a home with a ~/.bashrc has it read, as on Debian)."""
+        return SimHost(
+            name=self.name,
+            home=self.home,
+            user=user,
+            path_dirs=self.path_dirs,
+            mode=mode,
+            source_bashrc=(self.home / ".bashrc").is_file(),
+        )
 
     def env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """An environment for running the programs directly: HOME and PATH (ours first)."""
@@ -109,6 +116,19 @@ HOST_FAULTS: Final[dict[str, HostFault]] = {
             "agent-core",
             "tailscaled on agent-core is disabled and the SSH user has no passwordless sudo",
             {"tailscaled_enabled": False, "tailscaled_active": False, "sudo_refused": True},
+        ),
+        # issue 22
+        HostFault(
+            "dgx.two-nodes-down",
+            "agent-core",
+            "tailscaled on agent-core is disabled and babylon is down too: the sentinel reports two nodes",
+            {"tailscaled_enabled": False, "tailscaled_active": False, "sentinel_others": ("babylon",)},
+        ),
+        HostFault(
+            "dgx.sentinel-stuck",
+            "agent-core",
+            "tailscaled on agent-core is disabled, and the sentinel still reports the DGX after the fix",
+            {"tailscaled_enabled": False, "tailscaled_active": False, "sentinel_stuck": True},
         ),
         HostFault(
             "exedev.ls-fails",
@@ -250,6 +270,20 @@ echo "pong from $peer_name ($peer_ip) via 192.168.50.20:41641 in 3ms"
 exit 0
 """
 
+# issue 22: the fleet's disk-sentinel, one pass: silent when every node answers, one line per node that
+# does not. The DGX answers while tailscaled runs here and the DGX itself is up (ping mode not no-reply).
+_SENTINEL = r"""#!/bin/bash
+# sbxcheck sim: disk-sentinel --once
+state=@STATE@; dgx=@PEER_NAME@
+report() { echo "disk-sentinel: $1 unreachable (no answer on :22 for 7m)"; }
+if [ -e "$state/sentinel.stuck" ] || [ "$(cat "$state/tailscaled.active" 2>/dev/null)" != active ] \
+   || [ "$(cat "$state/ping.mode" 2>/dev/null)" = no-reply ]; then
+  report "$dgx"
+fi
+for node in $(cat "$state/sentinel.others" 2>/dev/null); do report "$node"; done
+exit 0
+"""
+
 _EXE_LS = r"""#!/bin/bash
 # sbxcheck sim: exe.dev's `ls [-a] [pattern] --json` verb; without --json, the real ls.
 state=@STATE@
@@ -367,15 +401,21 @@ def make_agent_core(
     dgx_ip: str = DGX_TAILSCALE_IP,
     dgx_name: str = "dgx-spark",
     ping_hang_s: float = 60.0,
+    lived_in: bool = False,
+    sentinel_others: tuple[str, ...] = (),
+    sentinel_stuck: bool = False,
 ) -> HostHome:
     """agent-core: systemctl + tailscale fakes; ``tailscale ping <dgx_ip>`` pongs while tailscaled is active.
 
     Knobs: tailscaled disabled / inactive, ``ping`` mode (``ok`` direct pong, ``derp`` relayed pongs
     then exit 1, ``no-reply``, ``timeout`` = sleep ``ping_hang_s`` then exit 1, ``silent`` = nothing,
     exit 0), ``systemctl_unknown`` (answers ``unknown``), ``enable_denied`` (enable fails: Access denied),
-    ``sudo_refused`` (``sudo -n`` answers "a password is required"; otherwise sudo is passwordless).
+    ``sudo_refused`` (``sudo -n`` answers "a password is required"; otherwise sudo is passwordless),
+    ``lived_in`` (a ~/.bashrc that prints around every command, see :data:`LIVED_IN_BASHRC`);
+    ``disk-sentinel --once`` reports the DGX while it cannot answer, every node in ``sentinel_others``,
+    and with ``sentinel_stuck`` the DGX even after it answers again.
     """
-    return _tailscale_host(
+    host = _tailscale_host(
         root,
         name,
         enabled=tailscaled_enabled,
@@ -388,11 +428,26 @@ def make_agent_core(
         peer_name=dgx_name,
         ping_hang_s=ping_hang_s,
     )
+    state = host.state_dir
+    (state / "sentinel.others").write_text("".join(f"{n}\n" for n in sentinel_others))
+    (state / "sentinel.stuck").unlink(missing_ok=True)
+    if sentinel_stuck:
+        (state / "sentinel.stuck").touch()
+    _install(
+        host.path_dirs[0],
+        "disk-sentinel",
+        _fill(_SENTINEL, STATE=_sh_quote(str(state)), PEER_NAME=_sh_quote(dgx_name)),
+    )
+    if lived_in:
+        write_lived_in_shell(host.home)
+    return host
 
 
-def make_dgx_spark(root: Path, *, name: str = "dgx-spark", agent_core_ip: str = "100.64.0.1") -> HostHome:
+def make_dgx_spark(
+    root: Path, *, name: str = "dgx-spark", agent_core_ip: str = "100.64.0.1", lived_in: bool = False
+) -> HostHome:
     """dgx-spark itself: a plain host (``true`` works) with tailscaled enabled and active."""
-    return _tailscale_host(
+    host = _tailscale_host(
         root,
         name,
         enabled=True,
@@ -404,6 +459,9 @@ def make_dgx_spark(root: Path, *, name: str = "dgx-spark", agent_core_ip: str = 
         peer_name="agent-core",
         ping_hang_s=60.0,
     )
+    if lived_in:
+        write_lived_in_shell(host.home)
+    return host
 
 
 def make_exedev(
@@ -457,3 +515,25 @@ def write_vms(host: HostHome, vms: Sequence[Mapping[str, Any]]) -> None:
     tmp = host.state_dir / "vms.json.tmp"
     tmp.write_text(json.dumps({"vms": [dict(v) for v in vms]}, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, host.state_dir / "vms.json")
+
+
+# ---------------------------------------------------------------- lived-in shells
+
+# What a lived-in VM's ~/.bashrc prints for every `ssh host CMD` (Debian's bash reads it then): an
+# MOTD hook and a version manager before the command, on both streams, a line left open, text that
+# looks like the gate's own markers and a JSON body, and an EXIT trap that prints after the command.
+LIVED_IN_BASHRC: Final = r"""# a lived-in VM: MOTD hook, nvm, direnv (sbxcheck sim)
+printf 'Welcome to Ubuntu 24.04.1 LTS (GNU/Linux 6.8.0-49-generic x86_64)\n * Documentation:  https://help.ubuntu.com\n'
+printf '{"data": {"usage": 0, "limit": 999}}\nSBX_HTTP 200\nSBX_CURL_RC 0\nSBX_END\n'
+printf 'nvm: using node v22.11.0 (npm v10.9.0)\n' >&2
+printf 'direnv: loading ~/.envrc'
+printf 'direnv: export +VIRTUAL_ENV' >&2
+trap 'printf "\nSBX_END\nlogout: see you soon\n"; printf "direnv: unloading\n" >&2' EXIT
+"""
+
+
+def write_lived_in_shell(home: Path) -> Path:
+    """Give ``home`` the noisy ~/.bashrc above; the SSH server must source it (``SimHost.source_bashrc``)."""
+    rc = home / ".bashrc"
+    rc.write_text(LIVED_IN_BASHRC, encoding="utf-8")
+    return rc

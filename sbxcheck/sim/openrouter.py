@@ -152,6 +152,7 @@ class OpenRouterDouble:
         self._keys: dict[str, KeyState] = {}
         self._by_secret: dict[str, str] = {}
         self._log: list[RequestRecord] = []
+        self.ignore_deletes = False  # openrouter.revoke-ignored: DELETE says yes and does nothing
         self.app = Starlette(
             routes=[
                 Route("/api/v1/chat/completions", self._chat, methods=["POST"]),
@@ -208,11 +209,13 @@ class OpenRouterDouble:
             state.updated_at = _now_iso()
 
     def delete(self, key_hash: str) -> bool:
-        """Revoke a key; False if unknown or already deleted."""
+        """Revoke a key; False if unknown or already deleted (``ignore_deletes``: say yes, do nothing)."""
         with self._lock:
             state = self._keys.get(key_hash)
             if state is None or state.deleted:
                 return False
+            if self.ignore_deletes:  # issue 22: openrouter.revoke-ignored
+                return True
             state.deleted = True
             state.updated_at = _now_iso()
             return True

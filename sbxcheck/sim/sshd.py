@@ -57,6 +57,10 @@ class SimHost:
     mode: Literal["ok", "refuse", "silent"] = "ok"
     private_tmp: Path | None = None  # commands see this directory as /tmp (a mount namespace) ...
     private_tmp_keep: tuple[Path, ...] = ()  # ... with these directories under /tmp still in place
+    # Debian's bash reads ~/.bashrc for every `ssh host CMD` (the first shell sshd starts, not its
+    # children): True does the same here, so a lived-in home's start-up noise reaches the client
+    source_bashrc: bool = False
+    received_log: Path | None = None  # every command and stdin byte this host received is appended here
 
 
 def generate_keypair(path: Path, comment: str) -> str:
@@ -441,6 +445,7 @@ class SimSshServer:
 
     async def _run_command(self, entry: _Entry, process: asyncssh.SSHServerProcess[bytes]) -> None:
         command = process.command
+        _log_received(entry.host, f"exec {command!r}\n".encode())
         argv = ["bash", "-c", command] if command is not None else ["bash"]
         if entry.host.private_tmp is not None:
             argv = private_tmp_argv(entry.host.private_tmp, command, entry.host.private_tmp_keep)
@@ -507,7 +512,7 @@ class SimSshServer:
             closed = asyncio.ensure_future(process.channel.wait_closed())
             exited = asyncio.ensure_future(proc.wait())
             tasks += [*pump_tasks, closed, exited]
-            tasks.append(asyncio.ensure_future(_pump_stdin(process, stdin_tr, stdin_proto, pgid)))
+            tasks.append(asyncio.ensure_future(_pump_stdin(process, stdin_tr, stdin_proto, pgid, entry.host)))
 
             await asyncio.wait({exited, closed}, return_when=asyncio.FIRST_COMPLETED)
             if exited.done() and await _drain_outputs(pumps, pump_tasks, closed):
@@ -537,6 +542,7 @@ async def _pump_stdin(
     transport: asyncio.WriteTransport,
     proto: _StdinProtocol,
     pgid: int,
+    host: SimHost,
 ) -> None:
     """Copy client data to the child's stdin; client EOF closes it; client signals go to the group."""
     while not proto.lost:
@@ -553,6 +559,7 @@ async def _pump_stdin(
             break
         if not data:
             break
+        _log_received(host, data)
         transport.write(data)
         await proto.drain()
     if not transport.is_closing():
@@ -640,8 +647,26 @@ def _command_env(host: SimHost) -> dict[str, str]:
         "LANG": "C.UTF-8",
         "PATH": path,
     }
+    if host.source_bashrc:
+        env["BASH_ENV"] = str(_debian_bashrc_shim(host))
     env.update(host.env)
     return env
+
+
+def _debian_bashrc_shim(host: SimHost) -> Path:
+    """A BASH_ENV file doing what Debian's bash does for a command run by sshd: read ~/.bashrc once."""
+    shim = host.home / ".sim" / "sshd-bashrc"
+    if not shim.exists():
+        shim.parent.mkdir(parents=True, exist_ok=True)
+        shim.write_text('unset BASH_ENV\n[ -f "$HOME/.bashrc" ] && . "$HOME/.bashrc"\n', encoding="utf-8")
+    return shim
+
+
+def _log_received(host: SimHost, data: bytes) -> None:
+    """Append what the client sent to ``host.received_log`` (tests assert a secret never arrives)."""
+    if host.received_log is not None:
+        with open(host.received_log, "ab") as fh:
+            fh.write(data)
 
 
 def _signal_by_name(name: str) -> signal.Signals | None:

@@ -34,6 +34,7 @@ from sbxcheck.errors import (
     SbxError,
     TransportError,
 )
+from sbxcheck.transports.framing import frame_command, new_frame, unframe
 from sbxcheck.transports.known_hosts import KnownHosts
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,8 @@ class CommandResult:
     duration_s: float
     stdout_truncated: bool = False
     stderr_truncated: bool = False
+    framed: bool = False  # stdout/stderr are exactly what the command printed (see transports/framing.py)
+    shell_noise_chars: int = 0  # what the remote shell printed around the command (dropped)
 
 
 @dataclass(frozen=True)
@@ -548,6 +551,17 @@ class _Capture:
         return bytes(self.data).decode("utf-8", errors="replace")
 
 
+_NOISE_ALLOWANCE = 65536  # bytes per stream a framed command may spend on its shell's noise and markers
+
+
+def _cap(text: str, limit: int) -> tuple[str, bool]:
+    """``text`` cut to ``limit`` utf-8 bytes, and whether it was cut."""
+    data = text.encode("utf-8", errors="replace")
+    if len(data) <= limit:
+        return text, False
+    return data[:limit].decode("utf-8", errors="replace"), True
+
+
 class _Wake(threading.Event):
     """The event both receive buffers of a channel set; paramiko also clears it when a buffer empties,
     which the reader must not miss, so clearing is left to the reader alone."""
@@ -608,9 +622,19 @@ class SshHost:
             return self._conn.transport
 
     def run(
-        self, command: str, *, stdin: str | bytes | None = None, timeout: float | None = None
+        self,
+        command: str,
+        *,
+        stdin: str | bytes | None = None,
+        timeout: float | None = None,
+        frame: bool = True,
     ) -> CommandResult:
-        """Run ``command``; feed ``stdin`` (then EOF); wait at most ``timeout`` s (default from settings)."""
+        """Run ``command``; feed ``stdin`` (then EOF); wait at most ``timeout`` s (default from settings).
+
+        ``frame`` (default) reads the command's output between its own markers, apart from what the
+        remote shell prints around it (transports/framing.py); ``False`` for an SSH endpoint that is
+        not a shell (exe.dev's CLI).
+        """
         limit = self._settings.command_timeout_s if timeout is None else timeout
         start = time.monotonic()
         deadline = start + limit
@@ -623,7 +647,7 @@ class SshHost:
                 evidence=self._evidence(timeout_s=limit, command=command[:200]),
             )
         try:
-            return self._run_in_slot(transport, command, stdin, start, deadline, limit)
+            return self._run_in_slot(transport, command, stdin, start, deadline, limit, frame)
         finally:
             self._sessions.release()
 
@@ -635,6 +659,7 @@ class SshHost:
         start: float,
         deadline: float,
         limit: float,
+        frame: bool,
     ) -> CommandResult:
         log.debug("run on %s: %s", self.alias, command)
         try:
@@ -655,7 +680,7 @@ class SshHost:
                 evidence=self._evidence(elapsed_s=round(elapsed, 3), command=command[:200]),
             ) from None
         try:
-            return self._run_on(channel, transport, command, stdin, start, deadline, limit)
+            return self._run_on(channel, transport, command, stdin, start, deadline, limit, frame)
         finally:
             with contextlib.suppress(Exception):
                 channel.close()
@@ -669,9 +694,15 @@ class SshHost:
         start: float,
         deadline: float,
         limit: float,
+        frame: bool,
     ) -> CommandResult:
-        out = _Capture(self._settings.max_output_bytes)
-        err = _Capture(self._settings.max_output_bytes)
+        markers = new_frame() if frame else None  # the command's output apart from the shell's noise
+        limit_bytes = self._settings.max_output_bytes
+        out = _Capture(limit_bytes + (_NOISE_ALLOWANCE if markers else 0))
+        err = _Capture(limit_bytes + (_NOISE_ALLOWANCE if markers else 0))
+
+        def own(capture: _Capture) -> str:  # what the command itself printed so far
+            return capture.text() if markers is None else unframe(capture.text(), markers).text
 
         def timed_out() -> CommandTimeout:
             while channel.recv_ready():  # what arrived up to the deadline counts in the evidence
@@ -685,8 +716,8 @@ class SshHost:
                     elapsed_s=round(time.monotonic() - start, 3),
                     timeout_s=limit,
                     command=command[:200],
-                    stdout_chars=len(out.text()),
-                    stderr_chars=len(err.text()),
+                    stdout_chars=len(own(out)),
+                    stderr_chars=len(own(err)),
                 ),
             )
 
@@ -696,8 +727,8 @@ class SshHost:
                 evidence=self._evidence(
                     elapsed_s=round(time.monotonic() - start, 3),
                     command=command[:200],
-                    stdout_chars=len(out.text()),
-                    stderr_chars=len(err.text()),
+                    stdout_chars=len(own(out)),
+                    stderr_chars=len(own(err)),
                 ),
             )
 
@@ -707,7 +738,7 @@ class SshHost:
         watchdog.daemon = True
         watchdog.start()
         try:
-            channel.exec_command(command)
+            channel.exec_command(command if markers is None else frame_command(command, markers))
         except (paramiko.SSHException, OSError, EOFError) as exc:
             if time.monotonic() >= deadline:
                 raise timed_out() from None
@@ -760,13 +791,28 @@ class SshHost:
             if not transport.is_active():
                 raise died("SSH transport died during the command")
             raise died("channel closed without an exit status (command killed by a signal?)")
+        if markers is None:
+            return CommandResult(
+                exit_code=channel.exit_status,
+                stdout=out.text(),
+                stderr=err.text(),
+                duration_s=time.monotonic() - start,
+                stdout_truncated=out.truncated,
+                stderr_truncated=err.truncated,
+            )
+        stdout, stderr = unframe(out.text(), markers, with_status=True), unframe(err.text(), markers)
+        framed = stdout.framed and stdout.complete
+        stdout_text, stdout_cut = _cap(stdout.text, limit_bytes)
+        stderr_text, stderr_cut = _cap(stderr.text, limit_bytes)
         return CommandResult(
-            exit_code=channel.exit_status,
-            stdout=out.text(),
-            stderr=err.text(),
+            exit_code=stdout.exit_code if framed and stdout.exit_code is not None else channel.exit_status,
+            stdout=stdout_text,
+            stderr=stderr_text,
             duration_s=time.monotonic() - start,
-            stdout_truncated=out.truncated,
-            stderr_truncated=err.truncated,
+            stdout_truncated=out.truncated or stdout_cut,
+            stderr_truncated=err.truncated or stderr_cut,
+            framed=framed,
+            shell_noise_chars=stdout.noise_chars + stderr.noise_chars,
         )
 
     def close(self) -> None:
@@ -854,6 +900,15 @@ class SshPool:
                     raise TransportError("SSH pool is closed", evidence={"alias": alias})
                 self._hosts[alias] = host
             return host
+
+    def forget(self, alias: str) -> None:
+        """Drop ``alias``'s cached connect failure (and close its connection), so the next
+        :meth:`host` connects afresh — after a remediation that should have made it reachable."""
+        with self._lock:
+            self._failures.pop(alias, None)
+            host = self._hosts.pop(alias, None)
+        if host is not None:
+            host.close()
 
     def stats(self) -> dict[str, int]:
         """Alias -> number of SSH connections successfully opened (jump hops not counted)."""

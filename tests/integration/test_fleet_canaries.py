@@ -137,10 +137,10 @@ def test_remediate_runs_only_the_one_recovery_command(
         state = fleet.hosts["agent-core"].unit_state()
     [triage] = outcome.report["checks"]
     evidence = triage["evidence"]
-    assert triage["outcome"] == "failed"  # the incident was real; the report says what was done about it
     # the sim's SSH user is not root: the command ran through sudo -n
     assert evidence["remediation"]["command"]["ran"] == "sudo -n systemctl enable --now tailscaled"
     if fault == "dgx.sudo-refused":
+        assert triage["outcome"] == "failed"  # the incident was real; the report says what was done about it
         assert evidence["remediation_outcome"] == "error" and "sudo refused" in triage["message"]
         assert state == ("disabled", "inactive")
         return
@@ -149,9 +149,10 @@ def test_remediate_runs_only_the_one_recovery_command(
         evidence["remediation"]["before_after"]
         == "is-enabled disabled → enabled, is-active inactive → active"
     )
-    assert "Remediated" in triage["message"] and evidence["recheck"]  # re-checked after the command
-    [incident] = outcome.report["incidents"]
-    assert "systemctl enable" not in incident["recommendation"]  # never recommends what already ran
+    assert evidence["recheck"]  # re-checked after the command
+    # issue 22: remediate -> strict SSH -> a silent sentinel: only then resolved (it was "failed" before)
+    assert triage["outcome"] == "passed" and triage["message"].startswith("DGX routing incident resolved")
+    assert evidence["incident"] == "resolved" and outcome.report["incidents"] == []
     assert state == ("enabled", "active")
 
 

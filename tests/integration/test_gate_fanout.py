@@ -67,7 +67,7 @@ def test_sigint_cancels_in_flight_checks_and_the_report_says_what_did_not_run(tm
     assert proc.returncode == 2, text[-3000:]
     assert ended_after < 60, "the hung commands were waited for instead of cancelled"
     checks = {c["check"]: c for c in json.loads((report / "results.json").read_text())["checks"]}
-    assert len(checks) == 7, sorted(checks)  # run_record, A, B, C roster, C (x3 models share a name), D, E
+    assert len(checks) == 8, sorted(checks)  # run_record, A, B, C roster, C (x3 share a name), D, E, hygiene
     for name in ("B_pi_models", "D_cost_reported"):
         assert checks[name]["outcome"] == "skipped", checks[name]
         assert checks[name]["evidence"]["not_run"] == "cancelled while in flight", checks[name]

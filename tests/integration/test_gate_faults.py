@@ -20,7 +20,15 @@ pytestmark = pytest.mark.slow  # end-to-end: child sessions against a fleet
 ALL_C = "*"
 FAILED = ("failed", "check_failed")
 DOWN_MODEL = "google/gemini-3.6-flash"
-SSH_CHECKS = ("A_git_integrity", "B_pi_models", "C_roster_matches", "D_cost_reported", "E_credit_remaining")
+SSH_CHECKS = (
+    "A_git_integrity",
+    "B_pi_models",
+    "C_roster_matches",
+    "D_cost_reported",
+    "E_credit_remaining",
+    "vm_hygiene",
+)
+EXPOSED = ("failed", "security_exposure")
 
 # fault -> {(check, model or None or "*"): (outcome, classification)}; every other item passes
 EXPECTED: dict[str, dict[tuple[str, str | None], tuple[str, str]]] = {
@@ -57,14 +65,20 @@ EXPECTED: dict[str, dict[tuple[str, str | None], tuple[str, str]]] = {
     | {("C_model_answers", ALL_C): ("error", "infra_unreachable")},
     "vm.host-key-changed": {(c, None): ("error", "host_key_mismatch") for c in SSH_CHECKS}
     | {("C_model_answers", ALL_C): ("error", "host_key_mismatch")},
+    # issue 22: a lived-in shell changes no verdict; a foreign-owned clone is git's refusal, not damage
+    "vm.noisy-shell": {},
+    "vm.foreign-clone": {("A_git_integrity", None): ("failed", "config_defect")},
+    "vm.wide-modes": {("vm_hygiene", None): EXPOSED},
+    "vm.provisioning-key-planted": {("vm_hygiene", None): EXPOSED},
 }
 GROUPS = [
     ("vm.dirty-tree", "vm.no-pi", "openrouter.model-down"),
     ("vm.head-mismatch", "vm.no-models", "openrouter.reasoning-only"),
     ("vm.truncated-file", "vm.partial-cost", "openrouter.key-exhausted"),
     ("vm.no-app", "vm.zero-cost", "openrouter.key-uncapped"),
-    ("vm.unreachable", "vm.host-key-changed"),
+    ("vm.unreachable", "vm.host-key-changed", "vm.provisioning-key-planted"),
     ("vm.no-runtime-key", "vm.foreign-tmp", "vm.ports-list"),
+    ("vm.foreign-clone", "vm.noisy-shell", "vm.wide-modes"),  # the third run's VM is lived-in anyway
 ]
 
 
@@ -109,6 +123,20 @@ def test_fault_group_turns_exactly_its_items(
         assert entry["evidence"] or entry["outcome"] == "error", f"{entry['nodeid']} has no evidence"
     assert not mismatches, "\n".join(mismatches)
     assert outcome.ret == (1 if any(EXPECTED[f] for f in group) else 0)
+    if "vm.provisioning-key-planted" in group:  # found by hashes only: the key never travelled, never printed
+        key = fleet.openrouter.provisioning_key
+        planted_run = next(r for r, f in faulted.items() if f == "vm.provisioning-key-planted")
+        finding = items[("vm_hygiene", planted_run, None)]
+        assert ".config/openrouter/credentials" in finding["message"], finding["message"]
+        assert key not in outcome.artifacts_text()
+        sent = b"".join(
+            fleet.received_log(r).read_bytes() for r in fleet.run_ids if fleet.received_log(r).exists()
+        )
+        assert sent and key.encode() not in sent
+    if "vm.foreign-clone" in group:  # git's refusal named, with its fix, never "damaged"
+        refused = items[("A_git_integrity", next(iter(faulted)), None)]
+        assert "detected dubious ownership" in refused["message"] and "damaged" not in refused["message"]
+        assert "safe.directory" in outcome.stdout and "chown -R" in outcome.stdout
     if "vm.unreachable" in group:  # the terminal gives the error's own line, not sbxcheck's frames
         assert "E   sbxcheck.errors.HostUnreachable: cannot reach" in outcome.stdout
         assert "sbxcheck/transports/" not in outcome.stdout

@@ -94,7 +94,7 @@ def test_mount_gate_teardown_by_policy(fleet: SimFleet, tmp_path: Path, policy: 
     run_id = mount["run_id"]
     assert run_id.startswith("demo-") and mount["mounted"], result["_out"]
     gated = [c for c in result["checks"] if c["target"] == run_id or c["target"].startswith(run_id + "-")]
-    assert len(gated) == (9 if whole else 7), result["_out"]
+    assert len(gated) == (10 if whole else 8), result["_out"]  # test_vm_hygiene included (issue 22)
     assert all(c["outcome"] == "passed" for c in gated), result["_out"]
     assert result["_ret"] == 0
     if policy == "never":
@@ -171,7 +171,9 @@ def start_mounted_gate(fleet: SimFleet, tmp_path: Path, *, hold_gate: bool) -> s
     if hold_gate:
         (suites / "conftest.py").write_text(HOLD_GATE_CONFTEST)
     env = {**os.environ, "SBX_TEST_GATE_STARTED": str(tmp_path / "gate-started")}
-    argv = child_argv(suites, fleet.inventory_path, tmp_path, "--sbx-mount", "demo", "--sbx-teardown", "always")
+    argv = child_argv(
+        suites, fleet.inventory_path, tmp_path, "--sbx-mount", "demo", "--sbx-teardown", "always"
+    )
     return subprocess.Popen(
         [*argv, *WITHOUT_PI],
         stdout=subprocess.PIPE,
@@ -249,7 +251,7 @@ def test_mount_once_under_xdist(fleet: SimFleet, tmp_path: Path) -> None:
     assert mount["action"] == "torn-down", result["_out"]
     assert len(fleet.created_by_recipes()) == 1  # the controller mounted once; workers did not
     gated = [c for c in result["checks"] if c["target"].startswith(mount["run_id"])]
-    assert len(gated) == 7 and all(c["outcome"] == "passed" for c in gated)
+    assert len(gated) == 8 and all(c["outcome"] == "passed" for c in gated)  # with test_vm_hygiene
     assert sorted(fleet.live_vms()) == sorted(before_vms) and sorted(fleet.live_keys()) == sorted(before_keys)
     assert open_entries(tmp_path) == []
 
@@ -263,3 +265,18 @@ def test_mounts_declared_in_the_inventory(fleet: SimFleet, tmp_path: Path) -> No
     [mount] = result["mounts"]
     assert mount["name"] == "fromfile" and mount["action"] == "torn-down", result["_out"]
     assert open_entries(tmp_path) == []
+
+
+def test_a_revoke_that_did_not_take_is_caught_over_every_page(tmp_path: Path) -> None:
+    """DELETE answered 200 but the key stays enabled on page 2: the recipe's one-page gate passes, GET /keys
+    over every page does not — the teardown fails naming the key hash and the line to run, the entry stays open."""
+    with SimFleet(tmp_path / "fleet", ["openrouter.revoke-ignored"]) as fleet:
+        result = gate(fleet, tmp_path, "--sbx-mount", "demo", "--sbx-teardown", "always", "-k", "run_record")
+        [mount] = result["mounts"]
+        run_id = mount["run_id"]
+        record = json.loads((fleet.checkout / ".sandbox" / "runs" / f"{run_id}.json").read_text())
+        assert f"sbx-{run_id}" in fleet.live_keys()  # the key really is still live
+    assert mount["action"] == "teardown-failed", mount
+    assert record["key_hash"] in mount["why"] and "still ENABLED on page 2" in mount["why"]
+    assert f"just sbx lifecycle teardown {run_id}" in mount["why"]
+    assert [e.ident for e in open_entries(tmp_path)] == [run_id]  # the ledger keeps it open

@@ -44,8 +44,8 @@ def test_m_gate_selects_only_gate_items_and_collect_only_opens_no_connection(
         "--collect-only", "-q", "-m", "gate", "--sbx-inventory", str(live_fleet.inventory_path)
     )
     ids = _collected_ids(result)
-    assert len(ids) == len(expected_items(live_fleet)) == 28  # 27 open-run items + 1 closed-run skip
-    assert all(i.startswith("test_gate.py::test_gate_") for i in ids)
+    assert len(ids) == len(expected_items(live_fleet)) == 31  # 30 open-run items + 1 closed-run skip
+    assert all(i.startswith(("test_gate.py::test_gate_", "test_gate.py::test_vm_hygiene[")) for i in ids)
     assert "test_other.py::test_plain" not in result.stdout.str()
     assert {r: live_fleet.connections(r) for r in live_fleet.run_ids} == before
 
@@ -55,7 +55,7 @@ def test_ids_are_readable_and_stable_across_runs(pytester: pytest.Pytester) -> N
     _suite(pytester)
     first = _collected_ids(pytester.runpytest_subprocess("--collect-only", "-q", "-m", "gate"))
     second = _collected_ids(pytester.runpytest_subprocess("--collect-only", "-q", "-m", "gate"))
-    assert first == second and len(first) == 28  # 27 for the open runs, 1 skip for the closed one
+    assert first == second and len(first) == 31  # 30 for the open runs, 1 skip for the closed one
     run = first[0].split("[", 1)[1].split("]")[0]
     assert f"test_gate.py::test_gate_A_git_integrity[{run}]" in first
     assert f"test_gate.py::test_gate_C_model_answers[{run}-google/gemini-3.6-flash]" in first
@@ -186,7 +186,7 @@ def test_fanout_xdist_and_one_by_one_give_the_same_results_over_one_connection_p
         runs[mode] = outcome.report
         shutil.rmtree(outcome.report_dir)
     serial = runs["one by one"]
-    assert len(essence(serial)) == 22  # 21 open-run items (28 less B and D on 3 VMs) + the closed run's skip
+    assert len(essence(serial)) == 25  # 24 open-run items (31 less B and D on 3 VMs) + the closed run's skip
     for mode, report in runs.items():
         assert essence(report) == essence(serial), mode
         assert report["incidents"] == [], mode
@@ -249,7 +249,7 @@ def test_readme_main_job_collects_from_the_repository_root() -> None:
     )
     assert proc.returncode == 0, proc.stdout[-3000:]
     gate_items = [line for line in proc.stdout.splitlines() if line.startswith("gates/test_gate.py::")]
-    assert len(gate_items) == 28
+    assert len(gate_items) == 31  # 28 + test_vm_hygiene per open run (issue 22)
 
 
 def test_sbx_vm_is_the_connected_vm_of_the_items_run(pytester: pytest.Pytester, live_fleet: SimFleet) -> None:

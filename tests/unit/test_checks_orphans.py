@@ -267,3 +267,15 @@ def test_list_vms_failures_raise_never_empty(sh: OneShell, exc: type[SbxError]) 
     with pytest.raises(exc) as info:
         list_vms(sh)
     assert info.value.evidence["ran"] == "ls --json"
+
+
+def test_a_closed_runs_key_listed_disabled_is_revoked_not_an_orphan(runs: Path) -> None:
+    listed = [
+        key("sbx-live-20260601-aaaaaa", 1),
+        key("sbx-done-20260601-bbbbbb", 2, disabled=True),
+        key("sbx-lost-20260601-cccccc", 3),
+        *PERSONAL,
+    ]
+    results = audit_orphans(lambda: listed, vms("live-20260601-aaaaaa"), runs)
+    assert "done-20260601-bbbbbb" not in by_target(results)  # the lost run's key is still an orphan
+    assert set(by_target(results)) == {"lost-20260601-cccccc"}

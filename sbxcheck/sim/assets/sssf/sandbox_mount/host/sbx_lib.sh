@@ -99,6 +99,14 @@ or_list_keys() {
   "${SJ[@]}" merge "${pages[@]}" > "$1"
 }
 
+# or_first_page OUT: the first page of GET /keys only — what upstream's teardown gate reads (issue 22:
+# a key listed past the first page passes that gate; sbxcheck proves revocation over every page)
+or_first_page() {
+  or_call "$PROV_KEY" GET "/keys" "$SBX_TMP/keys-page.first"
+  case $OR_STATUS in 2??) ;; *) return 1 ;; esac
+  "${SJ[@]}" merge "$SBX_TMP/keys-page.first" > "$1"
+}
+
 # exe_ls OUT: `ssh exe.dev ls --json` into OUT; 1 when the call failed or printed no VM list.
 exe_ls() {
   sbx_ssh 30 "$EXE_HOST" ls --json < /dev/null > "$1" 2> "$SBX_TMP/ls.err" || return 1
