@@ -71,6 +71,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sbxcheck.errors import SimError
+from sbxcheck.sim import cp_ops  # issue 21: integrity, catalog and their faults
 
 NIL_UUID: Final = "00000000-0000-0000-0000-000000000000"
 EFFORTS: Final = ("low", "medium", "high", "xhigh", "max")
@@ -275,6 +276,7 @@ CONTROLPLANE_FAULTS: Final[dict[str, str]] = {
     "fleet.degraded-disk": "control-plane disk at 96%: disk_level critical, free space below required",
     "fleet.control-unresponsive": "/api/health/fleet answers 200 with status degraded, control_responsive false",
 }
+CONTROLPLANE_FAULTS.update(cp_ops.FAULTS)  # issue 21
 DEFAULT_FAULT_TARGETS: Final[dict[str, str]] = {
     "cp.backend-crash": "opencode",
     "cp.model-not-found": "opencode",
@@ -557,6 +559,7 @@ class ControlPlaneDouble:
             "stalled_background": 21600,
         }
         self.faults: set[str] = set()
+        self.running_health: dict[str, dict[str, Any]] = {}  # issue 21: /running health by mission id
         self.cancels_started = 0  # cancel requests received (tests interrupt a slow cancel under way)
         self.fault_targets: dict[str, str] = {}
         self._jwt_secret = secrets.token_hex(32)
@@ -575,6 +578,7 @@ class ControlPlaneDouble:
         guard = self._guard
         self.app = Starlette(
             routes=[
+                *cp_ops.routes(self),  # issue 21 (before /api/control/missions/{id})
                 Route("/api/auth/login", self._login, methods=["POST"]),
                 Route("/api/auth/status", self._auth_status, methods=["GET"]),
                 Route("/api/health", self._health, methods=["GET"]),
@@ -628,6 +632,8 @@ class ControlPlaneDouble:
         with self._lock:
             self.faults.add(name)
             self.fault_targets[name] = target or DEFAULT_FAULT_TARGETS.get(name, "*")
+        if name in cp_ops.FAULTS:  # issue 21
+            cp_ops.apply_fault(self, name)
 
     def clear_faults(self, name: str | None = None) -> None:
         """Turn one fault (or all) off."""
@@ -1439,7 +1445,7 @@ class ControlPlaneDouble:
                         "queue_len": 0,
                         "history_len": len(m.record["history"]),
                         "seconds_since_activity": int(since),
-                        "health": {"status": "healthy"},
+                        "health": self.running_health.get(m.id, {"status": "healthy"}),
                         "expected_deliverables": [],
                         "subtask_total": 0,
                         "subtask_completed": 0,

@@ -104,6 +104,16 @@ FAULTS: dict[str, Fault] = {
         Fault("exedev.ls-garbage", "exe.dev's `ls --json` prints a banner, not JSON"),
         Fault("gh.no-auth", "the verity workspace has no stored gh/git credentials"),
         Fault("openrouter.orphan-key", "an sbx- key of a closed run is still listed (never revoked)"),
+        # issue 21: mission hygiene, readiness and catalog faults of the control plane (sim/cp_ops.py)
+        Fault(
+            "ops.orphaned-pending", "a pending mission without a deferred goal, 40 min old (never dispatched)"
+        ),
+        Fault("ops.stale-active", "an active mission with no update for 30 h and no live runner"),
+        Fault("ops.stalled-severe", "a live mission that /running reports stalled, severity severe"),
+        Fault(
+            "ops.auth-error-storm", "5 in-flight claudecode missions whose trace shows 401 invalid api key"
+        ),
+        Fault("ops.tool-loop", "an in-flight mission calling `bash` with the same arguments 4 times"),
     )
 }
 
@@ -130,7 +140,7 @@ CONTROLPLANE_TARGETS: dict[str, str] = {
 
 def is_controlplane_fault(name: str) -> bool:
     """Faults of the control-plane double (their @target is a backend, workspace or node, not a run)."""
-    return name.startswith(("cp.", "fleet."))
+    return name.startswith(("cp.", "fleet.", "ops."))  # ops.: issue 21
 
 
 def is_fleet_host_fault(name: str) -> bool:
