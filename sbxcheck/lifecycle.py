@@ -25,7 +25,7 @@ from sbxcheck.errors import CommandTimeout, SbxError
 from sbxcheck.inventory import RouteSpec, SandboxedSection, WorkspaceCanarySpec
 from sbxcheck.ledger import Ledger
 from sbxcheck.redact import clip
-from sbxcheck.results import Classification
+from sbxcheck.results import CheckResult, Classification
 
 TERMINAL = frozenset({"completed", "failed", "blocked", "not_feasible", "interrupted"})
 EVIDENCE_EVENTS = frozenset({"tool_call", "tool_result", "assistant_message"})
@@ -82,6 +82,7 @@ class RouteRun:
     retry_rejection: MissionRejected | None = None
     first_status_at_retry: str | None = None  # the first mission's status when the retry made a second
     check_idempotency: bool = True
+    not_dispatched: CheckResult | None = None  # issue 21: the readiness failure that kept it back
     done: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -120,6 +121,7 @@ class CanaryRun:
     exec_error: str | None = None
     skipped_incident: str | None = None
     error: SbxError | None = None
+    not_dispatched: CheckResult | None = None  # issue 21: the readiness failure that kept it back
     done: threading.Event = field(default_factory=threading.Event)
 
 
@@ -145,6 +147,7 @@ class MissionDispatcher:
         exec_sha256: Callable[[str, str], str],
         ledger: Ledger | None = None,
         list_missions: Callable[[], list[dict[str, Any]]] | None = None,
+        preflight: Callable[[RouteSpec], CheckResult | None] | None = None,
     ) -> None:
         self.section = section
         self.channel_for = channel_for
@@ -159,6 +162,7 @@ class MissionDispatcher:
         self._entries: dict[str, str] = {}  # mission id -> ledger entry
         self._unanswered: dict[str, RouteRun] = {}  # ledger entry -> run whose create never answered
         self._list_missions = list_missions
+        self._preflight = preflight  # issue 21: a route that would fail readiness is not dispatched
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._pool: cf.ThreadPoolExecutor | None = None
@@ -185,6 +189,10 @@ class MissionDispatcher:
         for route in self.section.routes:
             run = self._new_run(route, route.prompt, f"route {route.label}")
             self.routes[route.label] = run
+            run.not_dispatched = self._doomed(route)
+            if run.not_dispatched is not None:
+                run.done.set()
+                continue
             by_backend.setdefault(route.backend, []).append(run)
         for backend in {r.backend for r in self.section.routes} | {c.backend for c in self.section.canaries}:
             self._backend_settled[backend] = threading.Event()
@@ -201,6 +209,15 @@ class MissionDispatcher:
             canary = CanaryRun(spec)
             self.canaries[spec.label] = canary
             self._spawn(self._drive_canary, canary)
+
+    def _doomed(self, route: RouteSpec) -> CheckResult | None:
+        """The readiness failure that would doom ``route`` (issue 21), else None; a failing look dooms nothing."""
+        if self._preflight is None:
+            return None
+        try:
+            return self._preflight(route)
+        except SbxError:
+            return None
 
     def _spawn(self, target: Callable[..., None], *args: Any) -> None:
         """Coordination work (probe gating, canaries) runs beside the pool, never holding a dispatch slot."""
@@ -504,6 +521,17 @@ class MissionDispatcher:
             incident = self.incident_for(spec.backend)
             if incident is not None:
                 canary.skipped_incident = incident
+                return
+            canary.not_dispatched = self._doomed(
+                RouteSpec(
+                    name=f"canary-{spec.label}",
+                    backend=spec.backend,
+                    agent=spec.agent,
+                    model_override=spec.model_override,
+                    workspace=spec.workspace,
+                )
+            )
+            if canary.not_dispatched is not None:
                 return
             canary.workspace_id = self._workspace_id(spec.workspace)
             lock = self._ws_locks.setdefault(spec.workspace, threading.Lock())

@@ -511,6 +511,10 @@ def _sandboxed_params(config: pytest.Config, kind: str) -> list[Any]:
         params = [pytest.param(r.label, id=r.label, marks=CONTROL_PLANE_GROUP) for r in section.routes]
     elif kind == "canary":
         params = [pytest.param(c.label, id=c.label, marks=CONTROL_PLANE_GROUP) for c in section.canaries]
+    elif kind == "workspace":  # issue 21: expected workspaces, then those routes and canaries use
+        names = [w.name for w in section.workspaces] + [r.workspace for r in section.routes if r.workspace]
+        names += [c.workspace for c in section.canaries]
+        params = [pytest.param(n, id=n, marks=CONTROL_PLANE_GROUP) for n in dict.fromkeys(names)]
     else:
         from sbxcheck.lifecycle import canary_prompt
 
@@ -570,7 +574,7 @@ def _dgx_params(config: pytest.Config) -> list[Any]:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     names = set(metafunc.fixturenames)
     config = metafunc.config
-    for kind in ("route", "canary", "prompt", "node", "discovery_via", "github_probe"):
+    for kind in ("route", "canary", "prompt", "node", "discovery_via", "github_probe", "workspace"):
         if f"sbx_{kind}" in names:
             metafunc.parametrize(
                 f"sbx_{kind}", _sandboxed_params(config, kind), indirect=f"sbx_{kind}" in OBJECT_PARAMS

@@ -72,9 +72,24 @@ def _skip_or_error(check: str, target: str, run: RouteRun) -> CheckResult | None
 # ------------------------------------------------------------------ dispatched
 
 
+def not_dispatched(check: str, target: str, doomed: CheckResult) -> CheckResult:
+    """Issue 21: kept back because a readiness item failed; same classification and cause (one incident)."""
+    return CheckResult.failed(
+        check,
+        target,
+        f"not dispatched: {doomed.check}[{doomed.target}] failed — {doomed.message}",
+        {"readiness": {"check": doomed.check, "target": doomed.target, **doomed.evidence}},
+        doomed.classification or Classification.CONFIG_DEFECT,
+        cause=doomed.cause,
+        recommendation=doomed.recommendation,
+    )
+
+
 def check_dispatched(run: RouteRun) -> CheckResult:
     """The create was accepted, once, at the requested effort (or the ladder says where it landed)."""
     check, target = "dispatched", run.route.label
+    if run.not_dispatched is not None:
+        return not_dispatched(check, target, run.not_dispatched)
     if run.skipped_incident or run.error is not None:
         return _skip_or_error(check, target, run) or CheckResult.errored(
             check, target, "?", Classification.INTERNAL_ERROR
@@ -474,6 +489,8 @@ def check_workspace_visible(canary: CanaryRun) -> CheckResult:
     """The checkout, its ref and pin are visible to the mission, and an MCP tool returned the file's bytes."""
     spec = canary.spec
     check, target = "workspace_visible", spec.label
+    if canary.not_dispatched is not None:
+        return not_dispatched(check, target, canary.not_dispatched)
     if canary.skipped_incident:
         return CheckResult(
             check=check,

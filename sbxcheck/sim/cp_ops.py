@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final
 
 from starlette.requests import Request
@@ -49,8 +50,90 @@ def routes(double: ControlPlaneDouble) -> list[Route]:
     async def integrity(request: Request, user: str) -> Response:
         return JSONResponse(integrity_report(double, user))
 
+    async def library_agents(request: Request, user: str) -> Response:
+        return JSONResponse([{"name": a, "description": f"{a} agent"} for a in double.agents])
+
+    async def backend_agents(request: Request, user: str) -> Response:
+        backend = request.path_params["id"]
+        if backend not in double.backends:
+            return JSONResponse({"error": f"unknown backend {backend}"}, status_code=404)
+        if backend == "codex":  # §5: codex answers a single default agent
+            return JSONResponse([{"id": "default", "name": "Codex Agent"}])
+        return JSONResponse([{"id": a, "name": a} for a in double.agents])
+
+    async def ai_providers(request: Request, user: str) -> Response:
+        return JSONResponse(provider_rows(double))
+
+    async def catalog(request: Request, user: str) -> Response:
+        return JSONResponse({"providers": catalog_rows(double)})
+
     return [
         Route("/api/control/missions/integrity", guard(integrity), methods=["GET"]),
+        Route("/api/library/agent", guard(library_agents), methods=["GET"]),
+        Route("/api/backends/{id}/agents", guard(backend_agents), methods=["GET"]),
+        Route("/api/ai/providers", guard(ai_providers), methods=["GET"]),
+        Route("/api/providers", guard(catalog), methods=["GET"]),
+    ]
+
+
+# ---- catalog ---------------------------------------------------------------------------------
+
+
+def _provider_models(double: ControlPlaneDouble) -> dict[str, tuple[list[str], list[str]]]:
+    """provider -> (model ids, backends that reach it), from the double's backend catalogs.
+
+    opencode's ids are ``provider/model`` (the providers it routes to); every other backend is
+    locked to its own provider (§5: opencode is the superset router).
+    """
+    out: dict[str, tuple[list[str], list[str]]] = {}
+    for spec in double.backends.values():
+        for model in spec.models:
+            provider, _, bare = (
+                model.partition("/") if spec.provider_qualified else (spec.provider, "", model)
+            )
+            models, backends = out.setdefault(provider, ([], []))
+            if bare not in models:
+                models.append(bare)
+            if spec.id not in backends:
+                backends.append(spec.id)
+    return out
+
+
+def provider_rows(double: ControlPlaneDouble) -> list[dict[str, Any]]:
+    """``GET /api/ai/providers``: one configured provider per catalog provider, with its backends."""
+    rows = []
+    for provider, (_, backends) in sorted(_provider_models(double).items()):
+        rows.append(
+            {
+                "id": str(uuid.uuid5(uuid.NAMESPACE_URL, f"sbxcheck-sim-provider:{provider}")),
+                "provider_type": provider,
+                "provider_type_name": provider.title(),
+                "name": provider.title(),
+                "has_api_key": True,
+                "has_oauth": False,
+                "enabled": True,
+                "is_default": False,
+                "uses_oauth": False,
+                "auth_methods": ["api_key"],
+                "status": {"type": "connected"},
+                "use_for_backends": backends,
+                "created_at": "2026-06-01T00:00:00Z",
+                "updated_at": "2026-06-01T00:00:00Z",
+            }
+        )
+    return rows
+
+
+def catalog_rows(double: ControlPlaneDouble) -> list[dict[str, Any]]:
+    """``GET /api/providers``: the static catalog (every provider, ``include_all`` or not)."""
+    return [
+        {
+            "id": provider,
+            "name": provider.title(),
+            "billing": "pay-per-token",
+            "models": [{"id": m, "name": m} for m in models],
+        }
+        for provider, (models, _) in sorted(_provider_models(double).items())
     ]
 
 
@@ -95,6 +178,7 @@ def integrity_report(double: ControlPlaneDouble, user: str) -> dict[str, Any]:
 
 def apply_fault(double: ControlPlaneDouble, name: str) -> None:
     """Bend the world for an ``ops.*`` fault (called by :meth:`ControlPlaneDouble.inject`)."""
+    _apply_readiness_fault(double, name)
     if name == "ops.orphaned-pending":
         seed_mission(
             double, title="nightly docs refresh (left pending)", status="pending", age_s=ORPHAN_AGE_S
@@ -159,6 +243,29 @@ def apply_fault(double: ControlPlaneDouble, name: str) -> None:
                 tool_call_id=call,
                 metadata={"exit_code": 1, "is_error": True},
             )
+
+
+REMOVED_PROVIDER: Final = "minimax"
+UNREGISTERED_AGENT: Final = "build"
+PENDING_WORKSPACE: Final = "verity"
+INIT_SCRIPT_WORKSPACE: Final = ("lean-lab", "bun-mcp")
+
+
+def _apply_readiness_fault(double: ControlPlaneDouble, name: str) -> None:
+    if name == "ops.workspace-pending":
+        double.set_workspace_status(PENDING_WORKSPACE, "pending")
+    elif name == "ops.missing-init-script":
+        ws_name, script = INIT_SCRIPT_WORKSPACE
+        ws = double._ws(ws_name)
+        if ws.spec is not None:
+            ws.spec = replace(ws.spec, init_scripts=tuple(s for s in ws.spec.init_scripts if s != script))
+    elif name == "ops.agent-unregistered":
+        double.agents = tuple(a for a in double.agents if a != UNREGISTERED_AGENT)
+    elif name == "ops.removed-provider":  # gone from the catalog, as Virtuals was: creates refuse it too
+        for backend_id, spec in list(double.backends.items()):
+            kept = tuple(m for m in spec.models if not m.startswith(f"{REMOVED_PROVIDER}/"))
+            if kept != spec.models:
+                double.backends[backend_id] = replace(spec, models=kept)
 
 
 def seed_mission(

@@ -114,6 +114,10 @@ FAULTS: dict[str, Fault] = {
             "ops.auth-error-storm", "5 in-flight claudecode missions whose trace shows 401 invalid api key"
         ),
         Fault("ops.tool-loop", "an in-flight mission calling `bash` with the same arguments 4 times"),
+        Fault("ops.workspace-pending", "the verity workspace is pending (its container has not started)"),
+        Fault("ops.missing-init-script", "the lean-lab workspace lost its bun-mcp init script"),
+        Fault("ops.agent-unregistered", "the agent library no longer registers `build`"),
+        Fault("ops.removed-provider", "provider minimax was removed from the catalog (as Virtuals was)"),
     )
 }
 

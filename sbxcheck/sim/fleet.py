@@ -37,6 +37,7 @@ from sbxcheck.inventory import (
     SshSection,
     SssfSection,
     WorkspaceCanarySpec,
+    WorkspaceExpectation,
     dump_inventory,
 )
 from sbxcheck.sim.admin import KnobGate, SimAdmin, VmExists
@@ -535,6 +536,20 @@ class SimFleet:
             github_probes=[
                 GithubProbeSpec(workspace="verity", repo="verity-lang/verity"),
                 GithubProbeSpec(workspace="lean-lab", repo="lean-lab/lab", via="mcp"),
+            ],
+            workspaces=[  # issue 21: what each workspace is expected to carry (names only)
+                WorkspaceExpectation(
+                    name="verity",
+                    init_scripts=["base", "uv-python", "github-cli"],
+                    mcps=["workspace"],
+                    env_names=["VERITY_API_TOKEN"],
+                ),
+                WorkspaceExpectation(
+                    name="lean-lab",
+                    init_scripts=["base", "uv-python", "bun-mcp"],
+                    mcps=["workspace", "google-calendar"],
+                    skills=["bitwarden-secrets"],
+                ),
             ],
         )
 
