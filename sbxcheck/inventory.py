@@ -95,6 +95,9 @@ class SssfSection(_Strict):
     vm_host_suffix: str = ".exe.xyz"
     openrouter_base_url: str = "https://openrouter.ai/api/v1"
     credit_floor_usd: float = Field(default=1.0, ge=0, allow_inf_nan=False)
+    account_credit_floor_usd: float | None = Field(  # issue 21: test_credits
+        default=None, ge=0, allow_inf_nan=False, description="the OpenRouter account balance floor (USD)"
+    )
     cost_probe_model: str = DEFAULT_COST_PROBE_MODEL
     ping_timeout_s: float = Field(default=60.0, gt=0, le=600)
     pi_timeout_s: float = Field(default=180.0, gt=0, le=1800)

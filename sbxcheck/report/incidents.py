@@ -119,6 +119,10 @@ DEFAULT_RECOMMENDATIONS: dict[Classification, str] = {
         "these checks failed for the same cause — read the evidence of each; fix the cause once "
         "and re-run them together"
     ),
+    C.SPEND_CAP: (
+        "the run reached --sbx-max-spend before these items could be dispatched — raise the cap "
+        "deliberately, or run fewer routes; " + _NOTHING_CHANGED
+    ),
     C.INTERNAL_ERROR: (
         "sbxcheck itself failed — report it with this evidence; the system under test may be fine"
     ),

@@ -118,6 +118,7 @@ FAULTS: dict[str, Fault] = {
         Fault("ops.missing-init-script", "the lean-lab workspace lost its bun-mcp init script"),
         Fault("ops.agent-unregistered", "the agent library no longer registers `build`"),
         Fault("ops.removed-provider", "provider minimax was removed from the catalog (as Virtuals was)"),
+        Fault("openrouter.balance-low", "the OpenRouter account has $2 left (below the $5 account floor)"),
     )
 }
 
@@ -149,7 +150,10 @@ def is_controlplane_fault(name: str) -> bool:
 
 def is_fleet_host_fault(name: str) -> bool:
     """Faults of the fleet's own hosts and accounts (agent-core, the DGX, exe.dev, GitHub, orphan keys)."""
-    return name.startswith(("dgx.", "exedev.", "gh.")) or name == "openrouter.orphan-key"
+    return name.startswith(("dgx.", "exedev.", "gh.")) or name in (
+        "openrouter.orphan-key",
+        "openrouter.balance-low",  # issue 21
+    )
 
 
 @dataclass(frozen=True)

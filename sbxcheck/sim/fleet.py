@@ -666,6 +666,8 @@ class SimFleet:
                 f"sbx-{closed}", 50.0
             )  # teardown closed the record but never revoked the key
         self._make_github_shims("gh.no-auth" in faults)
+        if "openrouter.balance-low" in faults:  # issue 21: the account is nearly spent
+            self.openrouter.total_credits = self.openrouter.total_usage() + 2.0
 
     def _dgx_mode(self) -> Literal["ok", "refuse"]:
         down = self._fleet_faults() & {
@@ -753,6 +755,7 @@ class SimFleet:
                 openrouter_base_url=f"http://127.0.0.1:{self._openrouter_port}/api/v1",
                 provisioning_key_env=None,
                 provisioning_key_file=self.checkout / ".env",
+                account_credit_floor_usd=5.0,  # issue 21: test_credits
             ),
             dgx=DgxSection(command_timeout_s=5.0),
             sandboxed=self._sandboxed_section(),
