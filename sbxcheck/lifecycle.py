@@ -148,6 +148,7 @@ class MissionDispatcher:
         ledger: Ledger | None = None,
         list_missions: Callable[[], list[dict[str, Any]]] | None = None,
         preflight: Callable[[RouteSpec], CheckResult | None] | None = None,
+        max_spend_usd: float | None = None,
     ) -> None:
         self.section = section
         self.channel_for = channel_for
@@ -163,6 +164,8 @@ class MissionDispatcher:
         self._unanswered: dict[str, RouteRun] = {}  # ledger entry -> run whose create never answered
         self._list_missions = list_missions
         self._preflight = preflight  # issue 21: a route that would fail readiness is not dispatched
+        self.max_spend_usd = max_spend_usd  # issue 21: with a cap, one mission at a time
+        self.costs: dict[str, float | None] = {}  # issue 21: mission id -> USD (None: not reported)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._pool: cf.ThreadPoolExecutor | None = None
@@ -196,6 +199,12 @@ class MissionDispatcher:
             by_backend.setdefault(route.backend, []).append(run)
         for backend in {r.backend for r in self.section.routes} | {c.backend for c in self.section.canaries}:
             self._backend_settled[backend] = threading.Event()
+        if self.max_spend_usd is not None:  # issue 21: capped runs go one by one, cost known before the next
+            for settled in self._backend_settled.values():
+                settled.set()
+            self.canaries = {spec.label: CanaryRun(spec) for spec in self.section.canaries}
+            self._spawn(self._drive_capped, [r for runs in by_backend.values() for r in runs])
+            return
         for backend, runs in by_backend.items():
             alternative = backend in self.section.alternative_backends
             first, rest = (runs[:2], runs[2:]) if alternative and len(runs) > 2 else (runs, [])
@@ -218,6 +227,83 @@ class MissionDispatcher:
             return self._preflight(route)
         except SbxError:
             return None
+
+    # ------------------------------------------------------------------ spend (issue 21)
+
+    @property
+    def spent_usd(self) -> float:
+        """What this session's missions reported costing so far."""
+        return round(sum(c for c in self.costs.values() if c is not None), 6)
+
+    def _cap_result(self, label: str) -> CheckResult | None:
+        """The not-run result once ``--sbx-max-spend`` is reached, else None."""
+        cap = self.max_spend_usd
+        if cap is None or self.spent_usd < cap:
+            return None
+        return CheckResult.errored(
+            "spend_cap",
+            label,
+            f"not run: --sbx-max-spend ${cap:.4f} reached (${self.spent_usd:.4f} spent by "
+            f"{len(self.costs)} mission(s) before it)",
+            Classification.SPEND_CAP,
+            {"cap_usd": cap, "spent_usd": self.spent_usd, "missions_before": len(self.costs)},
+            recommendation="raise --sbx-max-spend deliberately or select fewer routes; nothing else was "
+            "dispatched once the cap was reached",
+        )
+
+    def mission_cost(self, mission_id: str, via: str) -> float | None:
+        """The mission's cost from its stored events (bounded: at most 10 pages); None when not reported."""
+        from sbxcheck.spend import mission_cost_usd
+
+        channel = self.channel_for(via)
+        events: list[dict[str, Any]] = []
+        cursor = 0
+        try:
+            for _ in range(10):
+                page = channel.events(mission_id, cursor)
+                seqs = [int(e["sequence"]) for e in page if isinstance(e.get("sequence"), int)]
+                events.extend(page)
+                if not seqs or max(seqs) <= cursor:
+                    break
+                cursor = max(seqs)
+        except SbxError:
+            return mission_cost_usd(events)
+        return mission_cost_usd(events)
+
+    def _settle_cost(self, run: RouteRun) -> None:
+        """Capped runs: wait (bounded by the run's deadline) for the mission to end, then book its cost."""
+        mission_id = run.mission_id
+        if mission_id is None:
+            return
+        channel = self.channel_for(run.route.via)
+        while not self._stop.is_set() and time.monotonic() < run.deadline_at:
+            try:
+                if str(channel.get(mission_id).get("status")) in TERMINAL:
+                    break
+            except SbxError:
+                break
+            time.sleep(self.section.poll_interval_s)
+        self.costs[mission_id] = self.mission_cost(mission_id, run.route.via)
+
+    def _drive_capped(self, runs: list[RouteRun]) -> None:
+        """Under ``--sbx-max-spend``: each route, then each canary, only while the cap is not reached."""
+        for run in runs:
+            run.not_dispatched = self._cap_result(run.route.label)
+            if run.not_dispatched is not None:
+                run.done.set()
+                continue
+            self._drive_route(run)
+            self._settle_cost(run)
+        for canary in self.canaries.values():
+            canary.not_dispatched = self._cap_result(f"canary-{canary.spec.label}")
+            if canary.not_dispatched is not None:
+                canary.done.set()
+                continue
+            self._drive_canary(canary)
+            if canary.run is not None and canary.run.mission_id is not None:
+                self.costs[canary.run.mission_id] = self.mission_cost(
+                    canary.run.mission_id, canary.run.route.via
+                )
 
     def _spawn(self, target: Callable[..., None], *args: Any) -> None:
         """Coordination work (probe gating, canaries) runs beside the pool, never holding a dispatch slot."""
@@ -259,6 +345,8 @@ class MissionDispatcher:
             except SbxError as exc:  # one failing cancel does not stop the others
                 how = f"cancel failed: {exc.message}"
             outcome[mission_id] = how
+            if mission_id not in self.costs:  # issue 21: what it cost, where the control plane says
+                self.costs[mission_id] = self.mission_cost(mission_id, via)
             entry = self._entries.get(mission_id)
             if self.ledger is not None and entry is not None and not how.startswith("cancel failed"):
                 # released as each one ends, so an abandoned close leaves the ledger exact; a failed

@@ -173,6 +173,14 @@ def _add_history_options(parser: pytest.Parser, group: Any) -> None:
         default=None,
         help="write Prometheus text exposition here (node_exporter textfile collector; ini: sbx_metrics)",
     )
+    group.addoption(  # issue 21
+        "--sbx-max-spend",
+        metavar="USD",
+        default=None,
+        help="stop dispatching new missions once this run has spent USD (missions then run one at a time, "
+        "each to its end, so its cost is known); what was not run is reported (ini: sbx_max_spend)",
+    )
+    parser.addini("sbx_max_spend", "spend cap in USD (as --sbx-max-spend)", default="")
     parser.addini("sbx_history", "history directory (as --sbx-history), relative to the ini file", default="")
     parser.addini("sbx_history_keep", "runs the history keeps (as --sbx-history-keep)", default="")
     parser.addini("sbx_metrics", "Prometheus textfile (as --sbx-metrics), relative to the ini file", default="")
@@ -217,6 +225,9 @@ def pytest_configure(config: pytest.Config) -> None:
     for dest in ("sbx_inventory", "sbx_report", "sbx_teardown", "sbx_state"):
         resolve(config, dest)  # a bad value is a usage error now, naming its source
     _history_keep(config)  # a bad value stops the run before anything is mounted
+    from sbxcheck.options import max_spend_usd
+
+    max_spend_usd(config)  # issue 21: a bad cap is a usage error now
     config.stash[PARAMS_KEY] = {}
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
     config.stash[SESSION_TAG_KEY] = (
@@ -283,6 +294,9 @@ def get_session(config: pytest.Config) -> SbxSession:
     session.mount_names = list(config.getoption("sbx_mount"))
     session.sweep = bool(config.getoption("sbx_sweep"))
     session.max_parallel = config.getoption("sbx_max_parallel")
+    from sbxcheck.options import max_spend_usd
+
+    session.max_spend_usd = max_spend_usd(config)  # issue 21
     if workerinput is not None:
         session.run_ids.extend(r for r in workerinput.get("sbxcheck_mounted", []) if r not in session.run_ids)
         shared = workerinput.get("sbxcheck_inventory")
@@ -970,8 +984,11 @@ class ResultCollector:
         machines = [r.evidence["machine_inventory"] for r in records if "machine_inventory" in r.evidence]
         if machines and isinstance(machines[0], list):
             report = report.model_copy(update={"machine_inventory": machines[0]})
+        from sbxcheck.spend import summarize_spend  # issue 21
+
         report = report.model_copy(
             update={
+                "spend": summarize_spend(cleanup, records, cap_usd=sbx.max_spend_usd),
                 "interrupted": interrupted,
                 "not_run": self.not_run() if interrupted else [],
                 "cleanup": cleanup,
@@ -1082,6 +1099,12 @@ class ResultCollector:
             if item.get("kind") == "mission":
                 mark = "" if item.get("ok", True) else "FAILED "
                 tr.write_line(f"cleanup: {mark}mission {item.get('ident')}: {item.get('action')}")
+        if document.get("spend"):  # issue 21
+            from sbxcheck.spend import spend_line
+
+            tr.write_line(spend_line(document["spend"]))
+            for nodeid in document["spend"].get("not_run") or []:
+                tr.write_line(f"    not run (spend cap): {nodeid}")
         if document.get("interrupted"):
             tr.write_line(f"interrupted: {len(document.get('not_run') or [])} selected item(s) did not run")
         for entry in document.get("left") or []:

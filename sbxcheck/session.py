@@ -115,6 +115,7 @@ class SbxSession:
         self._mcp: AssistantMcpClient | None = None
         self._dispatcher: MissionDispatcher | None = None
         self._catalog: CatalogSnapshot | None = None  # issue 21
+        self.max_spend_usd: float | None = None  # issue 21: --sbx-max-spend
         self.cancel_report: dict[str, str] = {}
         self.cleanup: list[dict[str, Any]] = []  # what the end of the session released or failed to
         self.ledger_ids: set[str] | None = None  # xdist workers: the controller's snapshot of entries
@@ -683,6 +684,7 @@ class SbxSession:
                     m.model_dump(mode="json") for m in client.list_missions(all=True, limit=200)
                 ],
                 preflight=self.route_preflight,  # issue 21
+                max_spend_usd=self.max_spend_usd,  # issue 21
             )
         return self._dispatcher
 
@@ -719,6 +721,7 @@ class SbxSession:
                     "ident": mission_id,
                     "action": how,
                     "ok": not how.startswith("cancel failed"),
+                    "cost_usd": dispatcher.costs.get(mission_id),  # issue 21: the run's spend
                 }
             )
         return report

@@ -73,7 +73,17 @@ def _skip_or_error(check: str, target: str, run: RouteRun) -> CheckResult | None
 
 
 def not_dispatched(check: str, target: str, doomed: CheckResult) -> CheckResult:
-    """Issue 21: kept back because a readiness item failed; same classification and cause (one incident)."""
+    """Issue 21: kept back by a failed readiness item (same classification and cause: one incident), or
+    by the spend cap (an ``error``: not checked, says why)."""
+    if doomed.outcome is Outcome.ERROR:
+        return CheckResult.errored(
+            check,
+            target,
+            doomed.message,
+            doomed.classification or Classification.INTERNAL_ERROR,
+            {"not_run": doomed.check, **doomed.evidence},
+            recommendation=doomed.recommendation,
+        )
     return CheckResult.failed(
         check,
         target,

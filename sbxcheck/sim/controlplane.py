@@ -560,6 +560,7 @@ class ControlPlaneDouble:
         }
         self.faults: set[str] = set()
         self.running_health: dict[str, dict[str, Any]] = {}  # issue 21: /running health by mission id
+        self.mission_cost_cents = 2  # issue 21: what each simulated mission's assistant_message costs
         self.cancels_started = 0  # cancel requests received (tests interrupt a slow cancel under way)
         self.fault_targets: dict[str, str] = {}
         self._jwt_secret = secrets.token_hex(32)
@@ -1701,7 +1702,7 @@ class ControlPlaneDouble:
                 metadata={
                     "id": str(uuid.uuid4()),
                     "success": True,
-                    "cost_cents": 0,
+                    "cost_cents": self.mission_cost_cents,
                     "model": m.record.get("model_override") or m.requested_model,
                     "shared_files": [],
                     "resumable": False,

@@ -7,10 +7,11 @@ import json
 import httpx
 import pytest
 
-from sbxcheck.checks.spend import check_credits, mission_cost_usd, spend_line, summarize_spend
+from sbxcheck.checks.spend import check_credits
 from sbxcheck.clients.openrouter import AccountCredits, OpenRouterAdmin
 from sbxcheck.errors import AuthFailed
 from sbxcheck.results import CheckRecord, Classification, Outcome
+from sbxcheck.spend import mission_cost_usd, spend_line, summarize_spend
 
 
 class _Admin:
