@@ -31,11 +31,11 @@ def test_workspace_ready(
 
 
 def test_catalog(
-    sbx_route: str, sbx_session: SbxSession, sbx_inventory: Inventory, sbx_verdict: Verdict
+    sbx_catalog: str, sbx_session: SbxSession, sbx_inventory: Inventory, sbx_verdict: Verdict
 ) -> None:
     """The route's backend and agent are registered and its model is an exact, reachable catalog id."""
     assert sbx_inventory.sandboxed is not None
-    route = next(r for r in sbx_inventory.sandboxed.routes if r.label == sbx_route)
+    route = next(r for r in sbx_inventory.sandboxed.routes if r.label == sbx_catalog)
     sbx_verdict(
         check_catalog(
             sbx_session.catalog_snapshot(), route, removed_providers=sbx_inventory.sandboxed.removed_providers

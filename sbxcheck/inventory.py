@@ -154,6 +154,20 @@ class RouteSpec(_Strict):
     prompt: str = (
         "sbxcheck route probe: run `echo ok` once with your shell tool, then reply with the word ok."
     )
+    # issue 21: an opt-in dispatch contract this route's mission is created under (test_dispatch_contract)
+    contract: Literal["none", "roadmap", "conversational"] = "none"
+    project: str | None = None
+    track: str | None = None
+    acceptance_criteria: list[str] = Field(default_factory=list)
+    origin_session_id: str | None = None
+
+    @model_validator(mode="after")
+    def _contract_fields(self) -> RouteSpec:
+        if self.contract == "roadmap" and not (self.project and self.track and self.acceptance_criteria):
+            raise ValueError('contract = "roadmap" needs project, track and acceptance_criteria')
+        if self.contract == "conversational" and not self.origin_session_id:
+            raise ValueError('contract = "conversational" needs origin_session_id')
+        return self
 
     @property
     def label(self) -> str:

@@ -447,6 +447,7 @@ class MissionDispatcher:
                 model_override=route.model_override,
                 model_effort=effort,
                 idempotency_key=run.idempotency_key,
+                **contract_fields(route),  # issue 21: project/track/criteria or origin_session_id
             )
             try:
                 created = channel.create(spec)
@@ -653,6 +654,19 @@ class MissionDispatcher:
             if canary.run is not None:
                 canary.run.done.set()
             canary.done.set()
+
+
+def contract_fields(route: RouteSpec) -> dict[str, Any]:
+    """Issue 21: the create fields of a route's dispatch contract (none for an ordinary route)."""
+    if route.contract == "roadmap":
+        return {
+            "project": route.project,
+            "track": route.track,
+            "extra": {"acceptance_criteria": list(route.acceptance_criteria)},
+        }
+    if route.contract == "conversational":
+        return {"origin": "hermes", "origin_session_id": route.origin_session_id}
+    return {}
 
 
 def adapter_crash_cause(backend: str, signature: str) -> str:

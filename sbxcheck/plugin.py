@@ -525,6 +525,11 @@ def _sandboxed_params(config: pytest.Config, kind: str) -> list[Any]:
         params = [pytest.param(r.label, id=r.label, marks=CONTROL_PLANE_GROUP) for r in section.routes]
     elif kind == "canary":
         params = [pytest.param(c.label, id=c.label, marks=CONTROL_PLANE_GROUP) for c in section.canaries]
+    elif kind == "catalog":  # issue 21: every route, judged before dispatch (selecting it dispatches nothing)
+        params = [pytest.param(r.label, id=r.label, marks=CONTROL_PLANE_GROUP) for r in section.routes]
+    elif kind == "contract":  # issue 21: routes with an opt-in dispatch contract
+        contracts = [r for r in section.routes if r.contract != "none"]
+        params = [pytest.param(r.label, id=r.label, marks=CONTROL_PLANE_GROUP) for r in contracts]
     elif kind == "workspace":  # issue 21: expected workspaces, then those routes and canaries use
         names = [w.name for w in section.workspaces] + [r.workspace for r in section.routes if r.workspace]
         names += [c.workspace for c in section.canaries]
@@ -588,7 +593,8 @@ def _dgx_params(config: pytest.Config) -> list[Any]:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     names = set(metafunc.fixturenames)
     config = metafunc.config
-    for kind in ("route", "canary", "prompt", "node", "discovery_via", "github_probe", "workspace"):
+    kinds = ("route", "canary", "prompt", "node", "discovery_via", "github_probe")
+    for kind in (*kinds, "workspace", "contract", "catalog"):  # the last three: issue 21
         if f"sbx_{kind}" in names:
             metafunc.parametrize(
                 f"sbx_{kind}", _sandboxed_params(config, kind), indirect=f"sbx_{kind}" in OBJECT_PARAMS
@@ -662,8 +668,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     canaries: set[str] = set()
     for item in session.items:
         params = getattr(getattr(item, "callspec", None), "params", {})
-        if isinstance(params.get("sbx_route"), str):
-            routes.add(params["sbx_route"])
+        for key in ("sbx_route", "sbx_contract"):  # issue 21: a contract item needs its route dispatched
+            if isinstance(params.get(key), str):
+                routes.add(params[key])
         if isinstance(params.get("sbx_canary"), str):
             canaries.add(params["sbx_canary"])
     state.wanted_routes, state.wanted_canaries = routes, canaries

@@ -1096,6 +1096,11 @@ class SandboxedClient:
         path = "/api/ai/providers"
         return self._parse_list(f"GET {path}", self._send("GET", path), AiProvider, secret_bearing=True)
 
+    def tracks(self, project: str) -> list[TrackRow]:
+        """``GET /api/control/tracks?project=``: the project's track rows and their mission counts (§3.6)."""
+        path = "/api/control/tracks"
+        return self._parse_list(f"GET {path}", self._send("GET", path, params={"project": project}), TrackRow)
+
     def provider_catalog(self) -> list[CatalogProvider]:
         """``GET /api/providers?include_all=true``: the static model catalog (§5)."""
         path = "/api/providers"
@@ -1120,6 +1125,18 @@ class MissionsIntegrity(_Wire):
     stale_active: IntegrityGroup
     scheduled_waiting: IntegrityGroup | None = None
     stale_awaiting_user: IntegrityGroup | None = None
+
+
+class TrackRow(_Wire):
+    """One row of ``GET /api/control/tracks``."""
+
+    project: str
+    track: str
+    total: int = 0
+    active: int = 0
+    pending: int = 0
+    awaiting_user: int = 0
+    last_activity_at: str | None = None
 
 
 class BackendInfo(_Wire):

@@ -1008,7 +1008,7 @@ class ControlPlaneDouble:
         headers = {"x-ignored-fields": ",".join(ignored)} if ignored else {}
         # 5. idempotency coalescing (cp.idempotency-ignored skips only this step)
         key = opt("idempotency_key")
-        if key and "cp.idempotency-ignored" not in self.faults:
+        if key and "cp.idempotency-ignored" not in self.faults and not cp_ops.ignores_key(self, body):
             held = self._missions.get(self._leases.get(f"lease:{key}", ""))
             if held is not None and held.owner == user and held.status != "failed":
                 return self._coalesced(held, headers)

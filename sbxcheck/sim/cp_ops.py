@@ -67,13 +67,43 @@ def routes(double: ControlPlaneDouble) -> list[Route]:
     async def catalog(request: Request, user: str) -> Response:
         return JSONResponse({"providers": catalog_rows(double)})
 
+    async def tracks(request: Request, user: str) -> Response:
+        return JSONResponse(track_rows(double, user, request.query_params.get("project")))
+
     return [
         Route("/api/control/missions/integrity", guard(integrity), methods=["GET"]),
+        Route("/api/control/tracks", guard(tracks), methods=["GET"]),
         Route("/api/library/agent", guard(library_agents), methods=["GET"]),
         Route("/api/backends/{id}/agents", guard(backend_agents), methods=["GET"]),
         Route("/api/ai/providers", guard(ai_providers), methods=["GET"]),
         Route("/api/providers", guard(catalog), methods=["GET"]),
     ]
+
+
+# ---- tracks ----------------------------------------------------------------------------------
+
+
+def track_rows(double: ControlPlaneDouble, user: str, project: str | None) -> list[dict[str, Any]]:
+    """``GET /tracks?project``: one row per (project, track) the user's missions are bound to."""
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    with double._lock:
+        for m in double._missions.values():
+            p, t = m.record.get("project"), m.record.get("track")
+            if m.owner != user or not p or not t or (project and p != project):
+                continue
+            row = rows.setdefault(
+                (p, t), {"project": p, "track": t, "total": 0, "active": 0, "pending": 0, "awaiting_user": 0}
+            )
+            row["total"] += 1
+            if m.status in ("active", "pending", "awaiting_user"):
+                row[m.status] += 1
+            row["last_activity_at"] = _iso(max(m.updated_epoch, m.last_event_epoch or 0.0))
+    return [rows[k] for k in sorted(rows)]
+
+
+def ignores_key(double: ControlPlaneDouble, body: dict[str, Any]) -> bool:
+    """``ops.track-key-ignored``: a create bound to a track ignores its idempotency_key (lease not consulted)."""
+    return "ops.track-key-ignored" in double.faults and bool(str(body.get("track") or "").strip())
 
 
 # ---- catalog ---------------------------------------------------------------------------------

@@ -118,6 +118,10 @@ FAULTS: dict[str, Fault] = {
         Fault("ops.missing-init-script", "the lean-lab workspace lost its bun-mcp init script"),
         Fault("ops.agent-unregistered", "the agent library no longer registers `build`"),
         Fault("ops.removed-provider", "provider minimax was removed from the catalog (as Virtuals was)"),
+        Fault(
+            "ops.track-key-ignored",
+            "creates bound to a track ignore idempotency_key: a retry is a second mission",
+        ),
         Fault("openrouter.balance-low", "the OpenRouter account has $2 left (below the $5 account floor)"),
     )
 }

@@ -470,6 +470,10 @@ class SimFleet:
                 backend="codex",
                 model_override="gpt-5.6-terra",
                 model_effort="high",
+                contract="roadmap",  # issue 21: test_dispatch_contract
+                project="verity",
+                track="sbxcheck-canary",
+                acceptance_criteria=["the route answers ok", "the record echoes project and track"],
             ),
             RouteSpec(
                 name="codex-terra-mcp",
@@ -492,6 +496,8 @@ class SimFleet:
                 backend="claudecode",
                 model_override="claude-opus-4-8",
                 model_effort="high",
+                contract="conversational",  # issue 21: test_dispatch_contract
+                origin_session_id="sbxcheck-canary-chat",
             ),
             RouteSpec(name="opencode-glm", agent="build", backend="opencode", model_override="glm-5.2"),
             RouteSpec(
