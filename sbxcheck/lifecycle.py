@@ -83,6 +83,7 @@ class RouteRun:
     first_status_at_retry: str | None = None  # the first mission's status when the retry made a second
     check_idempotency: bool = True
     not_dispatched: CheckResult | None = None  # issue 21: the readiness failure that kept it back
+    output_retry: RouteRun | None = None  # issue 21: the one direct-output retry of a silent model
     done: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -227,6 +228,23 @@ class MissionDispatcher:
             return self._preflight(route)
         except SbxError:
             return None
+
+    # ------------------------------------------------------------------ no-output rule (issue 21)
+
+    def _retry_silent(self, run: RouteRun) -> None:
+        """§8.9: a mission that ended without any assistant content on a no-output error is retried
+        once, on the same route (never another model), with a bounded direct-output prompt."""
+        if run.status not in TERMINAL or not silent_end(run.events):
+            return
+        retry = self._new_run(run.route, DIRECT_OUTPUT_PROMPT, f"route {run.route.label} direct-output retry")
+        retry.check_idempotency = False
+        run.output_retry = retry
+        self._dispatch(retry)
+        if retry.created is not None:
+            try:
+                self._follow(retry, to_end=True)
+            except CommandTimeout as exc:
+                retry.error = exc
 
     # ------------------------------------------------------------------ spend (issue 21)
 
@@ -423,6 +441,7 @@ class MissionDispatcher:
             self._dispatch(run)
             if run.created is not None:
                 self._follow(run)
+                self._retry_silent(run)  # issue 21: the no-output rule
         except SbxError as exc:
             run.error = exc
         except Exception as exc:  # a bug must not hang the items waiting on this run
@@ -654,6 +673,34 @@ class MissionDispatcher:
             if canary.run is not None:
                 canary.run.done.set()
             canary.done.set()
+
+
+DIRECT_OUTPUT_PROMPT = (
+    "sbxcheck direct-output retry. Do not use any tool, file or the web. Reply at once with exactly "
+    "one line of at most 12 words, of the form `answer: <your one-line answer>`, to: what is 2 + 2?"
+)
+_NO_OUTPUT_RE = re.compile(
+    r"idle timeout|stopped producing output|produced no (?:output|content)|no output|empty (?:response|completion)",
+    re.IGNORECASE,
+)
+
+
+def assistant_content(events: list[dict[str, Any]]) -> bool:
+    """True when any assistant message carries non-blank content."""
+    return any(
+        e.get("event_type") in ("assistant_message", "assistant_message_canonical")
+        and str(e.get("content") or "").strip()
+        for e in events
+    )
+
+
+def silent_end(events: list[dict[str, Any]]) -> bool:
+    """Issue 21: the mission ended on a no-output error (idle timeout, stall) without assistant content."""
+    if assistant_content(events):
+        return False
+    return any(
+        e.get("event_type") == "error" and _NO_OUTPUT_RE.search(str(e.get("content") or "")) for e in events
+    )
 
 
 def contract_fields(route: RouteSpec) -> dict[str, Any]:

@@ -40,6 +40,7 @@ class Classification(enum.StrEnum):
     DEGRADED = "degraded"
     INTERNAL_ERROR = "internal_error"
     SPEND_CAP = "spend_cap"  # issue 21: not run because --sbx-max-spend was reached
+    NO_USABLE_ANSWER = "no_usable_answer"  # issue 21: the model was addressed twice and returned nothing
 
 
 Evidence = dict[str, Any]

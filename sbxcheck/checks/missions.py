@@ -282,12 +282,60 @@ def _evidence_events(run: RouteRun) -> list[dict[str, Any]]:
     return [e for e in run.events if e.get("event_type") in ("tool_call", "tool_result", "assistant_message")]
 
 
+def no_usable_answer(check: str, target: str, run: RouteRun, retry: RouteRun) -> CheckResult:
+    """Issue 21 (§8.9): the first mission ended silent; judge the one direct-output retry of the same route."""
+    from sbxcheck.lifecycle import assistant_content
+
+    model = run.route.model_override or "(default model)"
+    first_errors = [
+        trim(str(e.get("content") or ""), 200) for e in run.events if e.get("event_type") == "error"
+    ]
+    ev = _base(run)
+    ev["no_output"] = {
+        "first": {"mission_id": run.mission_id, "status": run.status, "errors": first_errors[-2:]},
+        "retry": {
+            "mission_id": retry.mission_id,
+            "status": retry.status,
+            "prompt": "bounded direct-output (no tools, one line)",
+            "errors": [
+                trim(str(e.get("content") or ""), 200) for e in retry.events if e.get("event_type") == "error"
+            ][-2:],
+            "problem": retry.error.message
+            if retry.error
+            else (retry.rejection.reason if retry.rejection else None),
+        },
+        "substituted": False,
+    }
+    if retry.created is not None and assistant_content(retry.events):
+        return CheckResult.passed(
+            check,
+            target,
+            f"WARNING: the first mission ended without output; the one direct-output retry of {model} answered",
+            ev,
+        )
+    return CheckResult.failed(
+        check,
+        target,
+        f"addressed, no usable answer: {model} via {run.route.backend} ended without any assistant content, "
+        "and so did its one bounded direct-output retry (never substituted with another model)",
+        ev,
+        Classification.NO_USABLE_ANSWER,
+        cause=f"no-usable-answer:{run.route.backend}:{model}",
+        recommendation=(
+            f"report {model} as addressed with no usable answer; synthesise only from routes that answered "
+            "and keep the provider failure apart from any conclusion; no second retry, no substitute model"
+        ),
+    )
+
+
 def check_reaches_execution(run: RouteRun, *, blocked_signature: str | None = None) -> CheckResult:
     """Active or completed within the deadline, with execution evidence from the events."""
     check, target = "reaches_execution", run.route.label
     early = _skip_or_error(check, target, run)
     if early is not None:
         return early
+    if run.output_retry is not None:  # issue 21: the no-output rule
+        return no_usable_answer(check, target, run, run.output_retry)
     ev = _base(run)
     status = run.status
     evidence = _evidence_events(run)

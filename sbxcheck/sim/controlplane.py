@@ -1593,6 +1593,8 @@ class ControlPlaneDouble:
             return "goal-too-long"
         if self._fault_on("cp.no-evidence", backend):
             return "no-evidence"
+        if self._fault_on("ops.model-silent", backend):  # issue 21
+            return "silent"
         return "run"
 
     def _dispatch(self, m: _Mission, *, evidence_free: bool) -> None:
@@ -1646,6 +1648,10 @@ class ControlPlaneDouble:
                 )
             await self._sleep(FINISH_S)
             self._fail(mid, "fn3 is not a function", reason="agent_error")
+            return
+        if branch == "silent":  # issue 21: active, then an idle timeout without any output
+            await self._sleep(FINISH_S)
+            self._fail(mid, cp_ops.IDLE_TIMEOUT, reason="idle_timeout")
             return
         if branch == "goal-too-long":
             self._fail(

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 # the ``ops.*`` faults (named and described in sbxcheck.sim.faults.FAULTS)
 FAULTS: Final[dict[str, str]] = {n: f.summary for n, f in ALL_FAULTS.items() if n.startswith("ops.")}
 
+IDLE_TIMEOUT: Final = "OpenCode idle timeout: the model stopped producing output before finishing the turn."
 ORPHAN_AGE_S: Final = 40 * 60
 STALE_ACTIVE_AGE_S: Final = 30 * 3600
 STALLED_SEVERE_AGE_S: Final = 700

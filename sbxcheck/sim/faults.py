@@ -122,6 +122,7 @@ FAULTS: dict[str, Fault] = {
             "ops.track-key-ignored",
             "creates bound to a track ignore idempotency_key: a retry is a second mission",
         ),
+        Fault("ops.model-silent", "gemini missions go active, then hit an idle timeout without any output"),
         Fault("openrouter.balance-low", "the OpenRouter account has $2 left (below the $5 account floor)"),
     )
 }
@@ -144,6 +145,7 @@ CONTROLPLANE_TARGETS: dict[str, str] = {
     "fleet.node-offline": "dgx-spark",
     "fleet.node-cordoned": "babylon",
     "fleet.degraded-disk": "*",
+    "ops.model-silent": "gemini",  # issue 21
 }
 
 

@@ -77,6 +77,7 @@ EXPECTED: dict[str, dict[tuple[str, str], tuple[str, str | None]]] = {
         ("route_dispatched", "codex-terra"): (F, "check_failed"),
     },
     "openrouter.balance-low": {("credits", ""): (F, "check_failed")},
+    "ops.model-silent": {("route_reaches_execution", "gemini-flash"): (F, "no_usable_answer")},
     # every route and canary asks for agent `build`: nothing is dispatched, one incident
     "ops.agent-unregistered": {("catalog", r): CD for r in ROUTES}
     | {("route_dispatched", r): CD for r in ROUTES}
