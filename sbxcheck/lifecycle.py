@@ -150,6 +150,7 @@ class MissionDispatcher:
         list_missions: Callable[[], list[dict[str, Any]]] | None = None,
         preflight: Callable[[RouteSpec], CheckResult | None] | None = None,
         max_spend_usd: float | None = None,
+        single_create: bool = False,
     ) -> None:
         self.section = section
         self.channel_for = channel_for
@@ -166,6 +167,7 @@ class MissionDispatcher:
         self._list_missions = list_missions
         self._preflight = preflight  # issue 21: a route that would fail readiness is not dispatched
         self.max_spend_usd = max_spend_usd  # issue 21: with a cap, one mission at a time
+        self.single_create = single_create  # issue 21 (--sbx-probe): one create per route, no keyed retry
         self.costs: dict[str, float | None] = {}  # issue 21: mission id -> USD (None: not reported)
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -192,6 +194,7 @@ class MissionDispatcher:
         by_backend: dict[str, list[RouteRun]] = {}
         for route in self.section.routes:
             run = self._new_run(route, route.prompt, f"route {route.label}")
+            run.check_idempotency = not self.single_create
             self.routes[route.label] = run
             run.not_dispatched = self._doomed(route)
             if run.not_dispatched is not None:
@@ -673,6 +676,24 @@ class MissionDispatcher:
             if canary.run is not None:
                 canary.run.done.set()
             canary.done.set()
+
+
+PROBE_PROMPT = (
+    "sbxcheck repair-validation probe (no push): change nothing, commit nothing, push nothing. Run "
+    "`echo ok` once with your shell tool, then reply with the word ok."
+)
+PROBE_ITEMS = ("test_route_dispatched", "test_route_record_echoes_request", "test_route_reaches_execution")
+
+
+def probe_items(items: list[Any], route: str) -> tuple[list[Any], list[Any]]:
+    """Issue 21 (--sbx-probe): the selected items of ``route``'s three route checks, and all the others."""
+    kept: list[Any] = []
+    other: list[Any] = []
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        name = getattr(item, "originalname", "")
+        (kept if name in PROBE_ITEMS and params.get("sbx_route") == route else other).append(item)
+    return kept, other
 
 
 DIRECT_OUTPUT_PROMPT = (

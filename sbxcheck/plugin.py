@@ -132,6 +132,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="ledger directory (default: the inventory's [state] dir, else .sbxcheck/state beside the "
         "inventory file; relative to where pytest was started); also $SBXCHECK_STATE_DIR, ini sbx_state_dir",
     )
+    group.addoption(  # issue 21
+        "--sbx-probe",
+        metavar="ROUTE",
+        default=None,
+        help="validate a repair: run exactly one narrow no-push probe mission of ROUTE (its dispatched, "
+        "echo and execution items) and nothing else",
+    )
     group.addoption(
         "--sbx-max-parallel",
         type=int,
@@ -656,6 +663,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         items[:] = [item for item in items if not placeholder(item)]
         config.hook.pytest_deselected(items=dropped)
+    probe = config.getoption("sbx_probe", None)
+    if probe:  # issue 21: --sbx-probe=ROUTE keeps that route's three items, nothing else
+        from sbxcheck.lifecycle import probe_items
+
+        kept, other = probe_items(items, probe)
+        if not kept:
+            raise pytest.UsageError(
+                f"sbxcheck: --sbx-probe={probe}: no selected route item has that route (select the route "
+                "suite, canaries/test_routes.py, and give a route name from [[sandboxed.routes]])"
+            )
+        items[:] = kept
+        config.hook.pytest_deselected(items=other)
+        get_session(config).probe_route = probe
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -1106,6 +1126,9 @@ class ResultCollector:
             if item.get("kind") == "mission":
                 mark = "" if item.get("ok", True) else "FAILED "
                 tr.write_line(f"cleanup: {mark}mission {item.get('ident')}: {item.get('action')}")
+        sbx_probe = self.config.getoption("sbx_probe", None)
+        if sbx_probe:  # issue 21
+            tr.write_line(f"probe: one narrow no-push probe of route {sbx_probe}; nothing else was run")
         if document.get("spend"):  # issue 21
             from sbxcheck.spend import spend_line
 

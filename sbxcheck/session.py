@@ -116,6 +116,7 @@ class SbxSession:
         self._dispatcher: MissionDispatcher | None = None
         self._catalog: CatalogSnapshot | None = None  # issue 21
         self.max_spend_usd: float | None = None  # issue 21: --sbx-max-spend
+        self.probe_route: str | None = None  # issue 21: --sbx-probe
         self.cancel_report: dict[str, str] = {}
         self.cleanup: list[dict[str, Any]] = []  # what the end of the session released or failed to
         self.ledger_ids: set[str] | None = None  # xdist workers: the controller's snapshot of entries
@@ -673,6 +674,19 @@ class SbxSession:
                         "canaries": [c for c in section.canaries if c.label in wanted_c],
                     }
                 )
+            if self.probe_route is not None:  # issue 21: one narrow no-push probe of one route
+                from sbxcheck.lifecycle import PROBE_PROMPT
+
+                section = section.model_copy(
+                    update={
+                        "routes": [
+                            r.model_copy(update={"prompt": PROBE_PROMPT})
+                            for r in section.routes
+                            if r.label == self.probe_route
+                        ],
+                        "canaries": [],
+                    }
+                )
             self._dispatcher = MissionDispatcher(
                 section,
                 self.channel,
@@ -685,6 +699,7 @@ class SbxSession:
                 ],
                 preflight=self.route_preflight,  # issue 21
                 max_spend_usd=self.max_spend_usd,  # issue 21
+                single_create=self.probe_route is not None,  # issue 21: no idempotency retry
             )
         return self._dispatcher
 
