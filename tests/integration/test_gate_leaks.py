@@ -56,9 +56,7 @@ def test_no_secret_in_any_artifact(pytester: pytest.Pytester, tmp_path: Path) ->
             str(pytester.path / "report" / "sbxcheck.prom"),
         )
     assert list((outcome.report_dir / "history").glob("run-*.json"))
-    assert (outcome.report_dir / "sbxcheck.prom").read_text(encoding="utf-8").count(
-        "sbxcheck_item_outcome"
-    ) > 27
+    assert (outcome.report_dir / "sbxcheck.prom").read_text(encoding="utf-8").count("sbxcheck_item_outcome") > 27
     # the scan can find what it looks for: the keys really sit on the VMs
     vm_env = (fleet.runs[-1].home / "app" / ".env").read_text()  # the healthy run's
     assert _scan(vm_env, secrets)

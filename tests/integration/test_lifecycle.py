@@ -171,9 +171,7 @@ def start_mounted_gate(fleet: SimFleet, tmp_path: Path, *, hold_gate: bool) -> s
     if hold_gate:
         (suites / "conftest.py").write_text(HOLD_GATE_CONFTEST)
     env = {**os.environ, "SBX_TEST_GATE_STARTED": str(tmp_path / "gate-started")}
-    argv = child_argv(
-        suites, fleet.inventory_path, tmp_path, "--sbx-mount", "demo", "--sbx-teardown", "always"
-    )
+    argv = child_argv(suites, fleet.inventory_path, tmp_path, "--sbx-mount", "demo", "--sbx-teardown", "always")
     return subprocess.Popen(
         [*argv, *WITHOUT_PI],
         stdout=subprocess.PIPE,
