@@ -198,17 +198,22 @@ def test_fleet_machine_inventory(
             rows.append(fleet.SshReach(alias, True, checked_at))
         except SbxError as exc:
             rows.append(fleet.SshReach(alias, False, checked_at, exc.classification.value))
-    nodes, nodes_at = None, None
-    if sbx_inventory.sandboxed is not None:
-        nodes, nodes_at = sbx_session.sandboxed_client().remote_nodes().nodes, fleet.utc_now_iso()
+    live = fleet.read_compute_live(sbx_session.sandboxed_client()) if sbx_inventory.sandboxed else None
+    nodes = live.nodes if live is not None else []
     table = fleet.machine_inventory(
-        rows, nodes or [], nodes_checked_at=nodes_at, fleet_health_checked_at=nodes_at
+        rows,
+        nodes,
+        nodes_checked_at=live.nodes_checked_at if live else None,
+        fleet_health_checked_at=live.fleet_health_checked_at if live else None,
     )
     ssh_up = sum(1 for r in rows if r.reachable)
-    message = f"{ssh_up}/{len(rows)} SSH-reachable machines; {len(nodes or [])} registered compute nodes"
+    message = f"{ssh_up}/{len(rows)} SSH-reachable machines; {len(nodes)} registered compute nodes"
     if not table:
         pytest.skip("the inventory lists no machines and no control plane")
-    sbx_verdict(CheckResult.passed("fleet_machine_inventory", "fleet", message, {"machine_inventory": table}))
+    evidence: dict[str, object] = {"machine_inventory": table}
+    if live is not None:
+        evidence.update(live.evidence())
+    sbx_verdict(CheckResult.passed("fleet_machine_inventory", "fleet", message, evidence))
 
 
 # ------------------------------------------------------------------ secrets and credentials (§8.11, §8.12)

@@ -19,8 +19,8 @@ from sbxcheck.checks.gate import (
     check_pi_models,
     check_roster_matches,
 )
-from sbxcheck.checks.hygiene import check_vm_hygiene, host_secrets, judge_hygiene
 from sbxcheck.checks.records import check_run_record
+from sbxcheck.checks.vm_hygiene import check_vm_hygiene, host_secrets, judge_hygiene
 from sbxcheck.fanout import remote_check
 from sbxcheck.inventory import Inventory
 from sbxcheck.results import CheckResult, Classification

@@ -95,6 +95,9 @@ class SssfSection(_Strict):
     vm_host_suffix: str = ".exe.xyz"
     openrouter_base_url: str = "https://openrouter.ai/api/v1"
     credit_floor_usd: float = Field(default=1.0, ge=0, allow_inf_nan=False)
+    account_credit_floor_usd: float | None = Field(  # issue 21: test_credits
+        default=None, ge=0, allow_inf_nan=False, description="the OpenRouter account balance floor (USD)"
+    )
     cost_probe_model: str = DEFAULT_COST_PROBE_MODEL
     ping_timeout_s: float = Field(default=60.0, gt=0, le=600)
     pi_timeout_s: float = Field(default=180.0, gt=0, le=1800)
@@ -151,6 +154,20 @@ class RouteSpec(_Strict):
     prompt: str = (
         "sbxcheck route probe: run `echo ok` once with your shell tool, then reply with the word ok."
     )
+    # issue 21: an opt-in dispatch contract this route's mission is created under (test_dispatch_contract)
+    contract: Literal["none", "roadmap", "conversational"] = "none"
+    project: str | None = None
+    track: str | None = None
+    acceptance_criteria: list[str] = Field(default_factory=list)
+    origin_session_id: str | None = None
+
+    @model_validator(mode="after")
+    def _contract_fields(self) -> RouteSpec:
+        if self.contract == "roadmap" and not (self.project and self.track and self.acceptance_criteria):
+            raise ValueError('contract = "roadmap" needs project, track and acceptance_criteria')
+        if self.contract == "conversational" and not self.origin_session_id:
+            raise ValueError('contract = "conversational" needs origin_session_id')
+        return self
 
     @property
     def label(self) -> str:
@@ -288,6 +305,43 @@ class DgxSection(_Strict):
         return [self.model_copy(update={"agent_core": core}) for core in self.agent_cores]
 
 
+class HygieneSection(_Strict):
+    """Mission-hygiene thresholds (seconds of ``idle_seconds``; defaults are the spec's, §3.3)."""
+
+    quiet_s: float = Field(default=300.0, gt=0)
+    stalled_s: float = Field(default=1800.0, gt=0)
+    stuck_queued_s: float = Field(default=900.0, gt=0)
+    stalled_parked_s: float = Field(default=1800.0, gt=0)
+    stalled_background_s: float = Field(default=21600.0, gt=0)
+    max_missions: int = Field(default=1000, ge=1, le=20000, description="missions read (paged) at most")
+    signal_scan_limit: int = Field(
+        default=50, ge=1, le=500, description="in-flight missions asked for get_mission_health at most"
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> HygieneSection:
+        if self.quiet_s >= self.stalled_s:
+            raise ValueError(f"quiet_s ({self.quiet_s:g}) must be below stalled_s ({self.stalled_s:g})")
+        return self
+
+
+class WorkspaceExpectation(_Strict):
+    """What a workspace is expected to carry (names only: init scripts, MCPs, env-var names)."""
+
+    name: str
+    init_scripts: list[str] = Field(default_factory=list)
+    mcps: list[str] = Field(default_factory=list)
+    env_names: list[str] = Field(default_factory=list, description="env-var NAMES, never values")
+    skills: list[str] = Field(default_factory=list)
+
+    @field_validator("env_names")
+    @classmethod
+    def _names_only(cls, value: list[str]) -> list[str]:
+        for name in value:
+            _check_env_name("env_names", name)
+        return value
+
+
 class SandboxedSection(_Strict):
     """A sandboxed.sh control plane: where it is, how to authenticate, what to probe."""
 
@@ -308,6 +362,9 @@ class SandboxedSection(_Strict):
     expected_nodes: list[str] = Field(default_factory=list, description="remote nodes that must be healthy")
     node_max_age_s: float = Field(default=120.0, gt=0, le=86400)
     github_probes: list[GithubProbeSpec] = Field(default_factory=list)
+    hygiene: HygieneSection = Field(default_factory=HygieneSection)  # issue 21
+    workspaces: list[WorkspaceExpectation] = Field(default_factory=list)  # issue 21
+    removed_providers: list[str] = Field(default_factory=lambda: ["virtuals"])  # issue 21
 
     @field_validator("url")
     @classmethod

@@ -25,7 +25,7 @@ from sbxcheck.errors import CommandTimeout, SbxError
 from sbxcheck.inventory import RouteSpec, SandboxedSection, WorkspaceCanarySpec
 from sbxcheck.ledger import Ledger
 from sbxcheck.redact import clip
-from sbxcheck.results import Classification
+from sbxcheck.results import CheckResult, Classification
 
 TERMINAL = frozenset({"completed", "failed", "blocked", "not_feasible", "interrupted"})
 EVIDENCE_EVENTS = frozenset({"tool_call", "tool_result", "assistant_message"})
@@ -82,6 +82,8 @@ class RouteRun:
     retry_rejection: MissionRejected | None = None
     first_status_at_retry: str | None = None  # the first mission's status when the retry made a second
     check_idempotency: bool = True
+    not_dispatched: CheckResult | None = None  # issue 21: the readiness failure that kept it back
+    output_retry: RouteRun | None = None  # issue 21: the one direct-output retry of a silent model
     done: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -120,6 +122,7 @@ class CanaryRun:
     exec_error: str | None = None
     skipped_incident: str | None = None
     error: SbxError | None = None
+    not_dispatched: CheckResult | None = None  # issue 21: the readiness failure that kept it back
     done: threading.Event = field(default_factory=threading.Event)
 
 
@@ -145,6 +148,9 @@ class MissionDispatcher:
         exec_sha256: Callable[[str, str], str],
         ledger: Ledger | None = None,
         list_missions: Callable[[], list[dict[str, Any]]] | None = None,
+        preflight: Callable[[RouteSpec], CheckResult | None] | None = None,
+        max_spend_usd: float | None = None,
+        single_create: bool = False,
     ) -> None:
         self.section = section
         self.channel_for = channel_for
@@ -159,6 +165,10 @@ class MissionDispatcher:
         self._entries: dict[str, str] = {}  # mission id -> ledger entry
         self._unanswered: dict[str, RouteRun] = {}  # ledger entry -> run whose create never answered
         self._list_missions = list_missions
+        self._preflight = preflight  # issue 21: a route that would fail readiness is not dispatched
+        self.max_spend_usd = max_spend_usd  # issue 21: with a cap, one mission at a time
+        self.single_create = single_create  # issue 21 (--sbx-probe): one create per route, no keyed retry
+        self.costs: dict[str, float | None] = {}  # issue 21: mission id -> USD (None: not reported)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._pool: cf.ThreadPoolExecutor | None = None
@@ -184,10 +194,21 @@ class MissionDispatcher:
         by_backend: dict[str, list[RouteRun]] = {}
         for route in self.section.routes:
             run = self._new_run(route, route.prompt, f"route {route.label}")
+            run.check_idempotency = not self.single_create
             self.routes[route.label] = run
+            run.not_dispatched = self._doomed(route)
+            if run.not_dispatched is not None:
+                run.done.set()
+                continue
             by_backend.setdefault(route.backend, []).append(run)
         for backend in {r.backend for r in self.section.routes} | {c.backend for c in self.section.canaries}:
             self._backend_settled[backend] = threading.Event()
+        if self.max_spend_usd is not None:  # issue 21: capped runs go one by one, cost known before the next
+            for settled in self._backend_settled.values():
+                settled.set()
+            self.canaries = {spec.label: CanaryRun(spec) for spec in self.section.canaries}
+            self._spawn(self._drive_capped, [r for runs in by_backend.values() for r in runs])
+            return
         for backend, runs in by_backend.items():
             alternative = backend in self.section.alternative_backends
             first, rest = (runs[:2], runs[2:]) if alternative and len(runs) > 2 else (runs, [])
@@ -201,6 +222,109 @@ class MissionDispatcher:
             canary = CanaryRun(spec)
             self.canaries[spec.label] = canary
             self._spawn(self._drive_canary, canary)
+
+    def _doomed(self, route: RouteSpec) -> CheckResult | None:
+        """The readiness failure that would doom ``route`` (issue 21), else None; a failing look dooms nothing."""
+        if self._preflight is None:
+            return None
+        try:
+            return self._preflight(route)
+        except SbxError:
+            return None
+
+    # ------------------------------------------------------------------ no-output rule (issue 21)
+
+    def _retry_silent(self, run: RouteRun) -> None:
+        """§8.9: a mission that ended without any assistant content on a no-output error is retried
+        once, on the same route (never another model), with a bounded direct-output prompt."""
+        if run.status not in TERMINAL or not silent_end(run.events):
+            return
+        retry = self._new_run(run.route, DIRECT_OUTPUT_PROMPT, f"route {run.route.label} direct-output retry")
+        retry.check_idempotency = False
+        run.output_retry = retry
+        self._dispatch(retry)
+        if retry.created is not None:
+            try:
+                self._follow(retry, to_end=True)
+            except CommandTimeout as exc:
+                retry.error = exc
+
+    # ------------------------------------------------------------------ spend (issue 21)
+
+    @property
+    def spent_usd(self) -> float:
+        """What this session's missions reported costing so far."""
+        return round(sum(c for c in self.costs.values() if c is not None), 6)
+
+    def _cap_result(self, label: str) -> CheckResult | None:
+        """The not-run result once ``--sbx-max-spend`` is reached, else None."""
+        cap = self.max_spend_usd
+        if cap is None or self.spent_usd < cap:
+            return None
+        return CheckResult.errored(
+            "spend_cap",
+            label,
+            f"not run: --sbx-max-spend ${cap:.4f} reached (${self.spent_usd:.4f} spent by "
+            f"{len(self.costs)} mission(s) before it)",
+            Classification.SPEND_CAP,
+            {"cap_usd": cap, "spent_usd": self.spent_usd, "missions_before": len(self.costs)},
+            recommendation="raise --sbx-max-spend deliberately or select fewer routes; nothing else was "
+            "dispatched once the cap was reached",
+        )
+
+    def mission_cost(self, mission_id: str, via: str) -> float | None:
+        """The mission's cost from its stored events (bounded: at most 10 pages); None when not reported."""
+        from sbxcheck.spend import mission_cost_usd
+
+        channel = self.channel_for(via)
+        events: list[dict[str, Any]] = []
+        cursor = 0
+        try:
+            for _ in range(10):
+                page = channel.events(mission_id, cursor)
+                seqs = [int(e["sequence"]) for e in page if isinstance(e.get("sequence"), int)]
+                events.extend(page)
+                if not seqs or max(seqs) <= cursor:
+                    break
+                cursor = max(seqs)
+        except SbxError:
+            return mission_cost_usd(events)
+        return mission_cost_usd(events)
+
+    def _settle_cost(self, run: RouteRun) -> None:
+        """Capped runs: wait (bounded by the run's deadline) for the mission to end, then book its cost."""
+        mission_id = run.mission_id
+        if mission_id is None:
+            return
+        channel = self.channel_for(run.route.via)
+        while not self._stop.is_set() and time.monotonic() < run.deadline_at:
+            try:
+                if str(channel.get(mission_id).get("status")) in TERMINAL:
+                    break
+            except SbxError:
+                break
+            time.sleep(self.section.poll_interval_s)
+        self.costs[mission_id] = self.mission_cost(mission_id, run.route.via)
+
+    def _drive_capped(self, runs: list[RouteRun]) -> None:
+        """Under ``--sbx-max-spend``: each route, then each canary, only while the cap is not reached."""
+        for run in runs:
+            run.not_dispatched = self._cap_result(run.route.label)
+            if run.not_dispatched is not None:
+                run.done.set()
+                continue
+            self._drive_route(run)
+            self._settle_cost(run)
+        for canary in self.canaries.values():
+            canary.not_dispatched = self._cap_result(f"canary-{canary.spec.label}")
+            if canary.not_dispatched is not None:
+                canary.done.set()
+                continue
+            self._drive_canary(canary)
+            if canary.run is not None and canary.run.mission_id is not None:
+                self.costs[canary.run.mission_id] = self.mission_cost(
+                    canary.run.mission_id, canary.run.route.via
+                )
 
     def _spawn(self, target: Callable[..., None], *args: Any) -> None:
         """Coordination work (probe gating, canaries) runs beside the pool, never holding a dispatch slot."""
@@ -242,6 +366,8 @@ class MissionDispatcher:
             except SbxError as exc:  # one failing cancel does not stop the others
                 how = f"cancel failed: {exc.message}"
             outcome[mission_id] = how
+            if mission_id not in self.costs:  # issue 21: what it cost, where the control plane says
+                self.costs[mission_id] = self.mission_cost(mission_id, via)
             entry = self._entries.get(mission_id)
             if self.ledger is not None and entry is not None and not how.startswith("cancel failed"):
                 # released as each one ends, so an abandoned close leaves the ledger exact; a failed
@@ -318,6 +444,7 @@ class MissionDispatcher:
             self._dispatch(run)
             if run.created is not None:
                 self._follow(run)
+                self._retry_silent(run)  # issue 21: the no-output rule
         except SbxError as exc:
             run.error = exc
         except Exception as exc:  # a bug must not hang the items waiting on this run
@@ -342,6 +469,7 @@ class MissionDispatcher:
                 model_override=route.model_override,
                 model_effort=effort,
                 idempotency_key=run.idempotency_key,
+                **contract_fields(route),  # issue 21: project/track/criteria or origin_session_id
             )
             try:
                 created = channel.create(spec)
@@ -505,6 +633,17 @@ class MissionDispatcher:
             if incident is not None:
                 canary.skipped_incident = incident
                 return
+            canary.not_dispatched = self._doomed(
+                RouteSpec(
+                    name=f"canary-{spec.label}",
+                    backend=spec.backend,
+                    agent=spec.agent,
+                    model_override=spec.model_override,
+                    workspace=spec.workspace,
+                )
+            )
+            if canary.not_dispatched is not None:
+                return
             canary.workspace_id = self._workspace_id(spec.workspace)
             lock = self._ws_locks.setdefault(spec.workspace, threading.Lock())
             with lock:  # one live mission per workspace: the control plane refuses a second (409)
@@ -537,6 +676,65 @@ class MissionDispatcher:
             if canary.run is not None:
                 canary.run.done.set()
             canary.done.set()
+
+
+PROBE_PROMPT = (
+    "sbxcheck repair-validation probe (no push): change nothing, commit nothing, push nothing. Run "
+    "`echo ok` once with your shell tool, then reply with the word ok."
+)
+PROBE_ITEMS = ("test_route_dispatched", "test_route_record_echoes_request", "test_route_reaches_execution")
+
+
+def probe_items(items: list[Any], route: str) -> tuple[list[Any], list[Any]]:
+    """Issue 21 (--sbx-probe): the selected items of ``route``'s three route checks, and all the others."""
+    kept: list[Any] = []
+    other: list[Any] = []
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        name = getattr(item, "originalname", "")
+        (kept if name in PROBE_ITEMS and params.get("sbx_route") == route else other).append(item)
+    return kept, other
+
+
+DIRECT_OUTPUT_PROMPT = (
+    "sbxcheck direct-output retry. Do not use any tool, file or the web. Reply at once with exactly "
+    "one line of at most 12 words, of the form `answer: <your one-line answer>`, to: what is 2 + 2?"
+)
+_NO_OUTPUT_RE = re.compile(
+    r"idle timeout|stopped producing output|produced no (?:output|content)|no output|empty (?:response|completion)",
+    re.IGNORECASE,
+)
+
+
+def assistant_content(events: list[dict[str, Any]]) -> bool:
+    """True when any assistant message carries non-blank content."""
+    return any(
+        e.get("event_type") in ("assistant_message", "assistant_message_canonical")
+        and str(e.get("content") or "").strip()
+        for e in events
+    )
+
+
+def silent_end(events: list[dict[str, Any]]) -> bool:
+    """Issue 21: the mission ended on a no-output error (idle timeout, stall) without assistant content."""
+    if assistant_content(events):
+        return False
+    return any(
+        e.get("event_type") == "error" and _NO_OUTPUT_RE.search(str(e.get("content") or "")) for e in events
+    )
+
+
+def contract_fields(route: RouteSpec) -> dict[str, Any]:
+    """Issue 21: the create fields of a route's dispatch contract (none for an ordinary route)."""
+    if route.contract == "roadmap":
+        return {
+            "project": route.project,
+            "track": route.track,
+            "extra": {"acceptance_criteria": list(route.acceptance_criteria)},
+        }
+    if route.contract == "conversational":
+        return {"origin": "hermes", "origin_session_id": route.origin_session_id}
+    return {}
 
 
 def adapter_crash_cause(backend: str, signature: str) -> str:

@@ -120,6 +120,22 @@ def resolve(config: pytest.Config, dest: str) -> Resolved:
     return Resolved(value, found.source)
 
 
+def max_spend_usd(config: pytest.Config) -> float | None:
+    """Issue 21: ``--sbx-max-spend=USD``, else ini ``sbx_max_spend``; None when unset. A bad value is a usage error."""
+    raw, source = config.getoption("sbx_max_spend", None), "--sbx-max-spend"
+    if raw in (None, ""):
+        raw, source = str(config.getini("sbx_max_spend") or "").strip() or None, "ini sbx_max_spend"
+    if raw is None:
+        return None
+    try:
+        value = float(str(raw).strip().removeprefix("$"))
+    except ValueError:
+        value = -1.0
+    if not (value >= 0 and value != float("inf")):
+        raise _usage_error(f"{source}: expected a spend cap in USD (a number >= 0, e.g. 0.50); got {raw!r}")
+    return value
+
+
 def _usage_error(message: str) -> Exception:
     import pytest
 

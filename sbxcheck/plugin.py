@@ -132,6 +132,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="ledger directory (default: the inventory's [state] dir, else .sbxcheck/state beside the "
         "inventory file; relative to where pytest was started); also $SBXCHECK_STATE_DIR, ini sbx_state_dir",
     )
+    group.addoption(  # issue 21
+        "--sbx-probe",
+        metavar="ROUTE",
+        default=None,
+        help="validate a repair: run exactly one narrow no-push probe mission of ROUTE (its dispatched, "
+        "echo and execution items) and nothing else",
+    )
     group.addoption(
         "--sbx-max-parallel",
         type=int,
@@ -195,6 +202,14 @@ def _add_history_options(parser: pytest.Parser, group: Any) -> None:
         default=None,
         help="write Prometheus text exposition here (node_exporter textfile collector; ini: sbx_metrics)",
     )
+    group.addoption(  # issue 21
+        "--sbx-max-spend",
+        metavar="USD",
+        default=None,
+        help="stop dispatching new missions once this run has spent USD (missions then run one at a time, "
+        "each to its end, so its cost is known); what was not run is reported (ini: sbx_max_spend)",
+    )
+    parser.addini("sbx_max_spend", "spend cap in USD (as --sbx-max-spend)", default="")
     parser.addini("sbx_history", "history directory (as --sbx-history), relative to the ini file", default="")
     parser.addini("sbx_history_keep", "runs the history keeps (as --sbx-history-keep)", default="")
     parser.addini(
@@ -245,6 +260,9 @@ def pytest_configure(config: pytest.Config) -> None:
         _run_doctor(config)
     if getattr(config, "workerinput", None) is None and not getattr(config.option, "help", False):
         _preflight(config)  # a bad configuration is one usage error, before collection (exit 4)
+    from sbxcheck.options import max_spend_usd
+
+    max_spend_usd(config)  # issue 21: a bad cap is a usage error now
     config.stash[PARAMS_KEY] = {}
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
     config.stash[SESSION_TAG_KEY] = (
@@ -356,6 +374,9 @@ def get_session(config: pytest.Config) -> SbxSession:
     session.mount_names = list(config.getoption("sbx_mount"))
     session.sweep = bool(config.getoption("sbx_sweep"))
     session.max_parallel = config.getoption("sbx_max_parallel")
+    from sbxcheck.options import max_spend_usd
+
+    session.max_spend_usd = max_spend_usd(config)  # issue 21
     if workerinput is not None:
         session.run_ids.extend(r for r in workerinput.get("sbxcheck_mounted", []) if r not in session.run_ids)
         shared = workerinput.get("sbxcheck_inventory")
@@ -604,6 +625,15 @@ def _sandboxed_params(config: pytest.Config, kind: str) -> list[Any]:
         params = [pytest.param(r.label, id=r.label, marks=CONTROL_PLANE_GROUP) for r in section.routes]
     elif kind == "canary":
         params = [pytest.param(c.label, id=c.label, marks=CONTROL_PLANE_GROUP) for c in section.canaries]
+    elif kind == "catalog":  # issue 21: every route, judged before dispatch (selecting it dispatches nothing)
+        params = [pytest.param(r.label, id=r.label, marks=CONTROL_PLANE_GROUP) for r in section.routes]
+    elif kind == "contract":  # issue 21: routes with an opt-in dispatch contract
+        contracts = [r for r in section.routes if r.contract != "none"]
+        params = [pytest.param(r.label, id=r.label, marks=CONTROL_PLANE_GROUP) for r in contracts]
+    elif kind == "workspace":  # issue 21: expected workspaces, then those routes and canaries use
+        names = [w.name for w in section.workspaces] + [r.workspace for r in section.routes if r.workspace]
+        names += [c.workspace for c in section.canaries]
+        params = [pytest.param(n, id=n, marks=CONTROL_PLANE_GROUP) for n in dict.fromkeys(names)]
     else:
         from sbxcheck.lifecycle import canary_prompt
 
@@ -663,7 +693,8 @@ def _dgx_params(config: pytest.Config) -> list[Any]:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     names = set(metafunc.fixturenames)
     config = metafunc.config
-    for kind in ("route", "canary", "prompt", "node", "discovery_via", "github_probe"):
+    kinds = ("route", "canary", "prompt", "node", "discovery_via", "github_probe")
+    for kind in (*kinds, "workspace", "contract", "catalog"):  # the last three: issue 21
         if f"sbx_{kind}" in names:
             metafunc.parametrize(
                 f"sbx_{kind}", _sandboxed_params(config, kind), indirect=f"sbx_{kind}" in OBJECT_PARAMS
@@ -725,6 +756,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         items[:] = [item for item in items if not placeholder(item)]
         config.hook.pytest_deselected(items=dropped)
+    probe = config.getoption("sbx_probe", None)
+    if probe:  # issue 21: --sbx-probe=ROUTE keeps that route's three items, nothing else
+        from sbxcheck.lifecycle import probe_items
+
+        kept, other = probe_items(items, probe)
+        if not kept:
+            raise pytest.UsageError(
+                f"sbxcheck: --sbx-probe={probe}: no selected route item has that route (select the route "
+                "suite, canaries/test_routes.py, and give a route name from [[sandboxed.routes]])"
+            )
+        items[:] = kept
+        config.hook.pytest_deselected(items=other)
+        get_session(config).probe_route = probe
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -737,8 +781,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     canaries: set[str] = set()
     for item in session.items:
         params = getattr(getattr(item, "callspec", None), "params", {})
-        if isinstance(params.get("sbx_route"), str):
-            routes.add(params["sbx_route"])
+        for key in ("sbx_route", "sbx_contract"):  # issue 21: a contract item needs its route dispatched
+            if isinstance(params.get(key), str):
+                routes.add(params[key])
         if isinstance(params.get("sbx_canary"), str):
             canaries.add(params["sbx_canary"])
     state.wanted_routes, state.wanted_canaries = routes, canaries
@@ -1059,8 +1104,11 @@ class ResultCollector:
         machines = [r.evidence["machine_inventory"] for r in records if "machine_inventory" in r.evidence]
         if machines and isinstance(machines[0], list):
             report = report.model_copy(update={"machine_inventory": machines[0]})
+        from sbxcheck.spend import summarize_spend  # issue 21
+
         report = report.model_copy(
             update={
+                "spend": summarize_spend(cleanup, records, cap_usd=sbx.max_spend_usd),
                 "interrupted": interrupted,
                 "not_run": self.not_run() if interrupted else [],
                 "cleanup": cleanup,
@@ -1171,6 +1219,15 @@ class ResultCollector:
             if item.get("kind") == "mission":
                 mark = "" if item.get("ok", True) else "FAILED "
                 tr.write_line(f"cleanup: {mark}mission {item.get('ident')}: {item.get('action')}")
+        sbx_probe = self.config.getoption("sbx_probe", None)
+        if sbx_probe:  # issue 21
+            tr.write_line(f"probe: one narrow no-push probe of route {sbx_probe}; nothing else was run")
+        if document.get("spend"):  # issue 21
+            from sbxcheck.spend import spend_line
+
+            tr.write_line(spend_line(document["spend"]))
+            for nodeid in document["spend"].get("not_run") or []:
+                tr.write_line(f"    not run (spend cap): {nodeid}")
         if document.get("interrupted"):
             tr.write_line(f"interrupted: {len(document.get('not_run') or [])} selected item(s) did not run")
         for entry in document.get("left") or []:

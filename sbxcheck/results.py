@@ -39,6 +39,8 @@ class Classification(enum.StrEnum):
     INFRASTRUCTURE = "infrastructure"
     DEGRADED = "degraded"
     INTERNAL_ERROR = "internal_error"
+    SPEND_CAP = "spend_cap"  # issue 21: not run because --sbx-max-spend was reached
+    NO_USABLE_ANSWER = "no_usable_answer"  # issue 21: the model was addressed twice and returned nothing
 
 
 Evidence = dict[str, Any]
@@ -151,6 +153,8 @@ class RunReport(BaseModel):
     interrupted: bool = False
     not_run: list[str] = Field(default_factory=list)
     left: list[dict[str, Any]] = Field(default_factory=list)
+    # issue 21: what the run spent ({total_usd, missions, missions_cost_unknown, cap_usd, cap_reached, not_run})
+    spend: dict[str, Any] = Field(default_factory=dict)
 
     model_config = ConfigDict(populate_by_name=True)
 

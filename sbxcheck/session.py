@@ -54,12 +54,15 @@ def _release_hint(entry: LedgerEntry, ident: str | None) -> str:
 
 
 if TYPE_CHECKING:  # production runs never import the simulator
+    from sbxcheck.checks.catalog import CatalogSnapshot  # issue 21
     from sbxcheck.clients.channels import MissionChannel
     from sbxcheck.clients.mcp import AssistantMcpClient
     from sbxcheck.clients.openrouter import OpenRouterAdmin, OpenRouterKey
     from sbxcheck.clients.sandboxed import SandboxedClient
     from sbxcheck.fanout import GateFanout
+    from sbxcheck.inventory import RouteSpec
     from sbxcheck.lifecycle import MissionDispatcher
+    from sbxcheck.results import CheckResult
     from sbxcheck.sim.fleet import SimFleet
 
 
@@ -111,6 +114,9 @@ class SbxSession:
         self._client: SandboxedClient | None = None
         self._mcp: AssistantMcpClient | None = None
         self._dispatcher: MissionDispatcher | None = None
+        self._catalog: CatalogSnapshot | None = None  # issue 21
+        self.max_spend_usd: float | None = None  # issue 21: --sbx-max-spend
+        self.probe_route: str | None = None  # issue 21: --sbx-probe
         self.cancel_report: dict[str, str] = {}
         self.cleanup: list[dict[str, Any]] = []  # what the end of the session released or failed to
         self.ledger_ids: set[str] | None = None  # xdist workers: the controller's snapshot of entries
@@ -676,6 +682,19 @@ class SbxSession:
                         "canaries": [c for c in section.canaries if c.label in wanted_c],
                     }
                 )
+            if self.probe_route is not None:  # issue 21: one narrow no-push probe of one route
+                from sbxcheck.lifecycle import PROBE_PROMPT
+
+                section = section.model_copy(
+                    update={
+                        "routes": [
+                            r.model_copy(update={"prompt": PROBE_PROMPT})
+                            for r in section.routes
+                            if r.label == self.probe_route
+                        ],
+                        "canaries": [],
+                    }
+                )
             self._dispatcher = MissionDispatcher(
                 section,
                 self.channel,
@@ -686,8 +705,28 @@ class SbxSession:
                 list_missions=lambda: [
                     m.model_dump(mode="json") for m in client.list_missions(all=True, limit=200)
                 ],
+                preflight=self.route_preflight,  # issue 21
+                max_spend_usd=self.max_spend_usd,  # issue 21
+                single_create=self.probe_route is not None,  # issue 21: no idempotency retry
             )
         return self._dispatcher
+
+    # issue 21: workspace and catalog readiness, read once; a route that would fail it is not dispatched
+    def catalog_snapshot(self) -> CatalogSnapshot:
+        """What the control plane says of workspaces, agents, backends and models (read once a session)."""
+        if self._catalog is None:
+            from sbxcheck.checks.catalog import read_catalog
+
+            self._catalog = read_catalog(self.sandboxed_client())
+        return self._catalog
+
+    def route_preflight(self, route: RouteSpec) -> CheckResult | None:
+        """The readiness failure that dooms ``route`` (see :func:`sbxcheck.checks.catalog.route_preflight`)."""
+        from sbxcheck.checks.catalog import route_preflight
+
+        section = self.inventory().sandboxed
+        removed = section.removed_providers if section is not None else []
+        return route_preflight(self.catalog_snapshot(), route, removed_providers=removed)
 
     def close_missions(self) -> dict[str, str]:
         """Cancel this session's missions now (before the report is written); the results join ``cleanup``."""
@@ -705,6 +744,7 @@ class SbxSession:
                     "ident": mission_id,
                     "action": how,
                     "ok": not how.startswith("cancel failed"),
+                    "cost_usd": dispatcher.costs.get(mission_id),  # issue 21: the run's spend
                 }
             )
         return report

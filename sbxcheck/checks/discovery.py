@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from pydantic import ValidationError
 
 from sbxcheck.checks.base import run_check
+from sbxcheck.clients.mcp_auth import auth_refusal
 from sbxcheck.clients.sandboxed import Workspace, _validation_summary, excerpt
 from sbxcheck.errors import BadResponseError, SbxError
 from sbxcheck.results import CheckResult, Classification
@@ -159,7 +160,11 @@ def _list_rest(client: WorkspaceLister) -> list[Workspace] | SbxError:
 
 def discover_mcp(client: McpCaller, *, timeout_s: float = 30.0) -> Discovery:
     """``list_workspaces`` over MCP, reduced; the raw result is handed straight to the reducer."""
-    reduced = _reduce_mcp_result(client.call("list_workspaces", {}, timeout_s=timeout_s))
+    result = client.call("list_workspaces", {}, timeout_s=timeout_s)
+    refused = auth_refusal(result)
+    if refused is not None:
+        raise refused
+    reduced = _reduce_mcp_result(result)
     if isinstance(reduced, str):
         raise BadResponseError(f"{MCP_ENDPOINT}: {reduced}", evidence={"endpoint": MCP_ENDPOINT})
     return Discovery(MCP_ENDPOINT, reduced)

@@ -16,6 +16,7 @@ from typing import Any, Final, Protocol
 
 from sbxcheck.checks.base import run_check
 from sbxcheck.clients.sandboxed import FleetHealth, HealthInfo, RemoteFleet, RemoteNode
+from sbxcheck.errors import SbxError
 from sbxcheck.results import CheckResult, Classification, Outcome
 
 CHECK_HEALTH: Final = "control_plane_health"
@@ -296,6 +297,47 @@ class SshReach:
             checked_at=checked_at or utc_now_iso(),
             detail=result.message,
         )
+
+
+class _ComputeApi(Protocol):
+    def fleet_health(self) -> FleetHealth: ...
+
+    def remote_nodes(self) -> RemoteFleet: ...
+
+
+@dataclass(frozen=True)
+class ComputeLive:
+    """What this run read live about registered compute: the nodes, and when each endpoint answered."""
+
+    nodes: list[RemoteNode]
+    nodes_checked_at: str
+    fleet_health_checked_at: str | None
+    fleet_health_error: str = ""
+
+    def evidence(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "remote_nodes_checked_at": self.nodes_checked_at,
+            "fleet_health_checked": self.fleet_health_checked_at is not None,
+            "fleet_health_checked_at": self.fleet_health_checked_at,
+        }
+        if self.fleet_health_error:
+            out["fleet_health_error"] = self.fleet_health_error
+        return out
+
+
+def read_compute_live(client: _ComputeApi) -> ComputeLive:
+    """Read ``GET /api/remote-nodes`` and ``GET /api/health/fleet`` now, dating each answer (§8.14).
+
+    A node listing failure propagates (the inventory cannot be built); a fleet-health failure only
+    means the compute rows are dated, not live, and the reason is kept.
+    """
+    nodes = client.remote_nodes().nodes
+    nodes_at = utc_now_iso()
+    try:
+        client.fleet_health()
+    except SbxError as exc:
+        return ComputeLive(nodes, nodes_at, None, f"{exc.classification.value}: {exc.message}")
+    return ComputeLive(nodes, nodes_at, utc_now_iso())
 
 
 def machine_inventory(

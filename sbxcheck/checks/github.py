@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from sbxcheck.checks.base import run_check
+from sbxcheck.clients.mcp_auth import auth_refusal
 from sbxcheck.clients.sandboxed import ExecResult, excerpt
 from sbxcheck.errors import BadResponseError
 from sbxcheck.inventory import GITHUB_HOST_RE, credential_free_remote
@@ -184,6 +185,9 @@ def mcp_exec(client: _McpBash, workspace_id: str) -> WorkspaceExec:
             command, workspace_id=workspace_id, timeout_secs=max(1, round(timeout_s))
         )
         data = result.data if isinstance(result.data, dict) else {}
+        refused = auth_refusal(result)
+        if refused is not None:
+            raise refused
         if result.is_error or not isinstance(data.get("exit_code"), int):
             reason = excerpt(result.text)
             raise BadResponseError(

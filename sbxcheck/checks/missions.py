@@ -72,9 +72,34 @@ def _skip_or_error(check: str, target: str, run: RouteRun) -> CheckResult | None
 # ------------------------------------------------------------------ dispatched
 
 
+def not_dispatched(check: str, target: str, doomed: CheckResult) -> CheckResult:
+    """Issue 21: kept back by a failed readiness item (same classification and cause: one incident), or
+    by the spend cap (an ``error``: not checked, says why)."""
+    if doomed.outcome is Outcome.ERROR:
+        return CheckResult.errored(
+            check,
+            target,
+            doomed.message,
+            doomed.classification or Classification.INTERNAL_ERROR,
+            {"not_run": doomed.check, **doomed.evidence},
+            recommendation=doomed.recommendation,
+        )
+    return CheckResult.failed(
+        check,
+        target,
+        f"not dispatched: {doomed.check}[{doomed.target}] failed — {doomed.message}",
+        {"readiness": {"check": doomed.check, "target": doomed.target, **doomed.evidence}},
+        doomed.classification or Classification.CONFIG_DEFECT,
+        cause=doomed.cause,
+        recommendation=doomed.recommendation,
+    )
+
+
 def check_dispatched(run: RouteRun) -> CheckResult:
     """The create was accepted, once, at the requested effort (or the ladder says where it landed)."""
     check, target = "dispatched", run.route.label
+    if run.not_dispatched is not None:
+        return not_dispatched(check, target, run.not_dispatched)
     if run.skipped_incident or run.error is not None:
         return _skip_or_error(check, target, run) or CheckResult.errored(
             check, target, "?", Classification.INTERNAL_ERROR
@@ -257,12 +282,60 @@ def _evidence_events(run: RouteRun) -> list[dict[str, Any]]:
     return [e for e in run.events if e.get("event_type") in ("tool_call", "tool_result", "assistant_message")]
 
 
+def no_usable_answer(check: str, target: str, run: RouteRun, retry: RouteRun) -> CheckResult:
+    """Issue 21 (§8.9): the first mission ended silent; judge the one direct-output retry of the same route."""
+    from sbxcheck.lifecycle import assistant_content
+
+    model = run.route.model_override or "(default model)"
+    first_errors = [
+        trim(str(e.get("content") or ""), 200) for e in run.events if e.get("event_type") == "error"
+    ]
+    ev = _base(run)
+    ev["no_output"] = {
+        "first": {"mission_id": run.mission_id, "status": run.status, "errors": first_errors[-2:]},
+        "retry": {
+            "mission_id": retry.mission_id,
+            "status": retry.status,
+            "prompt": "bounded direct-output (no tools, one line)",
+            "errors": [
+                trim(str(e.get("content") or ""), 200) for e in retry.events if e.get("event_type") == "error"
+            ][-2:],
+            "problem": retry.error.message
+            if retry.error
+            else (retry.rejection.reason if retry.rejection else None),
+        },
+        "substituted": False,
+    }
+    if retry.created is not None and assistant_content(retry.events):
+        return CheckResult.passed(
+            check,
+            target,
+            f"WARNING: the first mission ended without output; the one direct-output retry of {model} answered",
+            ev,
+        )
+    return CheckResult.failed(
+        check,
+        target,
+        f"addressed, no usable answer: {model} via {run.route.backend} ended without any assistant content, "
+        "and so did its one bounded direct-output retry (never substituted with another model)",
+        ev,
+        Classification.NO_USABLE_ANSWER,
+        cause=f"no-usable-answer:{run.route.backend}:{model}",
+        recommendation=(
+            f"report {model} as addressed with no usable answer; synthesise only from routes that answered "
+            "and keep the provider failure apart from any conclusion; no second retry, no substitute model"
+        ),
+    )
+
+
 def check_reaches_execution(run: RouteRun, *, blocked_signature: str | None = None) -> CheckResult:
     """Active or completed within the deadline, with execution evidence from the events."""
     check, target = "reaches_execution", run.route.label
     early = _skip_or_error(check, target, run)
     if early is not None:
         return early
+    if run.output_retry is not None:  # issue 21: the no-output rule
+        return no_usable_answer(check, target, run, run.output_retry)
     ev = _base(run)
     status = run.status
     evidence = _evidence_events(run)
@@ -474,6 +547,8 @@ def check_workspace_visible(canary: CanaryRun) -> CheckResult:
     """The checkout, its ref and pin are visible to the mission, and an MCP tool returned the file's bytes."""
     spec = canary.spec
     check, target = "workspace_visible", spec.label
+    if canary.not_dispatched is not None:
+        return not_dispatched(check, target, canary.not_dispatched)
     if canary.skipped_incident:
         return CheckResult(
             check=check,

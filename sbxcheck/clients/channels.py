@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sbxcheck.clients.mcp import AssistantMcpClient, McpToolResult
+from sbxcheck.clients.mcp_auth import auth_refusal
 from sbxcheck.clients.sandboxed import (
     MissionRejected,
     MissionSpec,
@@ -140,6 +141,9 @@ def _raise_auth(result: McpToolResult, client: AssistantMcpClient) -> None:
     for text in AUTH_TEXTS:
         if text.lower() in result.text.lower():
             raise AuthFailed(f"MCP {result.tool or 'tool'}: {text}", evidence={"via": "mcp"})
+    refused = auth_refusal(result)  # a bare "401 Unauthorized" status (e.g. get_mission's not-found text)
+    if refused is not None:
+        raise refused
 
 
 def _rejection(endpoint: str, result: McpToolResult) -> MissionRejected:

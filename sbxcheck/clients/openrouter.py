@@ -63,6 +63,19 @@ class OpenRouterKey(BaseModel):
         return self.hash[:12]
 
 
+class AccountCredits(BaseModel):
+    """``GET /api/v1/credits``: what the account bought and used (finite numbers only)."""
+
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+
+    total_credits: float
+    total_usage: float
+
+    @property
+    def remaining(self) -> float:
+        return self.total_credits - self.total_usage
+
+
 def _error_reason(resp: httpx.Response) -> str:
     """``error.message`` of an OpenRouter error body, else a redacted excerpt."""
     try:
@@ -181,6 +194,19 @@ class OpenRouterAdmin:
             f"OpenRouter GET /keys: more than {self.max_pages} pages of {PAGE_SIZE}; refusing a partial list",
             evidence={"endpoint": "GET /keys", "pages": self.max_pages},
         )
+
+    def credits(self) -> AccountCredits:
+        """``GET /credits`` (provisioning key): the account's purchased credits and total usage, in USD."""
+        doc = self._get("/credits", {})
+        data = doc.get("data") if isinstance(doc, dict) else None
+        try:
+            return AccountCredits.model_validate(data)
+        except ValidationError as exc:
+            raise BadResponseError(
+                f"OpenRouter GET /credits: expected {{data: {{total_credits, total_usage}}}} "
+                f"({_validation_summary(exc)})",
+                evidence={"endpoint": "GET /credits"},
+            ) from None
 
     @staticmethod
     def _rows(doc: Any) -> list[OpenRouterKey]:

@@ -1051,3 +1051,140 @@ class SandboxedClient:
             stderr=parsed.stderr,
             timed_out=parsed.timed_out,
         )
+
+    # ---- issue 21: mission hygiene, workspace and catalog readiness (a block of its own) -----
+
+    def missions_integrity(self) -> MissionsIntegrity:
+        """``GET /api/control/missions/integrity``: orphaned/stale groups (§3.6)."""
+        return self._get("/api/control/missions/integrity", MissionsIntegrity)
+
+    def list_missions_paged(
+        self, *, page_size: int = 200, max_missions: int = 1000
+    ) -> tuple[list[Mission], bool]:
+        """Every mission of the default (attention-only) list, page by page; True when cut at ``max_missions``."""
+        size = max(1, min(200, page_size))
+        out: list[Mission] = []
+        seen: set[str] = set()
+        while len(out) < max_missions:
+            page = self.list_missions(limit=size, offset=len(out))
+            fresh = [m for m in page if m.id not in seen]  # a page shifting under us repeats rows
+            seen.update(m.id for m in fresh)
+            out.extend(fresh)
+            if len(page) < size or not fresh:
+                return out, False
+        return out[:max_missions], True
+
+    def library_agents(self) -> list[str]:
+        """``GET /api/library/agent``: the library agents' names (a bare array, or ``{"agents": [...]}``)."""
+        path = "/api/library/agent"
+        resp = self._send("GET", path)
+        return _names(self._json(f"GET {path}", resp, False), "agents", f"GET {path}")
+
+    def backends(self) -> list[BackendInfo]:
+        """``GET /api/backends``: the registered backends (§5)."""
+        path = "/api/backends"
+        return self._parse_list(f"GET {path}", self._send("GET", path), BackendInfo)
+
+    def backend_agents(self, backend: str) -> list[str]:
+        """``GET /api/backends/:id/agents``: the agent ids a backend offers (codex: ``default``)."""
+        path = f"/api/backends/{backend}/agents"
+        resp = self._send("GET", path)
+        return _names(self._json(f"GET {path}", resp, False), "agents", f"GET {path}")
+
+    def ai_providers(self) -> list[AiProvider]:
+        """``GET /api/ai/providers``: configured providers and the backends each serves (§5)."""
+        path = "/api/ai/providers"
+        return self._parse_list(f"GET {path}", self._send("GET", path), AiProvider, secret_bearing=True)
+
+    def tracks(self, project: str) -> list[TrackRow]:
+        """``GET /api/control/tracks?project=``: the project's track rows and their mission counts (§3.6)."""
+        path = "/api/control/tracks"
+        return self._parse_list(f"GET {path}", self._send("GET", path, params={"project": project}), TrackRow)
+
+    def provider_catalog(self) -> list[CatalogProvider]:
+        """``GET /api/providers?include_all=true``: the static model catalog (§5)."""
+        path = "/api/providers"
+        resp = self._send("GET", path, params={"include_all": "true"})
+        return self._parse(f"GET {path}", resp, ProviderCatalog).providers
+
+
+class IntegrityGroup(_Wire):
+    """One group of ``/missions/integrity``: a count and up to 20 missions."""
+
+    count: int
+    missions: list[dict[str, JsonValue]] = Field(default_factory=list)
+
+
+class MissionsIntegrity(_Wire):
+    """``GET /api/control/missions/integrity`` (§3.6); the two groups ``healthy`` rests on are required."""
+
+    generated_at: str | None = None
+    scanned: int | None = None
+    healthy: bool | None = None
+    orphaned_pending: IntegrityGroup
+    stale_active: IntegrityGroup
+    scheduled_waiting: IntegrityGroup | None = None
+    stale_awaiting_user: IntegrityGroup | None = None
+
+
+class TrackRow(_Wire):
+    """One row of ``GET /api/control/tracks``."""
+
+    project: str
+    track: str
+    total: int = 0
+    active: int = 0
+    pending: int = 0
+    awaiting_user: int = 0
+    last_activity_at: str | None = None
+
+
+class BackendInfo(_Wire):
+    """One row of ``GET /api/backends``."""
+
+    id: str
+    name: str | None = None
+
+
+class AiProvider(_Wire):
+    """One configured provider of ``GET /api/ai/providers``; no key material is modelled."""
+
+    id: str
+    provider_type: str
+    name: str | None = None
+    enabled: bool = True
+    status: dict[str, JsonValue] | None = None
+    use_for_backends: list[str] = Field(default_factory=list)
+
+
+class CatalogModel(_Wire):
+    id: str
+    name: str | None = None
+
+
+class CatalogProvider(_Wire):
+    """One provider of the static catalog and its model ids."""
+
+    id: str
+    name: str | None = None
+    models: list[CatalogModel] = Field(default_factory=list)
+
+
+class ProviderCatalog(_Wire):
+    providers: list[CatalogProvider]
+
+
+def _names(doc: Any, key: str, endpoint: str) -> list[str]:
+    """Names from a bare array (or ``{key: [...]}``) of strings or objects with ``id``/``name``."""
+    items = doc.get(key) if isinstance(doc, dict) else doc
+    if not isinstance(items, list):
+        raise BadResponseError(f"{endpoint}: expected a JSON array of {key}", evidence={"endpoint": endpoint})
+    out: list[str] = []
+    for item in items:
+        if isinstance(item, str):
+            out.append(item)
+        elif isinstance(item, dict):
+            value = item.get("id") or item.get("name")
+            if isinstance(value, str):
+                out.append(value)
+    return out

@@ -227,6 +227,10 @@ def _top(ctx: _Ctx) -> str:
         ("suites", ", ".join(f"{k} ({v})" for k, v in sorted(suites.items())) or "none"),
         ("incidents", str(len(report.incidents))),
     ]
+    if report.spend:  # issue 21
+        from sbxcheck.spend import spend_line
+
+        meta.append(("spend", spend_line(report.spend).removeprefix("spend: ")))
     meta_html = "".join(f"<div><span>{_e(k)}</span>{_e(v)}</div>" for k, v in meta)
     history = ""
     if ctx.history and ctx.history.runs:

@@ -119,6 +119,15 @@ DEFAULT_RECOMMENDATIONS: dict[Classification, str] = {
         "these checks failed for the same cause — read the evidence of each; fix the cause once "
         "and re-run them together"
     ),
+    C.NO_USABLE_ANSWER: (
+        "the model was addressed but returned no usable answer, also to one bounded direct-output "
+        "retry — report it as such, synthesise only from routes that answered, and do not swap in "
+        "another model or retry again; " + _NOTHING_CHANGED
+    ),
+    C.SPEND_CAP: (
+        "the run reached --sbx-max-spend before these items could be dispatched — raise the cap "
+        "deliberately, or run fewer routes; " + _NOTHING_CHANGED
+    ),
     C.INTERNAL_ERROR: (
         "sbxcheck itself failed — report it with this evidence; the system under test may be fine"
     ),

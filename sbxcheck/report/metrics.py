@@ -120,6 +120,21 @@ def build_registry(
     )
     for value in Outcome:
         checks.labels(value.value).set(report.summary.get(value.value, 0))
+    if report.spend:  # issue 21: what the last run spent, and its cap
+        Gauge(
+            "sbxcheck_last_run_spend_usd",
+            "what the last run's missions reported costing (USD)",
+            registry=registry,
+        ).set(float(report.spend.get("total_usd") or 0.0))
+        Gauge(
+            "sbxcheck_last_run_spend_unknown_missions",
+            "missions of the last run that reported no cost",
+            registry=registry,
+        ).set(int(report.spend.get("missions_cost_unknown") or 0))
+        if report.spend.get("cap_usd") is not None:
+            Gauge("sbxcheck_spend_cap_usd", "the --sbx-max-spend cap of the last run", registry=registry).set(
+                float(report.spend["cap_usd"])
+            )
     return registry
 
 

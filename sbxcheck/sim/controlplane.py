@@ -71,6 +71,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sbxcheck.errors import SimError
+from sbxcheck.sim import cp_ops  # issue 21: integrity, catalog and their faults
 
 NIL_UUID: Final = "00000000-0000-0000-0000-000000000000"
 EFFORTS: Final = ("low", "medium", "high", "xhigh", "max")
@@ -275,6 +276,7 @@ CONTROLPLANE_FAULTS: Final[dict[str, str]] = {
     "fleet.degraded-disk": "control-plane disk at 96%: disk_level critical, free space below required",
     "fleet.control-unresponsive": "/api/health/fleet answers 200 with status degraded, control_responsive false",
 }
+CONTROLPLANE_FAULTS.update(cp_ops.FAULTS)  # issue 21
 DEFAULT_FAULT_TARGETS: Final[dict[str, str]] = {
     "cp.backend-crash": "opencode",
     "cp.model-not-found": "opencode",
@@ -557,6 +559,8 @@ class ControlPlaneDouble:
             "stalled_background": 21600,
         }
         self.faults: set[str] = set()
+        self.running_health: dict[str, dict[str, Any]] = {}  # issue 21: /running health by mission id
+        self.mission_cost_cents = 2  # issue 21: what each simulated mission's assistant_message costs
         self.cancels_started = 0  # cancel requests received (tests interrupt a slow cancel under way)
         self.fault_targets: dict[str, str] = {}
         self._jwt_secret = secrets.token_hex(32)
@@ -575,6 +579,7 @@ class ControlPlaneDouble:
         guard = self._guard
         self.app = Starlette(
             routes=[
+                *cp_ops.routes(self),  # issue 21 (before /api/control/missions/{id})
                 Route("/api/auth/login", self._login, methods=["POST"]),
                 Route("/api/auth/status", self._auth_status, methods=["GET"]),
                 Route("/api/health", self._health, methods=["GET"]),
@@ -628,6 +633,8 @@ class ControlPlaneDouble:
         with self._lock:
             self.faults.add(name)
             self.fault_targets[name] = target or DEFAULT_FAULT_TARGETS.get(name, "*")
+        if name in cp_ops.FAULTS:  # issue 21
+            cp_ops.apply_fault(self, name)
 
     def clear_faults(self, name: str | None = None) -> None:
         """Turn one fault (or all) off."""
@@ -1001,7 +1008,7 @@ class ControlPlaneDouble:
         headers = {"x-ignored-fields": ",".join(ignored)} if ignored else {}
         # 5. idempotency coalescing (cp.idempotency-ignored skips only this step)
         key = opt("idempotency_key")
-        if key and "cp.idempotency-ignored" not in self.faults:
+        if key and "cp.idempotency-ignored" not in self.faults and not cp_ops.ignores_key(self, body):
             held = self._missions.get(self._leases.get(f"lease:{key}", ""))
             if held is not None and held.owner == user and held.status != "failed":
                 return self._coalesced(held, headers)
@@ -1439,7 +1446,7 @@ class ControlPlaneDouble:
                         "queue_len": 0,
                         "history_len": len(m.record["history"]),
                         "seconds_since_activity": int(since),
-                        "health": {"status": "healthy"},
+                        "health": self.running_health.get(m.id, {"status": "healthy"}),
                         "expected_deliverables": [],
                         "subtask_total": 0,
                         "subtask_completed": 0,
@@ -1586,6 +1593,8 @@ class ControlPlaneDouble:
             return "goal-too-long"
         if self._fault_on("cp.no-evidence", backend):
             return "no-evidence"
+        if self._fault_on("ops.model-silent", backend):  # issue 21
+            return "silent"
         return "run"
 
     def _dispatch(self, m: _Mission, *, evidence_free: bool) -> None:
@@ -1639,6 +1648,10 @@ class ControlPlaneDouble:
                 )
             await self._sleep(FINISH_S)
             self._fail(mid, "fn3 is not a function", reason="agent_error")
+            return
+        if branch == "silent":  # issue 21: active, then an idle timeout without any output
+            await self._sleep(FINISH_S)
+            self._fail(mid, cp_ops.IDLE_TIMEOUT, reason="idle_timeout")
             return
         if branch == "goal-too-long":
             self._fail(
@@ -1695,7 +1708,7 @@ class ControlPlaneDouble:
                 metadata={
                     "id": str(uuid.uuid4()),
                     "success": True,
-                    "cost_cents": 0,
+                    "cost_cents": self.mission_cost_cents,
                     "model": m.record.get("model_override") or m.requested_model,
                     "shared_files": [],
                     "resumable": False,

@@ -133,6 +133,26 @@ FAULTS: dict[str, Fault] = {
             "vm.provisioning-key-planted",
             "the host's provisioning key sits in ~/.config/openrouter/credentials on the VM",
         ),
+        # issue 21: mission hygiene, readiness and catalog faults of the control plane (sim/cp_ops.py)
+        Fault(
+            "ops.orphaned-pending", "a pending mission without a deferred goal, 40 min old (never dispatched)"
+        ),
+        Fault("ops.stale-active", "an active mission with no update for 30 h and no live runner"),
+        Fault("ops.stalled-severe", "a live mission that /running reports stalled, severity severe"),
+        Fault(
+            "ops.auth-error-storm", "5 in-flight claudecode missions whose trace shows 401 invalid api key"
+        ),
+        Fault("ops.tool-loop", "an in-flight mission calling `bash` with the same arguments 4 times"),
+        Fault("ops.workspace-pending", "the verity workspace is pending (its container has not started)"),
+        Fault("ops.missing-init-script", "the lean-lab workspace lost its bun-mcp init script"),
+        Fault("ops.agent-unregistered", "the agent library no longer registers `build`"),
+        Fault("ops.removed-provider", "provider minimax was removed from the catalog (as Virtuals was)"),
+        Fault(
+            "ops.track-key-ignored",
+            "creates bound to a track ignore idempotency_key: a retry is a second mission",
+        ),
+        Fault("ops.model-silent", "gemini missions go active, then hit an idle timeout without any output"),
+        Fault("openrouter.balance-low", "the OpenRouter account has $2 left (below the $5 account floor)"),
     )
 }
 
@@ -154,12 +174,13 @@ CONTROLPLANE_TARGETS: dict[str, str] = {
     "fleet.node-offline": "dgx-spark",
     "fleet.node-cordoned": "babylon",
     "fleet.degraded-disk": "*",
+    "ops.model-silent": "gemini",  # issue 21
 }
 
 
 def is_controlplane_fault(name: str) -> bool:
     """Faults of the control-plane double (their @target is a backend, workspace or node, not a run)."""
-    return name.startswith(("cp.", "fleet."))
+    return name.startswith(("cp.", "fleet.", "ops."))  # ops.: issue 21
 
 
 def is_fleet_host_fault(name: str) -> bool:
@@ -167,6 +188,7 @@ def is_fleet_host_fault(name: str) -> bool:
     return name.startswith(("dgx.", "exedev.", "gh.")) or name in (
         "openrouter.orphan-key",
         "openrouter.revoke-ignored",
+        "openrouter.balance-low",  # issue 21
     )
 
 

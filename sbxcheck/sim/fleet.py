@@ -37,6 +37,7 @@ from sbxcheck.inventory import (
     SshSection,
     SssfSection,
     WorkspaceCanarySpec,
+    WorkspaceExpectation,
     dump_inventory,
 )
 from sbxcheck.sim.admin import KnobGate, SimAdmin, VmExists
@@ -488,6 +489,10 @@ class SimFleet:
                 backend="codex",
                 model_override="gpt-5.6-terra",
                 model_effort="high",
+                contract="roadmap",  # issue 21: test_dispatch_contract
+                project="verity",
+                track="sbxcheck-canary",
+                acceptance_criteria=["the route answers ok", "the record echoes project and track"],
             ),
             RouteSpec(
                 name="codex-terra-mcp",
@@ -510,6 +515,8 @@ class SimFleet:
                 backend="claudecode",
                 model_override="claude-opus-4-8",
                 model_effort="high",
+                contract="conversational",  # issue 21: test_dispatch_contract
+                origin_session_id="sbxcheck-canary-chat",
             ),
             RouteSpec(name="opencode-glm", agent="build", backend="opencode", model_override="glm-5.2"),
             RouteSpec(
@@ -554,6 +561,20 @@ class SimFleet:
             github_probes=[
                 GithubProbeSpec(workspace="verity", repo="verity-lang/verity"),
                 GithubProbeSpec(workspace="lean-lab", repo="lean-lab/lab", via="mcp"),
+            ],
+            workspaces=[  # issue 21: what each workspace is expected to carry (names only)
+                WorkspaceExpectation(
+                    name="verity",
+                    init_scripts=["base", "uv-python", "github-cli"],
+                    mcps=["workspace"],
+                    env_names=["VERITY_API_TOKEN"],
+                ),
+                WorkspaceExpectation(
+                    name="lean-lab",
+                    init_scripts=["base", "uv-python", "bun-mcp"],
+                    mcps=["workspace", "google-calendar"],
+                    skills=["bitwarden-secrets"],
+                ),
             ],
         )
 
@@ -691,6 +712,8 @@ class SimFleet:
             for i in range(100):  # personal keys listed first: sbx- keys minted later land on page 2
                 self.openrouter.mint(f"personal-{i:03d}", None)
         self._make_github_shims("gh.no-auth" in faults)
+        if "openrouter.balance-low" in faults:  # issue 21: the account is nearly spent
+            self.openrouter.total_credits = self.openrouter.total_usage() + 2.0
 
     def _dgx_mode(self) -> Literal["ok", "refuse"]:
         down = self._fleet_faults() & {
@@ -779,6 +802,7 @@ class SimFleet:
                 openrouter_base_url=f"http://127.0.0.1:{self._openrouter_port}/api/v1",
                 provisioning_key_env=None,
                 provisioning_key_file=self.checkout / ".env",
+                account_credit_floor_usd=5.0,  # issue 21: test_credits
             ),
             dgx=DgxSection(command_timeout_s=5.0, sentinel_command="disk-sentinel --once"),
             sandboxed=self._sandboxed_section(),

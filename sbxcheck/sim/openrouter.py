@@ -450,12 +450,16 @@ class OpenRouterDouble:
             return self._error(request, 404, "Key not found", key_hash if known else None)
         return self._ok(request, {"data": meta}, key_hash=key_hash)
 
+    def total_usage(self) -> float:
+        """What every key of the account has used so far (USD)."""
+        with self._lock:
+            return sum(k.usage for k in self._keys.values())
+
     async def _credits(self, request: Request) -> Response:
         denied = self._management(request)
         if denied is not None:
             return denied
-        with self._lock:
-            total_usage = sum(k.usage for k in self._keys.values())
+        total_usage = self.total_usage()
         return self._ok(request, {"data": {"total_credits": self.total_credits, "total_usage": total_usage}})
 
 

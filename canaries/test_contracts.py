@@ -1,0 +1,30 @@
+"""Dispatch contracts (specs/sandboxed-sh.md §8.1, §8.2), for routes that opt in with ``contract``.
+
+A roadmap dispatch carries project, track, acceptance criteria and a retry-safe idempotency key:
+the record echoes them, the same key returns the original mission, ``GET /tracks`` shows the track
+reserved — and completion is not acceptance. A conversational dispatch's origin_session_id is echoed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from sbxcheck.checks.contract import check_dispatch_contract
+from sbxcheck.lifecycle import MissionDispatcher
+from sbxcheck.results import CheckResult
+from sbxcheck.session import SbxSession
+
+pytestmark = pytest.mark.canary
+
+
+def test_dispatch_contract(
+    sbx_contract: str,
+    sbx_missions: MissionDispatcher,
+    sbx_session: SbxSession,
+    sbx_verdict: Callable[[CheckResult], None],
+) -> None:
+    """The route's mission honours its roadmap or conversational dispatch contract."""
+    run = sbx_missions.route(sbx_contract, sbx_missions.section.execution_deadline_s + 90)
+    sbx_verdict(check_dispatch_contract(run, sbx_session.sandboxed_client().tracks))

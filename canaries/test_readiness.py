@@ -1,0 +1,43 @@
+"""Workspace and catalog readiness, before any mission is spent (specs/sandboxed-sh.md §4, §5, §8.15).
+
+``test_workspace_ready[<workspace>]``: status ready and what the inventory expects of it (names
+only). ``test_catalog[<route>]``: backend and agent registered, the model an exact catalog id its
+backend can reach, its provider not removed. A route or canary that fails either is not dispatched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from sbxcheck.checks.catalog import check_catalog, check_workspace_ready
+from sbxcheck.inventory import Inventory
+from sbxcheck.results import CheckResult
+from sbxcheck.session import SbxSession
+
+pytestmark = pytest.mark.canary
+
+Verdict = Callable[[CheckResult], None]
+
+
+def test_workspace_ready(
+    sbx_workspace: str, sbx_session: SbxSession, sbx_inventory: Inventory, sbx_verdict: Verdict
+) -> None:
+    """The workspace is ready and carries the init scripts, MCPs, skills and env names expected of it."""
+    assert sbx_inventory.sandboxed is not None
+    expected = next((w for w in sbx_inventory.sandboxed.workspaces if w.name == sbx_workspace), None)
+    sbx_verdict(check_workspace_ready(sbx_session.catalog_snapshot(), sbx_workspace, expected))
+
+
+def test_catalog(
+    sbx_catalog: str, sbx_session: SbxSession, sbx_inventory: Inventory, sbx_verdict: Verdict
+) -> None:
+    """The route's backend and agent are registered and its model is an exact, reachable catalog id."""
+    assert sbx_inventory.sandboxed is not None
+    route = next(r for r in sbx_inventory.sandboxed.routes if r.label == sbx_catalog)
+    sbx_verdict(
+        check_catalog(
+            sbx_session.catalog_snapshot(), route, removed_providers=sbx_inventory.sandboxed.removed_providers
+        )
+    )

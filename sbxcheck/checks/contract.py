@@ -1,0 +1,119 @@
+"""Dispatch contracts (spec §8.1, §8.2): what a roadmap or a conversational dispatch must carry and get back.
+
+A route opts in with ``contract = "roadmap"`` (``project``, ``track``, ``acceptance_criteria``; its
+retry-safe ``idempotency_key`` is the session's) or ``contract = "conversational"``
+(``origin_session_id``). :func:`check_dispatch_contract` judges that route's mission:
+
+* roadmap: the record echoes project and track; the keyed retry (different title and prompt)
+  returned the original mission, never a second one; ``GET /api/control/tracks?project=`` shows
+  the track reserved; and the evidence says that completion is not acceptance;
+* conversational: the record carries the session's ``origin_session_id``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+from sbxcheck.checks.base import run_check
+from sbxcheck.clients.sandboxed import TrackRow
+from sbxcheck.lifecycle import RouteRun
+from sbxcheck.results import CheckResult, Classification, Outcome
+
+CHECK_CONTRACT: Final = "dispatch_contract"
+NOT_ACCEPTANCE: Final = (
+    "mission completion alone does not satisfy the track: accepted criterion evidence at the governed "
+    "artifact version must be recorded separately (this item never marks a track done)"
+)
+
+
+def check_dispatch_contract(run: RouteRun, tracks: Callable[[str], Sequence[TrackRow]]) -> CheckResult:
+    """The route's mission honours its dispatch contract (see the module docstring)."""
+    route = run.route
+    target = route.label
+
+    def body() -> CheckResult:
+        from sbxcheck.checks.missions import check_dispatched
+
+        if route.contract == "none":
+            return CheckResult(
+                check=CHECK_CONTRACT,
+                target=target,
+                outcome=Outcome.SKIPPED,
+                message="the route declares no dispatch contract",
+            )
+        if run.created is None:
+            dispatched = check_dispatched(run)
+            return dispatched.model_copy(
+                update={"check": CHECK_CONTRACT, "message": f"no mission to judge: {dispatched.message}"}
+            )
+        record = {**run.created.mission, **(run.record or {}), **(run.last or {})}
+        mission_id = str(run.created.mission.get("id"))
+        evidence: dict[str, Any] = {"mission_id": mission_id, "contract": route.contract}
+        problems: list[str] = []
+        if route.contract == "conversational":
+            evidence["origin_session_id"] = {
+                "sent": route.origin_session_id,
+                "stored": record.get("origin_session_id"),
+            }
+            if record.get("origin_session_id") != route.origin_session_id:
+                problems.append(
+                    f"origin_session_id is {record.get('origin_session_id')!r}, sent {route.origin_session_id!r}"
+                )
+        else:
+            stored = {k: record.get(k) for k in ("project", "track")}
+            evidence.update(
+                sent={
+                    "project": route.project,
+                    "track": route.track,
+                    "acceptance_criteria": route.acceptance_criteria,
+                },
+                stored=stored,
+                idempotency_key=run.idempotency_key,
+                completion_is_not_acceptance=NOT_ACCEPTANCE,
+            )
+            for key, want in (("project", route.project), ("track", route.track)):
+                if stored[key] != want:
+                    problems.append(f"{key} is {stored[key]!r}, sent {want!r}")
+            retry = run.retry
+            if run.retry_rejection is not None:
+                problems.append(f"the keyed retry was refused: {run.retry_rejection.reason[:160]}")
+            elif retry is None:
+                problems.append("the keyed retry was not made (idempotency not checkable over this channel)")
+            else:
+                retry_id = str(retry.mission.get("id"))
+                evidence["retry"] = {"mission_id": retry_id, "coalesced_with": retry.coalesced_with}
+                if retry_id != mission_id:
+                    problems.append(f"reusing the idempotency key made a second mission {retry_id[:8]}")
+            assert route.project is not None
+            rows = [r for r in tracks(route.project) if r.track == route.track]
+            evidence["track_row"] = rows[0].model_dump() if rows else None
+            if not rows or rows[0].total < 1:
+                problems.append(
+                    f"GET /api/control/tracks?project={route.project} shows no track {route.track!r}"
+                )
+            elif rows[0].total > 1:
+                problems.append(f"track {route.track!r} holds {rows[0].total} missions for one intent")
+        if problems:
+            return CheckResult.failed(
+                CHECK_CONTRACT,
+                target,
+                f"{route.contract} dispatch contract broken: " + "; ".join(problems),
+                evidence,
+                Classification.CHECK_FAILED,
+                recommendation=(
+                    "the control plane does not honour the dispatch contract: retried roadmap dispatches "
+                    "would duplicate work or lose their track — fix it before relying on retries or on "
+                    "chat-origin fold-back"
+                ),
+            )
+        if route.contract == "conversational":
+            message = f"origin_session_id {route.origin_session_id!r} echoed on mission {mission_id[:8]}"
+        else:
+            message = (
+                f"project {route.project!r} and track {route.track!r} echoed; the same key returned mission "
+                f"{mission_id[:8]}; the track is reserved — completion is not acceptance"
+            )
+        return CheckResult.passed(CHECK_CONTRACT, target, message, evidence)
+
+    return run_check(CHECK_CONTRACT, target, body)
