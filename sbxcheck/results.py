@@ -38,6 +38,7 @@ class Classification(enum.StrEnum):
     SECURITY_EXPOSURE = "security_exposure"
     INFRASTRUCTURE = "infrastructure"
     DEGRADED = "degraded"
+    RATE_LIMITED = "rate_limited"  # the server pushed back (429 / 503 + Retry-After) until the deadline
     INTERNAL_ERROR = "internal_error"
 
 

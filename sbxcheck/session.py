@@ -668,6 +668,8 @@ class SbxSession:
                         "canaries": [c for c in section.canaries if c.label in wanted_c],
                     }
                 )
+            from sbxcheck.clients.stream import ControlStream
+
             self._dispatcher = MissionDispatcher(
                 section,
                 self.channel,
@@ -678,6 +680,8 @@ class SbxSession:
                 list_missions=lambda: [
                     m.model_dump(mode="json") for m in client.list_missions(all=True, limit=200)
                 ],
+                # one live-stream subscription per session and control plane (issue 23)
+                stream=ControlStream(section.url, client.auth_headers, connect_timeout_s=section.request_timeout_s),
             )
         return self._dispatcher
 

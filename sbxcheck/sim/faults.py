@@ -104,6 +104,16 @@ FAULTS: dict[str, Fault] = {
         Fault("exedev.ls-garbage", "exe.dev's `ls --json` prints a banner, not JSON"),
         Fault("gh.no-auth", "the verity workspace has no stored gh/git credentials"),
         Fault("openrouter.orphan-key", "an sbx- key of a closed run is still listed (never revoked)"),
+        # issue 23
+        Fault(
+            "cp.rate-limited",
+            "every 4th control-plane request (POST included) is refused unserved: 429 or 503 with Retry-After: 1",
+        ),
+        Fault(
+            "cp.stream-lags",
+            "the live event stream drops every third event of each subscriber and sends its lag error",
+        ),
+        Fault("cp.stream-absent", "GET /api/control/stream answers 404 (a build without the live stream)"),
     )
 }
 
@@ -125,6 +135,9 @@ CONTROLPLANE_TARGETS: dict[str, str] = {
     "fleet.node-offline": "dgx-spark",
     "fleet.node-cordoned": "babylon",
     "fleet.degraded-disk": "*",
+    "cp.rate-limited": "*",  # issue 23
+    "cp.stream-lags": "*",
+    "cp.stream-absent": "*",
 }
 
 
