@@ -135,6 +135,17 @@ class CanaryRun:
     done: threading.Event = field(default_factory=threading.Event)
 
 
+@dataclass(frozen=True)
+class WaitingState:
+    """What a session is still waiting for (a read-only snapshot, e.g. for a progress line)."""
+
+    open: int  # routes and canaries not settled yet
+    by_status: dict[str, int]  # their missions' last known status ("not dispatched" before a create)
+    elapsed_s: float  # the longest wait since dispatch among them
+    deadline_s: float  # that run's deadline, counted from its dispatch
+    followed_by: str  # "stream" or "polling"
+
+
 def canary_prompt(spec: WorkspaceCanarySpec) -> str:
     """Explicit, checkable, read-only steps; their outputs (not the agent's summary) are the evidence."""
     steps = [f"STEP: ls -d {spec.checkout}", f"STEP: git -C {spec.checkout} rev-parse HEAD"]
@@ -236,6 +247,28 @@ class MissionDispatcher:
         canary = self.canaries[label]
         canary.done.wait(timeout_s)
         return canary
+
+    def waiting(self) -> WaitingState:
+        """A read-only snapshot of the unsettled routes and canaries (no request is made)."""
+        runs = [r for r in self.routes.values() if not r.done.is_set()]
+        runs += [c.run for c in self.canaries.values() if c.run is not None and not c.done.is_set()]
+        waiting_canaries = sum(1 for c in self.canaries.values() if c.run is None and not c.done.is_set())
+        by_status: dict[str, int] = {}
+        for run in runs:
+            seen = self._stream.signal(run.mission_id) if self._stream and run.mission_id else None
+            status = (seen.status if seen is not None else None) or run.status or "not dispatched"
+            by_status[status] = by_status.get(status, 0) + 1
+        if waiting_canaries:
+            by_status["not dispatched"] = by_status.get("not dispatched", 0) + waiting_canaries
+        longest = max(runs, key=lambda r: r.elapsed_s(), default=None)
+        live = self._stream is not None and self._stream.live
+        return WaitingState(
+            open=len(runs) + waiting_canaries,
+            by_status=by_status,
+            elapsed_s=round(longest.elapsed_s(), 1) if longest else 0.0,
+            deadline_s=longest.deadline_s if longest else 0.0,
+            followed_by="stream" if live else "polling",
+        )
 
     def close(self) -> dict[str, str]:
         """Cancel every non-terminal mission this session created; report what happened to each."""

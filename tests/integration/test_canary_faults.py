@@ -165,9 +165,15 @@ def test_healthy_control_plane_rest_and_mcp_agree(pytester: pytest.Pytester, tmp
         assert fleet.controlplane is not None
         left = fleet.controlplane.missions_nonterminal()
         created = fleet.controlplane.mission_ids()
+        log = fleet.controlplane.requests
     items = _items(outcome.report)
     assert sorted(items) == sorted(_expected_keys())
     assert {e["outcome"] for e in items.values()} == {"passed"}, outcome.stdout[-3000:]
+    # issue 23: one stream subscription; the record and events read about once per mission, not per poll
+    creates = sum(1 for r in log if (r.method, r.path) == ("POST", "/api/control/missions"))
+    reads = [r for r in log if r.method == "GET" and r.path.startswith("/api/control/missions/")]
+    streams = sum(1 for r in log if r.path == "/api/control/stream")
+    assert streams == 1 and len(reads) + streams <= 1.5 * creates, (creates, len(reads))
     assert left == []
     # 7 routes + 3 canaries, each exactly once: the idempotent retry returned the same mission
     assert len(created) == len(ROUTES) + len(CANARIES)
