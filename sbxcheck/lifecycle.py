@@ -24,7 +24,7 @@ from typing import Any
 
 from sbxcheck.clients.channels import Created, MissionChannel
 from sbxcheck.clients.sandboxed import MissionRejected, MissionSpec, NotFound
-from sbxcheck.clients.stream import ControlStream
+from sbxcheck.clients.stream import ControlStream, MissionSignal
 from sbxcheck.errors import CommandTimeout, RateLimited, SbxError
 from sbxcheck.inventory import RouteSpec, SandboxedSection, WorkspaceCanarySpec
 from sbxcheck.ledger import Ledger
@@ -37,6 +37,7 @@ EVIDENCE_EVENTS = frozenset({"tool_call", "tool_result", "assistant_message"})
 EFFORT_LADDER = ("max", "xhigh", "high")
 MAX_POLL_S = 10.0  # polling backoff ceiling (without the live stream)
 RECHECK_S = 1.0  # the stream said "settled" but the stored rows did not yet: read again after this
+STREAM_SILENCE_S = 15.0  # the stream showed nothing of a mission this long after dispatch: read (doubling)
 EVENT_PAGE = 100  # the events endpoint's default page: a full page means more may follow
 MAX_EVENT_PAGES = 50
 CANARY_STEPS_HEADER = (
@@ -250,9 +251,11 @@ class MissionDispatcher:
 
     def waiting(self) -> WaitingState:
         """A read-only snapshot of the unsettled routes and canaries (no request is made)."""
-        runs = [r for r in self.routes.values() if not r.done.is_set()]
-        runs += [c.run for c in self.canaries.values() if c.run is not None and not c.done.is_set()]
-        waiting_canaries = sum(1 for c in self.canaries.values() if c.run is None and not c.done.is_set())
+        # copies: start() may still be filling them
+        routes, canaries = list(self.routes.values()), list(self.canaries.values())
+        runs = [r for r in routes if not r.done.is_set()]
+        runs += [c.run for c in canaries if c.run is not None and not c.done.is_set()]
+        waiting_canaries = sum(1 for c in canaries if c.run is None and not c.done.is_set())
         by_status: dict[str, int] = {}
         for run in runs:
             seen = self._stream.signal(run.mission_id) if self._stream and run.mission_id else None
@@ -503,6 +506,8 @@ class MissionDispatcher:
         poll_s = self.section.poll_interval_s
         next_poll = 0.0
         recheck_at = 0.0
+        silence_s = STREAM_SILENCE_S
+        silence_at = (run.dispatched_at or time.monotonic()) + silence_s
         statuses_seen = 0
         polled = False
         try:
@@ -520,8 +525,10 @@ class MissionDispatcher:
                     read, polled = now >= next_poll, True
                 else:
                     assert stream is not None
-                    read = stream.generation != synced or (
-                        sig is not None and _settles(sig.status, sig.evidence, to_end) and now >= recheck_at
+                    read = (
+                        stream.generation != synced
+                        or (_ready(sig, to_end) and now >= recheck_at)
+                        or (sig is None and now >= silence_at)  # a stream that never names it
                     )
                 if read or at_deadline:
                     if live:
@@ -546,11 +553,16 @@ class MissionDispatcher:
                     next_poll = now + poll_s * random.uniform(0.8, 1.2)
                     poll_s = min(poll_s * 2, MAX_POLL_S)
                     recheck_at = now + RECHECK_S
+                    if sig is None and now >= silence_at:
+                        silence_s *= 2
+                        silence_at = now + silence_s
                 wake = run.deadline_at
                 if not live:
                     wake = min(wake, next_poll)
-                elif sig is not None and _settles(sig.status, sig.evidence, to_end):
+                elif _ready(sig, to_end):
                     wake = min(wake, recheck_at)
+                elif sig is None:
+                    wake = min(wake, silence_at)
                 timeout = max(0.0, wake - time.monotonic())
                 if stream is not None and not stream.absent:  # a signal, a lag or the stream going up wakes it
                     stream.wait(mission_id, sig.version if sig is not None else 0, synced, timeout)
@@ -678,6 +690,18 @@ def _settles(status: str | None, has_evidence: bool, to_end: bool) -> bool:
     if status in TERMINAL or status == "awaiting_user":
         return True
     return status == "active" and has_evidence and not to_end
+
+
+def _ready(sig: MissionSignal | None, to_end: bool) -> bool:
+    """Whether the stream's word says the stored rows may now settle the mission. A stream that
+    carries no status changes still triggers a read at evidence (routes) or a reply (canaries)."""
+    if sig is None:
+        return False
+    if _settles(sig.status, sig.evidence, to_end):
+        return True
+    if sig.status is None:
+        return (sig.evidence and not to_end) or sig.last_kind == "assistant_message"
+    return False
 
 
 def adapter_crash_cause(backend: str, signature: str) -> str:

@@ -46,6 +46,7 @@ class MissionSignal:
     events: int = 0
     version: int = 0
     statuses: list[tuple[float, str]] = field(default_factory=list)  # (monotonic, status) as seen
+    last_kind: str | None = None
 
 
 class ControlStream:
@@ -98,7 +99,9 @@ class ControlStream:
             sig = self._signals.get(mission_id)
             if sig is None:
                 return None
-            return MissionSignal(sig.status, sig.evidence, sig.events, sig.version, list(sig.statuses))
+            return MissionSignal(
+                sig.status, sig.evidence, sig.events, sig.version, list(sig.statuses), sig.last_kind
+            )
 
     def wait(self, mission_id: str, version: int, generation: int, timeout_s: float) -> None:
         """Block until the mission's signal passes ``version``, the generation moves, the stream
@@ -238,6 +241,7 @@ class ControlStream:
                         self._signals.popitem(last=False)
                 sig.events += 1
                 sig.version += 1
+                sig.last_kind = kind
                 if kind in EVIDENCE_TYPES:
                     sig.evidence = True
                 if kind == "mission_status_changed" and isinstance(payload.get("status"), str):

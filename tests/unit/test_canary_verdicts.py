@@ -337,3 +337,17 @@ def test_a_lag_makes_one_catch_up_read_that_finds_the_dropped_evidence() -> None
     run, _ = _streamed(plane, [("mission_status_changed", {"status": "active"}), lag])
     assert run.reads == 2 and run.events and run.events[0]["event_type"] == "tool_call"
     assert check_reaches_execution(run).outcome is Outcome.PASSED
+
+
+def test_a_stream_that_never_names_the_mission_still_gets_it_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another user's stream, a filtering proxy: silence about a mission triggers a read, not a wait to the deadline."""
+    monkeypatch.setattr("sbxcheck.lifecycle.STREAM_SILENCE_S", 0.3)
+    started = time.monotonic()
+    run, _ = _streamed(FakePlane(), [])
+    assert time.monotonic() - started < 3.0 and run.reads == 2
+    assert check_reaches_execution(run).outcome is Outcome.PASSED
+
+
+def test_a_stream_without_status_events_reads_at_the_evidence() -> None:
+    run, _ = _streamed(FakePlane(), [("tool_result", {"name": "bash", "result": "ok"})])
+    assert run.reads == 2 and check_reaches_execution(run).outcome is Outcome.PASSED
