@@ -351,3 +351,13 @@ def test_a_stream_that_never_names_the_mission_still_gets_it_read(monkeypatch: p
 def test_a_stream_without_status_events_reads_at_the_evidence() -> None:
     run, _ = _streamed(FakePlane(), [("tool_result", {"name": "bash", "result": "ok"})])
     assert run.reads == 2 and check_reaches_execution(run).outcome is Outcome.PASSED
+
+
+def test_without_the_stream_polls_back_off_and_stop_at_the_deadline() -> None:
+    """A mission that never starts, no stream: reads double their spacing (jittered), not one per interval."""
+    plane = FakePlane(status="pending")
+    run = _route(plane, poll_interval_s=0.1, execution_deadline_s=2.0)
+    # 0.1 s doubling: reads near 0, 0.1, 0.3, 0.7, 1.5 s, then the deadline (a fixed 0.1 s would be ~20)
+    assert 5 * 2 <= run.reads <= 8 * 2, run.reads
+    assert run.followed_by == "polling (no live stream)" and 1.9 <= run.waited_s < 3.0
+    assert check_reaches_execution(run).classification is Classification.TIMEOUT
