@@ -112,7 +112,7 @@ def measure(fleet: SimFleet, tmp: Path, n: int, slow: float) -> dict[str, Any]:
     for rec in log:
         key = category(rec.method, rec.path)
         counts[key] = counts.get(key, 0) + 1
-    rejected = sum(1 for rec in log if rec.status == 429)
+    rejected = sum(1 for rec in log if rec.status in (429, 503))
     checks = json.loads((report / "results.json").read_text())["checks"] if report.exists() else []
     bad = [c["nodeid"].split("::")[-1] for c in checks if c["outcome"] != "passed"]
     if proc.returncode not in (0, 1) or not checks:
@@ -137,7 +137,7 @@ def measure(fleet: SimFleet, tmp: Path, n: int, slow: float) -> dict[str, Any]:
         "delay_max_s": max(delays) if delays else float("nan"),
         "failing": bad,
         "left_running": len(cp.missions_nonterminal()),
-        "rejected_429": rejected,
+        "pushed_back": rejected,
     }
 
 
@@ -163,7 +163,7 @@ def main() -> int:
             f"(creates {c.get('create', 0)}, mission reads {c.get('mission_reads', 0)}, "
             f"event reads {c.get('event_reads', 0)}, stream {c.get('stream', 0)}, "
             f"cancels {c.get('cancel', 0)}, other {c.get('other', 0) + c.get('list', 0)}; "
-            f"429s {r['rejected_429']}); reads per create {r['reads_per_create']:.2f}; "
+            f"pushed back (429/503) {r['pushed_back']}); reads per create {r['reads_per_create']:.2f}; "
             f"evidence->verdict median {r['delay_median_s']:.3f} s, max {r['delay_max_s']:.3f} s; "
             f"failing items: {r['failing'] or 'none'}; left running: {r['left_running']}"
         )
