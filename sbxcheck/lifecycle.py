@@ -491,9 +491,10 @@ class MissionDispatcher:
         Routes settle at execution evidence, a terminal state or ``awaiting_user``; with ``to_end``
         (canaries: every step must have run) only a terminal state or ``awaiting_user`` settles it.
         With the live stream the stored record and events are read when the stream says the verdict
-        can be taken, once after each lag or reconnect (a catch-up with the cursor), and at the
-        deadline; without it they are polled with backoff (``poll_interval_s`` doubling to 10 s,
-        jittered; pushback is waited out by the transport). Either way the verdict rests on the
+        can be taken, once after a lag or reconnect (a catch-up with the cursor; lags in a row are
+        caught up at the polling pace, never one read per lag), and at the deadline; without it
+        they are polled with backoff (``poll_interval_s`` doubling to 10 s, jittered; pushback is
+        waited out by the transport). Either way the verdict rests on the
         stored rows, never on the stream's word. The deadline is the run's own, counted from
         dispatch; ``waited_s`` is the true time since dispatch.
         """
@@ -521,12 +522,13 @@ class MissionDispatcher:
                     statuses_seen = len(sig.statuses)
                 stopped = self._stop.is_set()
                 at_deadline = stopped or now >= run.deadline_at
+                generation = stream.generation if stream is not None else 0
                 if not live:
                     read, polled = now >= next_poll, True
                 else:
-                    assert stream is not None
                     read = (
-                        stream.generation != synced
+                        # a lag or reconnect since the last read: catch up, at most at the polling pace
+                        (generation != synced and now >= next_poll)
                         or (_ready(sig, to_end) and now >= recheck_at)
                         or (sig is None and now >= silence_at)  # a stream that never names it
                     )
@@ -557,15 +559,15 @@ class MissionDispatcher:
                         silence_s *= 2
                         silence_at = now + silence_s
                 wake = run.deadline_at
-                if not live:
+                if not live or generation != synced:
                     wake = min(wake, next_poll)
-                elif _ready(sig, to_end):
+                if live and _ready(sig, to_end):
                     wake = min(wake, recheck_at)
-                elif sig is None:
+                elif live and sig is None:
                     wake = min(wake, silence_at)
                 timeout = max(0.0, wake - time.monotonic())
                 if stream is not None and not stream.absent:  # a signal, a lag or the stream going up wakes it
-                    stream.wait(mission_id, sig.version if sig is not None else 0, synced, timeout)
+                    stream.wait(mission_id, sig.version if sig is not None else 0, generation, timeout)
                 else:
                     self._stop.wait(timeout)
         finally:
@@ -579,7 +581,17 @@ class MissionDispatcher:
     def _read(
         self, run: RouteRun, channel: MissionChannel, mission_id: str, cursor: int
     ) -> tuple[int, str, bool]:
-        """One read of the stored record and the events after ``cursor``: (cursor, status, evidence)."""
+        """One read of the stored record and the events after ``cursor``: (cursor, status, evidence).
+
+        The verdict needs this read even at the deadline: pushback on it is waited out for at least
+        ``request_timeout_s`` more (the item waits longer than the mission's deadline).
+        """
+        with pushback_until(max(run.deadline_at, time.monotonic() + self.section.request_timeout_s)):
+            return self._read_now(run, channel, mission_id, cursor)
+
+    def _read_now(
+        self, run: RouteRun, channel: MissionChannel, mission_id: str, cursor: int
+    ) -> tuple[int, str, bool]:
         current = channel.get(mission_id)
         run.reads += 1
         if run.record is None:

@@ -21,6 +21,7 @@ from sbxcheck.checks.missions import (
 )
 from sbxcheck.clients.channels import Created
 from sbxcheck.clients.sandboxed import MissionRejected, MissionSpec
+from sbxcheck.clients.sandboxed import RateLimited as SandboxedRateLimited
 from sbxcheck.clients.stream import ControlStream
 from sbxcheck.inventory import RouteSpec, SandboxedSection, WorkspaceCanarySpec
 from sbxcheck.lifecycle import CanaryRun, MissionDispatcher, RouteRun, WaitingState
@@ -361,3 +362,38 @@ def test_without_the_stream_polls_back_off_and_stop_at_the_deadline() -> None:
     assert 5 * 2 <= run.reads <= 8 * 2, run.reads
     assert run.followed_by == "polling (no live stream)" and 1.9 <= run.waited_s < 3.0
     assert check_reaches_execution(run).classification is Classification.TIMEOUT
+
+
+# ------------------------------------------------------------------ pushback is not a verdict (issue 23)
+
+
+class _PushedBack(FakePlane):
+    def create(self, spec: MissionSpec) -> Created:
+        raise SandboxedRateLimited(
+            "POST /api/control/missions", 429, "Too many requests (pushed back until the deadline)"
+        )
+
+
+def test_a_create_pushed_back_to_its_deadline_is_an_error_rate_limited_never_a_failure() -> None:
+    run = _route(_PushedBack())
+    for check in (check_dispatched, check_reaches_execution):
+        result = check(run)
+        assert (result.outcome, result.classification) == (Outcome.ERROR, Classification.RATE_LIMITED)
+        assert "429" in result.message
+
+
+def test_a_workspace_exec_pushed_back_is_no_workspace_defect() -> None:
+    plane = FakePlane(status="completed")
+    spec = WorkspaceCanarySpec(backend="codex", workspace="w", checkout="/w/x", pin_file=None)
+    d = _dispatcher(plane, routes=[], canaries=[spec], canary_deadline_s=2.0)
+
+    def exec_pushed_back(workspace_id: str, path: str) -> str:
+        raise SandboxedRateLimited("POST /api/workspaces/w/exec", 503, "Service Unavailable")
+
+    d._exec_sha256 = exec_pushed_back
+    try:
+        canary = d.canary(spec.label, 10)
+    finally:
+        d.close()
+    result = check_workspace_visible(canary)
+    assert (result.outcome, result.classification) == (Outcome.ERROR, Classification.RATE_LIMITED)
