@@ -6,9 +6,12 @@ The floor is a plain paramiko script: one connection per VM, VMs in parallel, ea
 flight together over its connection — exactly the commands and stdin the gate's check functions send
 (taken from the check functions themselves), read to the end, nothing judged. Both are child
 processes, timed wall clock from start to exit, interleaved (floor, gate, floor, gate, …). Prints each
-median, the ratio (target ≤ 1.15×) and the gate's peak RSS. The gate loads the pytest plugins the
-quick start installs (sbxcheck's own dependencies); ``--all-plugins`` adds the test extras' and the
-machine's (each adds its import and hooks to every pytest run, sbxcheck or not).
+median, the ratio (target ≤ 1.15×) and the gate's peak RSS. The bare-pytest floor — ``pytest`` on one
+trivial test, with the same plugins but sbxcheck — is timed beside them: what any pytest plugin pays
+before and after its first item; the gate's fixed cost is its gap to the paramiko floor, beyond that.
+The gate loads the pytest plugins the quick start installs (sbxcheck's own dependencies);
+``--all-plugins`` adds the test extras' and the machine's (each adds its import and hooks to every
+pytest run, sbxcheck or not).
 """
 
 from __future__ import annotations
@@ -196,8 +199,17 @@ def main() -> int:
                 "--sbx-inventory", str(inv), "--sbx-report", str(Path(tmp) / "report"),
                 "--sbx-max-parallel", str(args.max_parallel), *blocked, *args.extra.split(), str(REPO / "gates"),
             ]  # fmt: skip
-            floors, gates, rss = [], [], []
+            trivial = Path(tmp) / "bare" / "test_trivial.py"
+            trivial.parent.mkdir()
+            trivial.write_text("def test_trivial():\n    assert True\n")
+            bare_cmd = [
+                sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                "-p", "no:sbxcheck", *blocked, str(trivial),
+            ]  # fmt: skip
+            floors, gates, rss, bares = [], [], [], []
             for i in range(args.repeat):
+                bare_wall, _, _ = _timed(bare_cmd, Path(tmp) / f"bare-{i}.log")
+                bares.append(bare_wall)
                 for label, cmd in (("floor", floor_cmd), ("gate", gate_cmd)):
                     log = Path(tmp) / f"{label}-{i}.log"
                     wall, code, peak = _timed(cmd, log)
@@ -210,11 +222,13 @@ def main() -> int:
                     if label == "gate":
                         rss.append(peak)
                     print(f"N={n} {label} #{i + 1}: {wall:.2f} s (peak RSS {peak} MB): {last}", flush=True)
-            f_med, g_med = statistics.median(floors), statistics.median(gates)
+            f_med, g_med, b_med = statistics.median(floors), statistics.median(gates), statistics.median(bares)
             medians[n] = (f_med, g_med)
             print(
                 f"N={n}: floor median {f_med:.2f} s, gate median {g_med:.2f} s, ratio {g_med / f_med:.2f}x "
-                f"(target <= 1.15x); gate peak RSS {max(rss)} MB",
+                f"(target <= 1.15x); gate peak RSS {max(rss)} MB; bare-pytest floor {b_med:.2f} s; "
+                f"gate - paramiko floor {g_med - f_med:.2f} s, of which beyond the bare-pytest floor "
+                f"{g_med - f_med - b_med:.2f} s",
                 flush=True,
             )
     if len(medians) > 1:

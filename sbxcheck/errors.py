@@ -77,6 +77,12 @@ class TransportError(SbxError):
     classification = Classification.TRANSPORT_FAILURE
 
 
+class RateLimited(TransportError):
+    """The server kept pushing back (429, or 503 with Retry-After) until the deadline was spent."""
+
+    classification = Classification.RATE_LIMITED
+
+
 class HostUnreachable(TransportError):
     """No SSH session could be established (refused, no route, DNS, connect timeout)."""
 

@@ -353,7 +353,7 @@ class SandboxedSection(_Strict):
     request_timeout_s: float = Field(default=15.0, gt=0, le=300)
     execution_deadline_s: float = Field(default=60.0, gt=0, le=3600)
     canary_deadline_s: float = Field(default=120.0, gt=0, le=3600)
-    poll_interval_s: float = Field(default=0.5, gt=0, le=60)
+    poll_interval_s: float = Field(default=1.0, gt=0, le=60)  # first polling step without the stream
     max_concurrency: int = Field(default=8, ge=1, le=64)
     alternative_backends: list[str] = Field(default_factory=lambda: ["opencode"])
     routes: list[RouteSpec] = Field(default_factory=list)

@@ -1,8 +1,10 @@
 """Mission lifecycle for the canary suite: dispatch every route at once, follow each, cancel at the end.
 
 ``MissionDispatcher.start()`` dispatches all route missions of the session concurrently (bounded by
-``max_concurrency``); each pytest item then waits for its own route's ``RouteRun``. Polling reads
-events with the ``since_seq`` cursor. Alternative-provider backends (opencode by default) are probed
+``max_concurrency``); each pytest item then waits for its own route's ``RouteRun``. The session's one
+live-stream subscription (``clients.stream``) says when a mission's verdict can be taken; the stored
+record and events (read with the ``since_seq`` cursor) are the evidence. Without the stream, missions
+are polled with backoff. Alternative-provider backends (opencode by default) are probed
 with two routes first: when both crash at the same init boundary with the same signature, that is one
 infrastructure incident and nothing more is dispatched to that backend. ``close()`` cancels every
 mission this session created that is not terminal — on success, failure and interrupt alike.
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import hashlib
+import random
 import re
 import threading
 import time
@@ -21,15 +24,22 @@ from typing import Any
 
 from sbxcheck.clients.channels import Created, MissionChannel
 from sbxcheck.clients.sandboxed import MissionRejected, MissionSpec, NotFound
-from sbxcheck.errors import CommandTimeout, SbxError
+from sbxcheck.clients.stream import ControlStream, MissionSignal
+from sbxcheck.errors import CommandTimeout, RateLimited, SbxError
 from sbxcheck.inventory import RouteSpec, SandboxedSection, WorkspaceCanarySpec
 from sbxcheck.ledger import Ledger
 from sbxcheck.redact import clip
 from sbxcheck.results import CheckResult, Classification
+from sbxcheck.transports.http import pushback_until
 
 TERMINAL = frozenset({"completed", "failed", "blocked", "not_feasible", "interrupted"})
 EVIDENCE_EVENTS = frozenset({"tool_call", "tool_result", "assistant_message"})
 EFFORT_LADDER = ("max", "xhigh", "high")
+MAX_POLL_S = 10.0  # polling backoff ceiling (without the live stream)
+RECHECK_S = 1.0  # the stream said "settled" but the stored rows did not yet: read again after this
+STREAM_SILENCE_S = 15.0  # the stream showed nothing of a mission this long after dispatch: read (doubling)
+EVENT_PAGE = 100  # the events endpoint's default page: a full page means more may follow
+MAX_EVENT_PAGES = 50
 CANARY_STEPS_HEADER = (
     "sbxcheck workspace-visibility canary. Read-only: change nothing. Carry out exactly these steps, "
     "in order, with your tools, and report each output verbatim."
@@ -84,6 +94,9 @@ class RouteRun:
     check_idempotency: bool = True
     not_dispatched: CheckResult | None = None  # issue 21: the readiness failure that kept it back
     output_retry: RouteRun | None = None  # issue 21: the one direct-output retry of a silent model
+    stream_generation: int = -1  # the live stream's generation when the create was sent (-1: not live)
+    followed_by: str | None = None  # "stream" or "polling (why)"
+    reads: int = 0  # record and event reads made to follow it
     done: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -126,6 +139,17 @@ class CanaryRun:
     done: threading.Event = field(default_factory=threading.Event)
 
 
+@dataclass(frozen=True)
+class WaitingState:
+    """What a session is still waiting for (a read-only snapshot, e.g. for a progress line)."""
+
+    open: int  # routes and canaries not settled yet
+    by_status: dict[str, int]  # their missions' last known status ("not dispatched" before a create)
+    elapsed_s: float  # the longest wait since dispatch among them
+    deadline_s: float  # that run's deadline, counted from its dispatch
+    followed_by: str  # "stream" or "polling"
+
+
 def canary_prompt(spec: WorkspaceCanarySpec) -> str:
     """Explicit, checkable, read-only steps; their outputs (not the agent's summary) are the evidence."""
     steps = [f"STEP: ls -d {spec.checkout}", f"STEP: git -C {spec.checkout} rev-parse HEAD"]
@@ -151,6 +175,7 @@ class MissionDispatcher:
         preflight: Callable[[RouteSpec], CheckResult | None] | None = None,
         max_spend_usd: float | None = None,
         single_create: bool = False,
+        stream: ControlStream | None = None,
     ) -> None:
         self.section = section
         self.channel_for = channel_for
@@ -169,6 +194,7 @@ class MissionDispatcher:
         self.max_spend_usd = max_spend_usd  # issue 21: with a cap, one mission at a time
         self.single_create = single_create  # issue 21 (--sbx-probe): one create per route, no keyed retry
         self.costs: dict[str, float | None] = {}  # issue 21: mission id -> USD (None: not reported)
+        self._stream = stream
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._pool: cf.ThreadPoolExecutor | None = None
@@ -187,6 +213,8 @@ class MissionDispatcher:
             if self._started:
                 return
             self._started = True
+        if self._stream is not None:  # subscribe before the first create: no event is missed
+            self._stream.start(wait_s=self.section.request_timeout_s)
         self.started_at = time.monotonic()
         self._pool = cf.ThreadPoolExecutor(
             max_workers=self.section.max_concurrency, thread_name_prefix="sbx-mission"
@@ -345,18 +373,52 @@ class MissionDispatcher:
         canary.done.wait(timeout_s)
         return canary
 
+    def waiting(self) -> WaitingState:
+        """A read-only snapshot of the unsettled routes and canaries (no request is made)."""
+        # copies: start() may still be filling them
+        routes, canaries = list(self.routes.values()), list(self.canaries.values())
+        runs = [r for r in routes if not r.done.is_set()]
+        runs += [c.run for c in canaries if c.run is not None and not c.done.is_set()]
+        waiting_canaries = sum(1 for c in canaries if c.run is None and not c.done.is_set())
+        by_status: dict[str, int] = {}
+        for run in runs:
+            seen = self._stream.signal(run.mission_id) if self._stream and run.mission_id else None
+            status = (seen.status if seen is not None else None) or run.status or "not dispatched"
+            by_status[status] = by_status.get(status, 0) + 1
+        if waiting_canaries:
+            by_status["not dispatched"] = by_status.get("not dispatched", 0) + waiting_canaries
+        longest = max(runs, key=lambda r: r.elapsed_s(), default=None)
+        live = self._stream is not None and self._stream.live
+        return WaitingState(
+            open=len(runs) + waiting_canaries,
+            by_status=by_status,
+            elapsed_s=round(longest.elapsed_s(), 1) if longest else 0.0,
+            deadline_s=longest.deadline_s if longest else 0.0,
+            followed_by="stream" if live else "polling",
+        )
+
     def close(self) -> dict[str, str]:
         """Cancel every non-terminal mission this session created; report what happened to each."""
         self._stop.set()
+        if self._stream is not None:  # wakes every follower; its signals stay readable
+            self._stream.close()
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
         for thread in self._threads:
             thread.join(timeout=self.section.request_timeout_s * 2)
+        with pushback_until(time.monotonic() + 60.0):
+            return self._cancel_created()
+
+    def _cancel_created(self) -> dict[str, str]:
         outcome: dict[str, str] = {}
         for mission_id, via in list(self.created.items()):
             try:
                 channel = self.channel_for(via)
-                status = channel.get(mission_id).get("status")
+                seen = self._stream.signal(mission_id) if self._stream is not None else None
+                if seen is not None and seen.status in TERMINAL:  # terminal is final: no read needed
+                    status: Any = seen.status
+                else:
+                    status = channel.get(mission_id).get("status")
                 if status in TERMINAL:
                     how = f"already {status}"
                 else:
@@ -441,10 +503,11 @@ class MissionDispatcher:
 
     def _drive_route(self, run: RouteRun) -> None:
         try:
-            self._dispatch(run)
-            if run.created is not None:
-                self._follow(run)
-                self._retry_silent(run)  # issue 21: the no-output rule
+            with pushback_until(time.monotonic() + run.deadline_s):  # pushback is absorbed within it
+                self._dispatch(run)
+                if run.created is not None:
+                    self._follow(run)
+                    self._retry_silent(run)  # issue 21: the no-output rule
         except SbxError as exc:
             run.error = exc
         except Exception as exc:  # a bug must not hang the items waiting on this run
@@ -459,6 +522,8 @@ class MissionDispatcher:
         workspace_id = self._workspace_id(route.workspace)
         entry = self._intent(run)
         run.dispatched_at = time.monotonic()
+        if self._stream is not None and self._stream.live:
+            run.stream_generation = self._stream.generation
         for effort in effort_fallbacks(route.model_effort):
             spec = MissionSpec(
                 title=run.title,
@@ -549,51 +614,139 @@ class MissionDispatcher:
             self._unanswered.pop(entry, None)
 
     def _follow(self, run: RouteRun, *, to_end: bool = False) -> None:
-        """Poll the record and the events (cursor) until the mission settles or its one deadline passes.
+        """Follow the mission until it settles or its one deadline passes.
 
         Routes settle at execution evidence, a terminal state or ``awaiting_user``; with ``to_end``
-        (canaries: every step must have run) only a terminal state or ``awaiting_user`` settles it. The
-        deadline is the run's own, counted from dispatch; ``waited_s`` is the true time since dispatch.
+        (canaries: every step must have run) only a terminal state or ``awaiting_user`` settles it.
+        With the live stream the stored record and events are read when the stream says the verdict
+        can be taken, once after a lag or reconnect (a catch-up with the cursor; lags in a row are
+        caught up at the polling pace, never one read per lag), and at the deadline; without it
+        they are polled with backoff (``poll_interval_s`` doubling to 10 s, jittered; pushback is
+        waited out by the transport). Either way the verdict rests on the
+        stored rows, never on the stream's word. The deadline is the run's own, counted from
+        dispatch; ``waited_s`` is the true time since dispatch.
         """
         channel = self.channel_for(run.route.via)
         mission_id = run.mission_id
         assert mission_id is not None
+        stream = self._stream
         cursor = 0
-        run.record = channel.get(mission_id)
+        synced = run.stream_generation
+        poll_s = self.section.poll_interval_s
+        next_poll = 0.0
+        recheck_at = 0.0
+        silence_s = STREAM_SILENCE_S
+        silence_at = (run.dispatched_at or time.monotonic()) + silence_s
+        statuses_seen = 0
+        polled = False
         try:
             while True:
-                current = channel.get(mission_id)
-                run.last = current
-                status = str(current.get("status"))
-                if not run.timeline or run.timeline[-1][1] != status:
-                    run.timeline.append((round(run.elapsed_s(), 2), status))
-                fresh = channel.events(mission_id, cursor)
-                for event in fresh:
-                    seq = event.get("sequence")
-                    if isinstance(seq, int) and seq > cursor:
-                        cursor = seq
-                run.events.extend(fresh)
-                has_evidence = any(e.get("event_type") in EVIDENCE_EVENTS for e in run.events)
-                if status in TERMINAL or status == "awaiting_user":
-                    return
-                if status == "active" and has_evidence and not to_end:
-                    return
+                now = time.monotonic()
+                live = stream is not None and stream.live
+                sig = stream.signal(mission_id) if stream is not None else None
+                if sig is not None:
+                    for at, seen in sig.statuses[statuses_seen:]:
+                        self._note_status(run, seen, at)
+                    statuses_seen = len(sig.statuses)
                 stopped = self._stop.is_set()
-                if stopped or time.monotonic() >= run.deadline_at:
-                    if to_end:
-                        why = (
-                            f"when the session stopped ({run.elapsed_s():.0f}s after dispatch)"
-                            if stopped
-                            else f"after {run.elapsed_s():.0f}s (deadline {run.deadline_s:.0f}s from dispatch)"
-                        )
-                        raise CommandTimeout(
-                            f"canary mission {mission_id} still {status} {why}",
-                            evidence={"mission_id": mission_id, "status": status},
-                        )
-                    return
-                time.sleep(max(0.0, min(self.section.poll_interval_s, run.deadline_at - time.monotonic())))
+                at_deadline = stopped or now >= run.deadline_at
+                generation = stream.generation if stream is not None else 0
+                if not live:
+                    read, polled = now >= next_poll, True
+                else:
+                    read = (
+                        # a lag or reconnect since the last read: catch up, at most at the polling pace
+                        (generation != synced and now >= next_poll)
+                        or (_ready(sig, to_end) and now >= recheck_at)
+                        or (sig is None and now >= silence_at)  # a stream that never names it
+                    )
+                if read or at_deadline:
+                    if live:
+                        assert stream is not None
+                        synced = stream.generation
+                    cursor, status, has_evidence = self._read(run, channel, mission_id, cursor)
+                    if _settles(status, has_evidence, to_end):
+                        return
+                    if at_deadline:
+                        if to_end:
+                            why = (
+                                f"when the session stopped ({run.elapsed_s():.0f}s after dispatch)"
+                                if stopped
+                                else f"after {run.elapsed_s():.0f}s (deadline {run.deadline_s:.0f}s from dispatch)"
+                            )
+                            raise CommandTimeout(
+                                f"canary mission {mission_id} still {status} {why}",
+                                evidence={"mission_id": mission_id, "status": status},
+                            )
+                        return
+                    now = time.monotonic()
+                    next_poll = now + poll_s * random.uniform(0.8, 1.2)
+                    poll_s = min(poll_s * 2, MAX_POLL_S)
+                    recheck_at = now + RECHECK_S
+                    if sig is None and now >= silence_at:
+                        silence_s *= 2
+                        silence_at = now + silence_s
+                wake = run.deadline_at
+                if not live or generation != synced:
+                    wake = min(wake, next_poll)
+                if live and _ready(sig, to_end):
+                    wake = min(wake, recheck_at)
+                elif live and sig is None:
+                    wake = min(wake, silence_at)
+                timeout = max(0.0, wake - time.monotonic())
+                if stream is not None and not stream.absent:  # a signal, a lag or the stream going up wakes it
+                    stream.wait(mission_id, sig.version if sig is not None else 0, generation, timeout)
+                else:
+                    self._stop.wait(timeout)
         finally:
             run.waited_s = round(run.elapsed_s(), 2)
+            if stream is None or stream.absent:
+                reason = "no live stream" if stream is None else stream.why_absent
+                run.followed_by = f"polling ({reason})"
+            else:
+                run.followed_by = "stream (and polling while it reconnected)" if polled else "stream"
+
+    def _read(
+        self, run: RouteRun, channel: MissionChannel, mission_id: str, cursor: int
+    ) -> tuple[int, str, bool]:
+        """One read of the stored record and the events after ``cursor``: (cursor, status, evidence).
+
+        The verdict needs this read even at the deadline: pushback on it is waited out for at least
+        ``request_timeout_s`` more (the item waits longer than the mission's deadline).
+        """
+        with pushback_until(max(run.deadline_at, time.monotonic() + self.section.request_timeout_s)):
+            return self._read_now(run, channel, mission_id, cursor)
+
+    def _read_now(
+        self, run: RouteRun, channel: MissionChannel, mission_id: str, cursor: int
+    ) -> tuple[int, str, bool]:
+        current = channel.get(mission_id)
+        run.reads += 1
+        if run.record is None:
+            run.record = current
+        run.last = current
+        status = str(current.get("status"))
+        self._note_status(run, status)
+        for _ in range(MAX_EVENT_PAGES):
+            fresh = channel.events(mission_id, cursor)
+            run.reads += 1
+            for event in fresh:
+                seq = event.get("sequence")
+                if isinstance(seq, int) and seq > cursor:
+                    cursor = seq
+            run.events.extend(fresh)
+            if len(fresh) < EVENT_PAGE:
+                break
+        has_evidence = any(e.get("event_type") in EVIDENCE_EVENTS for e in run.events)
+        return cursor, status, has_evidence
+
+    @staticmethod
+    def _note_status(run: RouteRun, status: str, at: float | None = None) -> None:
+        """Add ``status`` to the timeline (seconds after dispatch) when it differs from the last one."""
+        if not run.timeline or run.timeline[-1][1] != status:
+            start = run.dispatched_at if run.dispatched_at is not None else time.monotonic()
+            when = (time.monotonic() if at is None else at) - start
+            run.timeline.append((round(max(when, 0.0), 2), status))
 
     def _settle_backend(self, backend: str, first: list[RouteRun], rest: list[RouteRun]) -> None:
         """Wait for the probe routes; on a shared crash signature block the backend, else dispatch the rest."""
@@ -658,14 +811,18 @@ class MissionDispatcher:
                 run.deadline_s = self.section.canary_deadline_s
                 run.check_idempotency = False  # a canary's retry would only meet its own workspace lease
                 canary.run = run
-                self._dispatch(run)
-                if run.created is not None:
-                    self._follow(run, to_end=True)
+                with pushback_until(time.monotonic() + run.deadline_s):
+                    self._dispatch(run)
+                    if run.created is not None:
+                        self._follow(run, to_end=True)
             if canary.workspace_id:
                 try:
-                    canary.exec_sha256 = self._exec_sha256(
-                        canary.workspace_id, f"{spec.checkout}/{spec.mcp_file}"
-                    )
+                    with pushback_until(max(run.deadline_at, time.monotonic() + self.section.request_timeout_s)):
+                        canary.exec_sha256 = self._exec_sha256(
+                            canary.workspace_id, f"{spec.checkout}/{spec.mcp_file}"
+                        )
+                except RateLimited:
+                    raise  # pushback until the deadline: an error of the canary, not a workspace defect
                 except SbxError as exc:
                     canary.exec_error = exc.message
         except SbxError as exc:
@@ -735,6 +892,24 @@ def contract_fields(route: RouteSpec) -> dict[str, Any]:
     if route.contract == "conversational":
         return {"origin": "hermes", "origin_session_id": route.origin_session_id}
     return {}
+def _settles(status: str | None, has_evidence: bool, to_end: bool) -> bool:
+    """A route settles at evidence while active, a terminal state or awaiting_user; a canary
+    (``to_end``) only at a terminal state or awaiting_user."""
+    if status in TERMINAL or status == "awaiting_user":
+        return True
+    return status == "active" and has_evidence and not to_end
+
+
+def _ready(sig: MissionSignal | None, to_end: bool) -> bool:
+    """Whether the stream's word says the stored rows may now settle the mission. A stream that
+    carries no status changes still triggers a read at evidence (routes) or a reply (canaries)."""
+    if sig is None:
+        return False
+    if _settles(sig.status, sig.evidence, to_end):
+        return True
+    if sig.status is None:
+        return (sig.evidence and not to_end) or sig.last_kind == "assistant_message"
+    return False
 
 
 def adapter_crash_cause(backend: str, signature: str) -> str:

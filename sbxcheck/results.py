@@ -38,6 +38,7 @@ class Classification(enum.StrEnum):
     SECURITY_EXPOSURE = "security_exposure"
     INFRASTRUCTURE = "infrastructure"
     DEGRADED = "degraded"
+    RATE_LIMITED = "rate_limited"  # the server pushed back (429 / 503 + Retry-After) until the deadline
     INTERNAL_ERROR = "internal_error"
     SPEND_CAP = "spend_cap"  # issue 21: not run because --sbx-max-spend was reached
     NO_USABLE_ANSWER = "no_usable_answer"  # issue 21: the model was addressed twice and returned nothing

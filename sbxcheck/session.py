@@ -695,6 +695,8 @@ class SbxSession:
                         "canaries": [],
                     }
                 )
+            from sbxcheck.clients.stream import ControlStream
+
             self._dispatcher = MissionDispatcher(
                 section,
                 self.channel,
@@ -708,6 +710,8 @@ class SbxSession:
                 preflight=self.route_preflight,  # issue 21
                 max_spend_usd=self.max_spend_usd,  # issue 21
                 single_create=self.probe_route is not None,  # issue 21: no idempotency retry
+                # one live-stream subscription per session and control plane (issue 23)
+                stream=ControlStream(section.url, client.auth_headers, connect_timeout_s=section.request_timeout_s),
             )
         return self._dispatcher
 

@@ -347,6 +347,8 @@ def check_reaches_execution(run: RouteRun, *, blocked_signature: str | None = No
         timeline=run.timeline,
         events_seen=len(run.events),
         evidence_events=len(evidence),
+        followed_by=run.followed_by,  # the live stream or polling; the verdict rests on stored rows either way
+        reads=run.reads,
     )
     if evidence:
         first = evidence[0]

@@ -1,8 +1,10 @@
 """Typed REST client for a sandboxed.sh control plane (spec ``sandboxed-sh.md`` §2–§6).
 
 One :class:`SandboxedClient` wraps an ``httpx.Client``. Every call has a timeout; only idempotent
-GETs are retried by the shared :class:`~sbxcheck.transports.http.RetryPolicy` (``retries`` extra
-attempts, bounded backoff, ``Retry-After`` honoured); every attempt has a whole-request deadline
+GETs are retried on errors by the shared :class:`~sbxcheck.transports.http.RetryPolicy` (``retries``
+extra attempts, bounded backoff, ``Retry-After`` honoured); pushback (429, 503 + Retry-After) is
+waited out for every method (the server did not act; creates carry their idempotency key) until
+the caller's deadline, then it is :class:`RateLimited`. Every attempt has a whole-request deadline
 and a 16 MiB body cap (:func:`~sbxcheck.transports.http.send`).
 HTTP failures are mapped to the sbxcheck error tree in one place (:meth:`SandboxedClient._send`):
 
@@ -11,7 +13,8 @@ connect refused / timeout   :class:`~sbxcheck.errors.HostUnreachable`
 read/write timeout          :class:`~sbxcheck.errors.CommandTimeout`
 401 / 403                   :class:`~sbxcheck.errors.AuthFailed` (message = server's text)
 404                         :class:`NotFound`
-429 / 5xx                   :class:`ServerError` (a ``TransportError``; carries ``status``)
+429 / 503 + Retry-After     :class:`RateLimited` (a ``ServerError``), once the deadline is spent
+5xx                         :class:`ServerError` (a ``TransportError``; carries ``status``)
 other 4xx                   :class:`ApiRejected`; on create :class:`MissionRejected`
 non-JSON / schema mismatch  :class:`~sbxcheck.errors.BadResponseError` (redacted excerpt)
 ==========================  ============================================================
@@ -44,6 +47,7 @@ from pydantic import (
     model_validator,
 )
 
+from sbxcheck import errors
 from sbxcheck.errors import (
     AuthFailed,
     BadResponseError,
@@ -119,6 +123,10 @@ class MissionRejected(ApiRejected):
 
 class ServerError(_HttpStatusError, TransportError):
     """429 or 5xx: the control plane could not serve the request right now."""
+
+
+class RateLimited(ServerError, errors.RateLimited):
+    """429 (or 503 with Retry-After) still answered when the pushback deadline was spent."""
 
 
 # ---- wire models ----------------------------------------------------------------------------
@@ -620,7 +628,8 @@ class SandboxedClient:
         transport: httpx.BaseTransport | None = None,
         retries: int = 2,
     ) -> None:
-        self.retry_policy = RetryPolicy(retries=retries)
+        # retries=0: no retry of any kind, pushback included
+        self.retry_policy = RetryPolicy(retries=retries, pushback_retries=30 if retries else 0)
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self.retries = retries
@@ -682,6 +691,11 @@ class SandboxedClient:
         self._token = parsed.token
         self.token_exp = parsed.exp
 
+    def auth_headers(self) -> dict[str, str]:
+        """The Authorization header (logging in first when needed) for a companion connection such as
+        the live event stream. It holds a secret: never log it."""
+        return self._headers(True)
+
     def _headers(self, auth: bool) -> dict[str, str]:
         if not auth:
             return {}
@@ -711,7 +725,7 @@ class SandboxedClient:
             base_url=self.base_url,
             timeout_s=timeout,
             policy=self.retry_policy,
-            retry=method == "GET",  # only idempotent calls are retried
+            retry=method == "GET",  # only idempotent calls are retried on errors (pushback: all)
             params=dict(params) if params else None,
             json=json_body,
             headers=self._headers(auth),
@@ -728,7 +742,9 @@ class SandboxedClient:
         reason = reason or resp.reason_phrase or f"HTTP {status}"
         if status in (401, 403):
             raise AuthFailed(f"{endpoint}: {reason}", evidence={"endpoint": endpoint, "status": status})
-        if status == 429 or status >= 500:
+        if status == 429 or (status == 503 and "retry-after" in resp.headers):
+            raise RateLimited(endpoint, status, f"{reason} (pushed back until the deadline)", error_code=code)
+        if status >= 500:
             raise ServerError(endpoint, status, reason, error_code=code)
         if status == 404:
             raise NotFound(endpoint, status, reason, error_code=code)

@@ -131,6 +131,11 @@ DEFAULT_RECOMMENDATIONS: dict[Classification, str] = {
     C.INTERNAL_ERROR: (
         "sbxcheck itself failed — report it with this evidence; the system under test may be fine"
     ),
+    C.RATE_LIMITED: (
+        "the control plane kept answering 429/503 with Retry-After until the item's deadline — not a "
+        "defect of the fleet; re-run off-peak, lower max_concurrency, or raise the server's limit; "
+        + _NOTHING_CHANGED
+    ),
 }
 
 _DESTRUCTIVE = re.compile(

@@ -72,6 +72,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sbxcheck.errors import SimError
 from sbxcheck.sim import cp_ops  # issue 21: integrity, catalog and their faults
+from sbxcheck.sim.pushback import EVERY_NTH, PUSHBACK_FAULT, PushbackMiddleware
+from sbxcheck.sim.stream import STREAM_FAULTS, StreamHub
 
 NIL_UUID: Final = "00000000-0000-0000-0000-000000000000"
 EFFORTS: Final = ("low", "medium", "high", "xhigh", "max")
@@ -275,6 +277,9 @@ CONTROLPLANE_FAULTS: Final[dict[str, str]] = {
     "fleet.node-cordoned": "target node is cordoned",
     "fleet.degraded-disk": "control-plane disk at 96%: disk_level critical, free space below required",
     "fleet.control-unresponsive": "/api/health/fleet answers 200 with status degraded, control_responsive false",
+    # issue 23
+    PUSHBACK_FAULT: f"every {EVERY_NTH}th request (any method) is refused unserved: 429 / 503 with Retry-After",
+    **STREAM_FAULTS,
 }
 CONTROLPLANE_FAULTS.update(cp_ops.FAULTS)  # issue 21
 DEFAULT_FAULT_TARGETS: Final[dict[str, str]] = {
@@ -576,6 +581,7 @@ class ControlPlaneDouble:
         self._workspaces: dict[str, _Workspace] = {}
         self._nodes: dict[str, _Node] = {n.id: _Node(n) for n in nodes}
         self._build_workspaces(list(workspaces))
+        self.stream = StreamHub(self.faults, self._owner_of, self._stream_snapshot)  # issue 23
         guard = self._guard
         self.app = Starlette(
             routes=[
@@ -590,6 +596,7 @@ class ControlPlaneDouble:
                 Route("/api/backends", guard(self._backends), methods=["GET"]),
                 Route("/api/control/missions", guard(self._missions_root), methods=["GET", "POST"]),
                 Route("/api/control/running", guard(self._running), methods=["GET"]),
+                Route("/api/control/stream", guard(self.stream.endpoint), methods=["GET"]),
                 Route("/api/control/missions/{id}", guard(self._mission_item), methods=["GET", "DELETE"]),
                 Route("/api/control/missions/{id}/events", guard(self._events), methods=["GET"]),
                 Route("/api/control/missions/{id}/digest", guard(self._digest), methods=["GET"]),
@@ -598,7 +605,7 @@ class ControlPlaneDouble:
                 Route("/api/workspaces/{id}", guard(self._get_workspace), methods=["GET"]),
                 Route("/api/workspaces/{id}/exec", guard(self._exec), methods=["POST"]),
             ],
-            middleware=[Middleware(_Recorder, double=self)],
+            middleware=[Middleware(_Recorder, double=self), Middleware(PushbackMiddleware, double=self)],
         )
 
     def __repr__(self) -> str:
@@ -732,8 +739,20 @@ class ControlPlaneDouble:
         with self._lock:
             self._log.append(rec)
 
+    def _owner_of(self, mission_id: str) -> str | None:
+        m = self._missions.get(mission_id)
+        return m.owner if m is not None else None
+
+    def _stream_snapshot(self) -> dict[str, Any]:
+        """The live stream's first event: the control actor's state."""
+        with self._lock:
+            statuses = [m.status for m in self._missions.values()]
+        running = any(s == "active" for s in statuses)
+        return {"state": "running" if running else "idle", "queue_len": statuses.count("pending")}
+
     def stop(self, timeout_s: float = 5.0) -> None:
         """Cancel every simulated-agent task (statuses are left as they are)."""
+        self.stream.close()
         with self._lock:
             tasks = [t for t in self._tasks if not t.done()]
             loop = self._loop
@@ -1483,6 +1502,7 @@ class ControlPlaneDouble:
             }
         )
         m.last_event_epoch = now
+        self.stream.publish(m.events[-1])
         if event_type in AGENT_EVENTS:
             m.last_agent_event_at = stamp
             if m.execution is not None:

@@ -153,6 +153,16 @@ FAULTS: dict[str, Fault] = {
         ),
         Fault("ops.model-silent", "gemini missions go active, then hit an idle timeout without any output"),
         Fault("openrouter.balance-low", "the OpenRouter account has $2 left (below the $5 account floor)"),
+        # issue 23
+        Fault(
+            "cp.rate-limited",
+            "every 4th control-plane request (POST included) is refused unserved: 429 or 503 with Retry-After: 1",
+        ),
+        Fault(
+            "cp.stream-lags",
+            "the live event stream drops every third event of each subscriber and sends its lag error",
+        ),
+        Fault("cp.stream-absent", "GET /api/control/stream answers 404 (a build without the live stream)"),
     )
 }
 
@@ -175,6 +185,9 @@ CONTROLPLANE_TARGETS: dict[str, str] = {
     "fleet.node-cordoned": "babylon",
     "fleet.degraded-disk": "*",
     "ops.model-silent": "gemini",  # issue 21
+    "cp.rate-limited": "*",  # issue 23
+    "cp.stream-lags": "*",
+    "cp.stream-absent": "*",
 }
 
 

@@ -3,16 +3,23 @@
 :func:`send` gives each attempt a whole-request deadline (a server dribbling a byte per second
 cannot hold a check past it) and a body cap (16 MiB: a larger body is refused, not parsed), and
 retries by one :class:`RetryPolicy` (a count, bounded backoff, ``Retry-After`` honoured and capped).
+
+Pushback (a 429, or a 503 with ``Retry-After``) means the server did not act on the request, so
+every method — POST included — is sent again after ``Retry-After``, until the caller's deadline
+(:func:`pushback_until`, else the policy's ``pushback_budget_s``) or ``pushback_retries`` is spent;
+then the last response is returned and the client maps it (``rate_limited``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import datetime as dt
 import email.utils
 import math
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -71,6 +78,9 @@ class RetryPolicy:
     backoff_s: tuple[float, ...] = (0.2, 0.5, 1.0)
     max_wait_s: float = 2.0
     statuses: frozenset[int] = frozenset({429, 502, 503, 504})
+    pushback_budget_s: float = 60.0  # without a caller's deadline (pushback_until)
+    pushback_retries: int = 30
+    pushback_default_wait_s: float = 1.0  # a 429 without Retry-After
 
     def __post_init__(self) -> None:
         if self.retries < 0:
@@ -99,6 +109,37 @@ def retry_after_s(resp: httpx.Response) -> float | None:
             when = when.replace(tzinfo=dt.UTC)
         seconds = (when - dt.datetime.now(dt.UTC)).total_seconds()
     return max(seconds, 0.0) if math.isfinite(seconds) else None
+
+
+_pushback_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "sbxcheck_pushback_deadline", default=None
+)
+
+
+@contextlib.contextmanager
+def pushback_until(deadline: float) -> Iterator[None]:
+    """Within this block (this thread/context), pushback is absorbed until ``deadline`` (monotonic)."""
+    token = _pushback_deadline.set(deadline)
+    try:
+        yield
+    finally:
+        _pushback_deadline.reset(token)
+
+
+def pushback_deadline(budget_s: float) -> float:
+    """The monotonic deadline for absorbing pushback here: the caller's, else ``budget_s`` from now."""
+    deadline = _pushback_deadline.get()
+    return _now() + budget_s if deadline is None else deadline
+
+
+def pushback_wait_s(resp: httpx.Response, default_s: float = 1.0) -> float | None:
+    """Seconds the server asks to wait before the same request: a 429, or a 503 with Retry-After."""
+    if resp.status_code == 429:
+        hinted = retry_after_s(resp)
+        return default_s if hinted is None else hinted
+    if resp.status_code == 503 and "retry-after" in resp.headers:
+        return retry_after_s(resp)
+    return None
 
 
 def _attempt(
@@ -167,12 +208,15 @@ def send(
     Returns the last response, whatever its status (the caller maps statuses to errors);
     transport failures are mapped here. ``deadline_s`` (default ``timeout_s``) bounds each
     attempt as a whole, so a server that dribbles a byte at a time cannot outlast it; a body
-    above ``max_bytes`` is refused, never parsed.
+    above ``max_bytes`` is refused, never parsed. Pushback (429, 503 + Retry-After) is waited out
+    for every method until the :func:`pushback_until` deadline (or ``policy.pushback_budget_s``).
     """
     attempts = 1 + (policy.retries if retry else 0)
     per_attempt = timeout_s if deadline_s is None else deadline_s
     kwargs.setdefault("timeout", timeout_s)
-    for attempt in range(attempts):
+    until = pushback_deadline(policy.pushback_budget_s)
+    attempt = pushbacks = 0
+    while True:
         last = attempt + 1 >= attempts
         try:
             resp = _attempt(client, method, url, _now() + per_attempt, max_bytes, kwargs)
@@ -189,12 +233,20 @@ def send(
         except RETRYABLE_HTTPX as exc:
             if not last:
                 time.sleep(policy.wait_s(attempt))
+                attempt += 1
                 continue
             raise map_httpx_error(exc, label, base_url, timeout_s, attempts=attempt + 1) from None
         except httpx.HTTPError as exc:
             raise map_httpx_error(exc, label, base_url, timeout_s) from None
+        wait = pushback_wait_s(resp, policy.pushback_default_wait_s)
+        if wait is not None:  # the server did not act: the same request again, whatever its method
+            if pushbacks < policy.pushback_retries and _now() + wait < until:
+                pushbacks += 1
+                time.sleep(wait)
+                continue
+            return resp
         if resp.status_code in policy.statuses and not last:
             time.sleep(policy.wait_s(attempt, resp))
+            attempt += 1
             continue
         return resp
-    raise AssertionError("unreachable")  # pragma: no cover - the loop always returns or raises

@@ -57,13 +57,24 @@ EXPECTED: dict[str, dict[tuple[str, str], tuple[str, str | None]]] = {
     "cp.idempotency-ignored": {("route_dispatched", r): ("failed", "check_failed") for r in REST_ROUTES},
     "cp.auth-expired": {(c, r): AUTH for c in ROUTE_CHECKS for r in ROUTES}
     | {("workspace_visible", c): AUTH for c in CANARIES},
+    # how the canary learns about its missions and pushback change no verdict (issue 23)
+    "cp.rate-limited": {},
+    "cp.stream-lags": {},
+    "cp.stream-absent": {},
 }
 GROUPS = [
-    ("cp.effort-reject-max", "cp.record-drops-model", "cp.stuck-pending", "cp.mount-missing"),
-    ("cp.backend-crash", "cp.no-evidence"),
+    (
+        "cp.effort-reject-max",
+        "cp.record-drops-model",
+        "cp.stuck-pending",
+        "cp.mount-missing",
+        "cp.stream-absent",
+    ),
+    ("cp.backend-crash", "cp.no-evidence", "cp.stream-lags"),
     ("cp.model-not-found", "cp.mount-missing-exitcode"),
     ("cp.idempotency-ignored",),
     ("cp.auth-expired",),
+    ("cp.rate-limited",),
 ]
 
 
@@ -105,6 +116,8 @@ def test_fault_group_turns_exactly_its_items(
         outcome = run_canary(pytester, fleet)
         assert fleet.controlplane is not None
         left = fleet.controlplane.missions_nonterminal()
+        created = fleet.controlplane.mission_ids()
+        log = fleet.controlplane.requests
     items = _items(outcome.report)
     assert sorted(items) == sorted(_expected_keys()), outcome.stdout[-2000:]
     want: dict[tuple[str, str], tuple[str, str | None]] = {}
@@ -129,6 +142,17 @@ def test_fault_group_turns_exactly_its_items(
         assert len(incident["checks"]) == len(REST_ROUTES)
         ev = items[("route_dispatched", "codex-terra")]["evidence"]
         assert ev["retry_differs_in"] and ev["retry_mission_id"] != ev["mission_id"]
+    if "cp.rate-limited" in group:  # pushed-back creates were sent again: still one mission per item
+        pushed_back = [r for r in log if r.status in (429, 503)]
+        assert {(r.method, r.path) for r in pushed_back} >= {("POST", "/api/control/missions")}
+        assert {r.status for r in pushed_back} == {429, 503}
+        assert len(created) == len(ROUTES) + len(CANARIES)
+    for fault, mode in (("cp.stream-absent", "polling"), ("cp.stream-lags", "stream")):
+        if fault in group:  # the verdicts above are the same; how they were followed is in the evidence
+            modes = {
+                items[("route_reaches_execution", r)]["evidence"]["followed_by"].split()[0] for r in ROUTES
+            }
+            assert modes == {mode}
     if "cp.mount-missing-exitcode" in group:  # a failed step's text is never evidence of what it read
         ev = items[("workspace_visible", "opencode-verity")]["evidence"]
         assert ev["checkout_visible"] is False and ev["pin"] is None and ev["mcp_sha256"] is None
@@ -141,9 +165,15 @@ def test_healthy_control_plane_rest_and_mcp_agree(pytester: pytest.Pytester, tmp
         assert fleet.controlplane is not None
         left = fleet.controlplane.missions_nonterminal()
         created = fleet.controlplane.mission_ids()
+        log = fleet.controlplane.requests
     items = _items(outcome.report)
     assert sorted(items) == sorted(_expected_keys())
     assert {e["outcome"] for e in items.values()} == {"passed"}, outcome.stdout[-3000:]
+    # issue 23: one stream subscription; the record and events read about once per mission, not per poll
+    creates = sum(1 for r in log if (r.method, r.path) == ("POST", "/api/control/missions"))
+    reads = [r for r in log if r.method == "GET" and r.path.startswith("/api/control/missions/")]
+    streams = sum(1 for r in log if r.path == "/api/control/stream")
+    assert streams == 1 and len(reads) + streams <= 1.5 * creates, (creates, len(reads))
     assert left == []
     # 7 routes + 3 canaries, each exactly once: the idempotent retry returned the same mission
     assert len(created) == len(ROUTES) + len(CANARIES)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import threading
 import time
 import uuid
 from typing import Any
@@ -20,8 +21,10 @@ from sbxcheck.checks.missions import (
 )
 from sbxcheck.clients.channels import Created
 from sbxcheck.clients.sandboxed import MissionRejected, MissionSpec
+from sbxcheck.clients.sandboxed import RateLimited as SandboxedRateLimited
+from sbxcheck.clients.stream import ControlStream
 from sbxcheck.inventory import RouteSpec, SandboxedSection, WorkspaceCanarySpec
-from sbxcheck.lifecycle import CanaryRun, MissionDispatcher, RouteRun
+from sbxcheck.lifecycle import CanaryRun, MissionDispatcher, RouteRun, WaitingState
 from sbxcheck.results import Classification, Outcome
 
 
@@ -272,3 +275,125 @@ def test_a_json_file_read_by_a_step_is_output_not_an_envelope() -> None:
     text = json.dumps({"name": "x", "status": "error", "scripts": {"test": "exit 1"}})
     outcome = tool_outcome({"content": text, "metadata": {"exit_code": 0}})
     assert outcome.ok and outcome.text == text
+
+
+# ------------------------------------------------------------------ the live stream (issue 23)
+
+
+class _PushingStream(ControlStream):
+    """A ControlStream fed in-process: each new mission of ``plane`` gets ``frames`` (the real fold)."""
+
+    def __init__(self, plane: FakePlane, frames: list[tuple[str, dict[str, Any]]]) -> None:
+        super().__init__("http://cp.invalid", dict)
+        self.plane, self.frames = plane, frames
+        self._pusher = threading.Thread(target=self._push, daemon=True)
+
+    def start(self, wait_s: float) -> bool:
+        self._dispatch("status", json.dumps({"type": "status", "state": "idle", "queue_len": 0}))
+        self._pusher.start()
+        return True
+
+    def _push(self) -> None:
+        done: set[str] = set()
+        while not self._stop.is_set():
+            for mid in [m for m in list(self.plane.missions) if m not in done]:
+                done.add(mid)
+                time.sleep(0.05)
+                for kind, data in self.frames:
+                    self._dispatch(kind, json.dumps({"type": kind, "mission_id": mid, **data}))
+            time.sleep(0.01)
+
+
+def _streamed(plane: FakePlane, frames: list[tuple[str, dict[str, Any]]]) -> tuple[RouteRun, WaitingState]:
+    d = _dispatcher(
+        plane, poll_interval_s=5.0
+    )  # a poll would come far too late: only the stream can settle it
+    d._stream = _PushingStream(plane, frames)
+    try:
+        d.start()
+        state = d.waiting()
+        return d.route("r", 10), state
+    finally:
+        d.close()
+
+
+def test_with_the_stream_a_route_is_read_once_when_its_evidence_arrives() -> None:
+    plane = FakePlane()
+    started = time.monotonic()
+    run, state = _streamed(
+        plane,
+        [("mission_status_changed", {"status": "active"}), ("tool_call", {"name": "bash", "args": "ls"})],
+    )
+    assert time.monotonic() - started < 2.0
+    assert state.open == 1 and state.followed_by == "stream"
+    assert run.followed_by == "stream" and run.reads == 2  # the record and the events, once
+    result = check_reaches_execution(run)
+    assert result.outcome is Outcome.PASSED and result.evidence["followed_by"] == "stream"
+    assert [s for _, s in run.timeline] == ["active"]
+
+
+def test_a_lag_makes_one_catch_up_read_that_finds_the_dropped_evidence() -> None:
+    plane = FakePlane()
+    lag = ("error", {"message": "event stream lagged; some events were dropped", "mission_id": None})
+    run, _ = _streamed(plane, [("mission_status_changed", {"status": "active"}), lag])
+    assert run.reads == 2 and run.events and run.events[0]["event_type"] == "tool_call"
+    assert check_reaches_execution(run).outcome is Outcome.PASSED
+
+
+def test_a_stream_that_never_names_the_mission_still_gets_it_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another user's stream, a filtering proxy: silence about a mission triggers a read, not a wait to the deadline."""
+    monkeypatch.setattr("sbxcheck.lifecycle.STREAM_SILENCE_S", 0.3)
+    started = time.monotonic()
+    run, _ = _streamed(FakePlane(), [])
+    assert time.monotonic() - started < 3.0 and run.reads == 2
+    assert check_reaches_execution(run).outcome is Outcome.PASSED
+
+
+def test_a_stream_without_status_events_reads_at_the_evidence() -> None:
+    run, _ = _streamed(FakePlane(), [("tool_result", {"name": "bash", "result": "ok"})])
+    assert run.reads == 2 and check_reaches_execution(run).outcome is Outcome.PASSED
+
+
+def test_without_the_stream_polls_back_off_and_stop_at_the_deadline() -> None:
+    """A mission that never starts, no stream: reads double their spacing (jittered), not one per interval."""
+    plane = FakePlane(status="pending")
+    run = _route(plane, poll_interval_s=0.1, execution_deadline_s=2.0)
+    # 0.1 s doubling: reads near 0, 0.1, 0.3, 0.7, 1.5 s, then the deadline (a fixed 0.1 s would be ~20)
+    assert 5 * 2 <= run.reads <= 8 * 2, run.reads
+    assert run.followed_by == "polling (no live stream)" and 1.9 <= run.waited_s < 3.0
+    assert check_reaches_execution(run).classification is Classification.TIMEOUT
+
+
+# ------------------------------------------------------------------ pushback is not a verdict (issue 23)
+
+
+class _PushedBack(FakePlane):
+    def create(self, spec: MissionSpec) -> Created:
+        raise SandboxedRateLimited(
+            "POST /api/control/missions", 429, "Too many requests (pushed back until the deadline)"
+        )
+
+
+def test_a_create_pushed_back_to_its_deadline_is_an_error_rate_limited_never_a_failure() -> None:
+    run = _route(_PushedBack())
+    for check in (check_dispatched, check_reaches_execution):
+        result = check(run)
+        assert (result.outcome, result.classification) == (Outcome.ERROR, Classification.RATE_LIMITED)
+        assert "429" in result.message
+
+
+def test_a_workspace_exec_pushed_back_is_no_workspace_defect() -> None:
+    plane = FakePlane(status="completed")
+    spec = WorkspaceCanarySpec(backend="codex", workspace="w", checkout="/w/x", pin_file=None)
+    d = _dispatcher(plane, routes=[], canaries=[spec], canary_deadline_s=2.0)
+
+    def exec_pushed_back(workspace_id: str, path: str) -> str:
+        raise SandboxedRateLimited("POST /api/workspaces/w/exec", 503, "Service Unavailable")
+
+    d._exec_sha256 = exec_pushed_back
+    try:
+        canary = d.canary(spec.label, 10)
+    finally:
+        d.close()
+    result = check_workspace_visible(canary)
+    assert (result.outcome, result.classification) == (Outcome.ERROR, Classification.RATE_LIMITED)
