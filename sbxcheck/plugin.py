@@ -744,18 +744,23 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         from sbxcheck.redact import redact_exception
 
         redact_exception(call.excinfo)  # before pytest, junit or Allure format it
+        from sbxcheck.display import neutralise_exception
+
+        neutralise_exception(call.excinfo)  # then control characters shown visibly (issue 20)
     if call.excinfo is not None and not item.config.getoption("fulltrace", False):
         _hide_sbxcheck_frames(call.excinfo)
     report: pytest.TestReport = yield
     if suite is None:
         return report
+    from sbxcheck.display import for_display, neutralise_report
     from sbxcheck.redact import default_redactor, redact_report
     from sbxcheck.report.present import detail_block
     from sbxcheck.results import CheckRecord, Classification, Outcome
 
     redactor = default_redactor()
-    report.longrepr = _redact_repr(report.longrepr, redactor.redact_text, set())
+    report.longrepr = _redact_repr(report.longrepr, lambda t: for_display(t, redactor), set())
     redact_report(report, redactor)  # what the structure keeps hidden: -l locals cut short, sections
+    neutralise_report(report)  # redaction first, then control characters shown visibly
     meaningful = report.when == "call" or report.failed or report.skipped
     if not meaningful:
         return report
@@ -1039,10 +1044,11 @@ class ResultCollector:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.written:
             return
+        from sbxcheck.display import SanitisingWriter
         from sbxcheck.report.present import detail_block, headline
 
         document = self.report.model_dump(mode="json")
-        tr = terminalreporter
+        tr = SanitisingWriter(terminalreporter)  # every line redacted, then neutralised
         tr.section("sbxcheck")
         summary = document["summary"]
         counts = ", ".join(f"{v} {k}" for k, v in summary.items() if k != "total" and v)

@@ -21,6 +21,7 @@ from sbxcheck.clients.sandboxed import (
     parse_valid_models,
 )
 from sbxcheck.errors import AuthFailed, BadResponseError, TransportError
+from sbxcheck.ids import check_id
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,9 @@ class McpChannel:
         mission = doc.get("mission", doc) if isinstance(doc, dict) else None
         if not isinstance(mission, dict) or not isinstance(mission.get("id"), str):
             raise BadResponseError("MCP start_mission: the answer has no mission id")
+        check_id(
+            mission["id"], field="id", source="MCP start_mission"
+        )  # data, never a path or a ledger ident
         # the MCP start_mission tool takes no idempotency_key (§7): a retried create is a new mission
         return Created(mission, None, idempotency_supported=False)
 

@@ -248,6 +248,9 @@ DEFAULT_NODES: Final = (
 # ---- faults -------------------------------------------------------------------------------
 
 CANCEL_SLOW_S: Final = 3.0
+PATH_SHAPED_ID: Final = "../../../admin/wipe-everything?confirm=yes#"  # issue 20
+# issue 20: OSC 52 (sets the clipboard), a title change, clear screen, CR/VT line forgery, C0 bytes
+HOSTILE_TEXT: Final = "\x1b]52;c;aGk=\x07\x1b]0;owned\x07\x1b[2J\rPASSED forged\x0bline\x01\x08\x1f\x7f"
 CONTROLPLANE_FAULTS: Final[dict[str, str]] = {
     "cp.backend-crash": "target backend's missions run the DB migration, then fail `fn3 is not a function` "
     "before any tool call (§8.8)",
@@ -274,8 +277,14 @@ CONTROLPLANE_FAULTS: Final[dict[str, str]] = {
     "fleet.node-cordoned": "target node is cordoned",
     "fleet.degraded-disk": "control-plane disk at 96%: disk_level critical, free space below required",
     "fleet.control-unresponsive": "/api/health/fleet answers 200 with status degraded, control_responsive false",
+    # issue 20: hostile answers
+    "cp.path-shaped-id": f"target backend's mission records carry the id {PATH_SHAPED_ID!r}, not a UUID",
+    "cp.control-chars": "target backend's creates are refused 400 with terminal escapes and C0 control "
+    "characters in the error text, and every workspace's status carries them",
 }
 DEFAULT_FAULT_TARGETS: Final[dict[str, str]] = {
+    "cp.path-shaped-id": "gemini",  # issue 20
+    "cp.control-chars": "opencode",  # issue 20
     "cp.backend-crash": "opencode",
     "cp.model-not-found": "opencode",
     "cp.effort-reject-max": "codex",
@@ -1073,6 +1082,8 @@ class ControlPlaneDouble:
             goal_objective = prompt.lstrip()[len("/goal ") :].strip()
             if self.goal_limit_at_create and len(goal_objective) > GOAL_LIMIT:
                 return _text(400, f"goal objective must be at most {GOAL_LIMIT} characters")
+        if self._fault_on("cp.control-chars", backend):  # issue 20
+            return _text(400, f"backend {backend} refused the mission: {HOSTILE_TEXT}")
         # 18. effort: kept and validated only where the backend takes it; silently dropped elsewhere
         effort = opt("model_effort")
         if spec is None or spec.efforts is None:
@@ -1238,6 +1249,8 @@ class ControlPlaneDouble:
         if verdict is not None:
             rec["health_verdict"] = verdict
         rec["execution"] = copy.deepcopy(m.execution)
+        if self._fault_on("cp.path-shaped-id", str(rec.get("backend"))):  # issue 20
+            rec["id"] = PATH_SHAPED_ID
         if decorate:
             rec["remote_job"] = None
             rec["spark_offload"] = {"enabled": False, "env_injected": False, "host_configured": False}
@@ -1778,7 +1791,7 @@ class ControlPlaneDouble:
             "name": ws.name,
             "path": str(ws.path),
             "workspace_type": spec.workspace_type if spec else "host",
-            "status": ws.status,
+            "status": f"{ws.status}{HOSTILE_TEXT}" if "cp.control-chars" in self.faults else ws.status,
             "error_message": ws.error_message,
             "created_at": ws.created_at,
             "skills": list(spec.skills) if spec else [],

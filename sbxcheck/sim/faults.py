@@ -104,6 +104,16 @@ FAULTS: dict[str, Fault] = {
         Fault("exedev.ls-garbage", "exe.dev's `ls --json` prints a banner, not JSON"),
         Fault("gh.no-auth", "the verity workspace has no stored gh/git credentials"),
         Fault("openrouter.orphan-key", "an sbx- key of a closed run is still listed (never revoked)"),
+        # issue 20: hostile answers
+        Fault(
+            "cp.path-shaped-id",
+            "gemini mission records carry the id '../../../admin/wipe-everything?confirm=yes#', not a UUID",
+        ),
+        Fault(
+            "cp.control-chars",
+            "opencode creates are refused with terminal escapes and C0 characters in the error text; "
+            "workspace status fields carry them too",
+        ),
     )
 }
 
@@ -125,6 +135,8 @@ CONTROLPLANE_TARGETS: dict[str, str] = {
     "fleet.node-offline": "dgx-spark",
     "fleet.node-cordoned": "babylon",
     "fleet.degraded-disk": "*",
+    "cp.path-shaped-id": "gemini",  # issue 20
+    "cp.control-chars": "opencode",  # issue 20
 }
 
 
