@@ -123,3 +123,26 @@ def _xsd() -> Path | None:
         if candidate.is_file():
             return candidate
     return None
+
+
+@pytest.mark.parametrize(
+    ("toml", "fix"),
+    [
+        ('[sandboxed]\nurl = "http://admin:Hunter2-Passw0rd@cp.example:3000"\n', "password_env"),
+        (
+            '[sssf]\ncheckout = "."\nopenrouter_base_url = "https://u:Hunter2-Passw0rd@or.example/api/v1"\n',
+            "provisioning_key_env",
+        ),
+    ],
+)
+def test_a_url_with_userinfo_is_refused_at_load_without_showing_it(tmp_path: Path, toml: str, fix: str) -> None:
+    from sbxcheck.errors import InventoryError
+    from sbxcheck.inventory import load_inventory
+
+    path = tmp_path / "sbxcheck.toml"
+    path.write_text(toml, encoding="utf-8")
+    with pytest.raises(InventoryError) as info:
+        load_inventory(path)
+    message = str(info.value)
+    assert "must not carry a user name or password" in message and fix in message
+    assert "Hunter2" not in message and "\n" not in message
