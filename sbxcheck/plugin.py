@@ -209,6 +209,37 @@ def _history_keep(config: pytest.Config) -> int:
     return keep
 
 
+def _report_dir(config: pytest.Config) -> Path:
+    """--sbx-report (or its env/ini forms, or the default), relative to where pytest was started."""
+    from sbxcheck.options import resolve
+
+    out_dir = Path(resolve(config, "sbx_report").value or "sbxcheck-report").expanduser()
+    return out_dir if out_dir.is_absolute() else Path(str(config.invocation_params.dir)) / out_dir
+
+
+def _check_outputs(config: pytest.Config) -> None:
+    """Every output option names something sbxcheck can write: one usage-error line per wrong one."""
+    from sbxcheck.options import resolve
+    from sbxcheck.outputs import output_problems
+
+    state = resolve(config, "sbx_state").value
+    state_dir = Path(state).expanduser() if state else None
+    if state_dir is not None and not state_dir.is_absolute():
+        state_dir = Path(str(config.invocation_params.dir)) / state_dir
+    allure = config.getoption("allure_report_dir", None)
+    problems = output_problems(
+        [
+            ("--sbx-report", _report_dir(config), "dir"),
+            ("--sbx-history", _resolved_path(config, "sbx_history", "sbx_history"), "dir"),
+            ("--sbx-metrics", _resolved_path(config, "sbx_metrics", "sbx_metrics"), "file"),
+            ("--sbx-state", state_dir, "dir"),
+            ("--alluredir", Path(str(allure)).expanduser() if allure else None, "dir"),
+        ]
+    )
+    if problems:
+        raise pytest.UsageError("; ".join(problems))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     from sbxcheck.options import resolve
 
@@ -217,6 +248,7 @@ def pytest_configure(config: pytest.Config) -> None:
     for dest in ("sbx_inventory", "sbx_report", "sbx_teardown", "sbx_state"):
         resolve(config, dest)  # a bad value is a usage error now, naming its source
     _history_keep(config)  # a bad value stops the run before anything is mounted
+    _check_outputs(config)  # issue 20: a wrong output path is exit 4, before anything runs
     config.stash[PARAMS_KEY] = {}
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
     config.stash[SESSION_TAG_KEY] = (
@@ -239,6 +271,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[COLLECTOR_KEY] = collector
     config.pluginmanager.register(collector, "sbxcheck-collector")
     if not config.getoption("collectonly") and _wants_mounts(config):
+        collector.remove_stale_reports()  # a mount is sbxcheck work: this run writes a report
         session = get_session(config)
         _terminate_as_interrupt()
         try:
@@ -847,13 +880,25 @@ class ResultCollector:
         self.interrupted = False
         self.finished = False
         self.history_warnings: list[str] = []
+        self._stale_removed = False
 
     def pytest_keyboard_interrupt(self) -> None:
         self.interrupted = True
 
+    def remove_stale_reports(self) -> None:
+        """Once, when this run is known to write a report: the previous run's files go first (issue 20)."""
+        if self._stale_removed:
+            return
+        self._stale_removed = True
+        from sbxcheck.outputs import remove_stale_reports
+
+        with contextlib.suppress(OSError):  # a report dir we cannot clean was named at configure time
+            remove_stale_reports(_report_dir(self.config))
+
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if not any(suite_of(item) for item in session.items):
             return
+        self.remove_stale_reports()
         from sbxcheck.cleanup import param_id
 
         for item in session.items:
@@ -877,6 +922,8 @@ class ResultCollector:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         payload = getattr(report, "sbxcheck", None)
+        if payload is not None:
+            self.remove_stale_reports()  # under xdist the first sbxcheck result is the first sign
         if payload is not None and (report.when == "call" or not report.passed):
             from sbxcheck.cleanup import strip_group
 
@@ -921,9 +968,7 @@ class ResultCollector:
         interrupted = interrupted or self.interrupted
         from sbxcheck.options import resolve
 
-        out_dir = Path(resolve(self.config, "sbx_report").value or "sbxcheck-report")
-        if not out_dir.is_absolute():
-            out_dir = Path(str(self.config.invocation_params.dir)) / out_dir
+        out_dir = _report_dir(self.config)
         stale = interrupted and (out_dir / "results.json").exists()
         sbx = self.config.stash.get(SESSION_KEY, None)
         if sbx is None and not (self.records or stale):
