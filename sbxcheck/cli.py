@@ -58,6 +58,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     history.add_argument("dir", type=Path)
     history.add_argument("--keep", type=int, default=None, metavar="N", help="only the last N runs")
+    ledger = sub.add_parser("ledger", help="the ledger of what sessions created").add_subparsers(
+        dest="ledger_command", required=True
+    )
+    compact = ledger.add_parser(
+        "compact", help="rewrite STATE_DIR/ledger.jsonl to its open and recent closed entries"
+    )
+    compact.add_argument("state_dir", type=Path, help="the state dir (--sbx-state), e.g. .sbxcheck/state")
     sub.add_parser("version", help="print the version")
     return parser
 
@@ -72,6 +79,11 @@ def main(argv: list[str] | None = None) -> int:
             return _report(args.dir)
         if args.command == "history":
             return _history(args.dir, args.keep)
+        if args.command == "ledger":
+            from sbxcheck.ledger import Ledger
+
+            print(for_display(Ledger(args.state_dir).compact().describe()))
+            return 0
         if args.sim_command == "faults":
             from sbxcheck.sim.faults import describe_faults
 

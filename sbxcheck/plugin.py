@@ -574,6 +574,9 @@ def _ledger_params(config: pytest.Config) -> list[Any]:
         )
         for e in entries
     ]
+    if session.ledger_problem is not None:  # issue 20: an unreadable ledger is one error item, not silence
+        key = _keyed(config, "sbx_ledger_entry", "unreadable", session.ledger_problem)
+        params.append(pytest.param(key, id="unreadable", marks=pytest.mark.gate))
     # nothing leaked: a parameter that collection removes (an empty parametrization would be a skip)
     return params or [pytest.param(NOTHING_LEAKED, id="none", marks=pytest.mark.gate)]
 
