@@ -91,10 +91,11 @@ LEDGER_FILE = "ledger.jsonl"
 FORMAT_VERSION = 1
 LOCK_WAIT_S = 10.0  # an append holds the lock for one write + fsync; this is generous
 KEEP_CLOSED = 1000  # closed entries a fold (and a compaction) keeps: the most recent ones
-COMPACT_ABOVE_BYTES = 8 << 20  # a larger ledger is compacted on its next read (with a warning)
+COMPACT_ABOVE_BYTES = 1 << 20  # a larger ledger is compacted on its next read (with a warning)
 _READ_CHUNK = 1 << 20
 _REOPEN_TRIES = 1000  # re-opens after compactions replaced the file (also bounded by the lock wait)
 _MAX_WARNINGS = 50
+_SHORT_LINE = 2048
 _POLL_S = 0.02
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
@@ -360,6 +361,7 @@ class Ledger:
             size = os.fstat(fd).st_size
         finally:
             os.close(fd)
+        entries = fold.materialized()
         for message in fold.warnings[self._logged :]:
             log.warning("%s", message)
         self._logged = len(fold.warnings)
@@ -371,7 +373,7 @@ class Ledger:
             entries = self.state()
             self.warnings.append(message)
             return entries
-        return [replace(e, detail=dict(e.detail)) for e in fold.entries.values()]
+        return [replace(e, detail=dict(e.detail)) for e in entries]
 
     def open_entries(self, exclude_owner: str | None = None) -> list[LedgerEntry]:
         """Entries that may still stand for something (open, created, kept, abandoned)."""
@@ -389,9 +391,9 @@ class Ledger:
         tmp = self.state_dir / f".{LEDGER_FILE}.compact-{os.getpid()}"
         try:
             before = os.fstat(fd).st_size
-            fold = _Fold(0, 0, source=str(self.path))
-            fold.read(fd, before)
-            text = "".join(_entry_lines(e) for e in fold.entries.values()).encode("utf-8")
+            fold = self._refresh(fd)  # what this object folded already is not read again
+            kept = fold.materialized()
+            text = "".join(_entry_lines(e) for e in kept).encode("utf-8")
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -414,11 +416,9 @@ class Ledger:
             raise LedgerError(f"{self.path}: cannot compact the ledger ({exc.strerror})") from None
         finally:
             os.close(fd)
-        opened = sum(1 for e in fold.entries.values() if e.is_open)
+        opened = sum(1 for e in kept if e.is_open)
         self._fold = None
-        return CompactResult(
-            str(self.path), before, len(text), opened, len(fold.entries) - opened, fold.dropped
-        )
+        return CompactResult(str(self.path), before, len(text), opened, len(kept) - opened, fold.dropped)
 
     def owner_alive(self, entry: LedgerEntry) -> bool:
         """True unless the owner is provably gone.
@@ -587,14 +587,32 @@ def _lines(fd: int, start: int, end: int) -> Iterator[tuple[int, bytes, bool]]:
         yield rest_at + len(rest), rest, False
 
 
+# an intent line as Ledger._append writes it: its id is read without parsing the (long) line
+_INTENT_HEAD = re.compile(rb'\{"v":1,"ts":"[^"\\]*","op":"intent","id":"([0-9a-f]{32})",')
+
+
+@dataclass
+class _Unparsed:
+    """An intent line not parsed yet, with the status lines folded onto it (most are closed, then forgotten)."""
+
+    line: int
+    raw: bytes
+    statuses: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    state: str = "open"
+
+
 class _Fold:
-    """The ledger folded so far: entries (open ones and the last :data:`KEEP_CLOSED` closed ones)."""
+    """The ledger folded so far: entries (open ones and the last :data:`KEEP_CLOSED` closed ones).
+
+    Intent lines are parsed only when their entry is wanted (an old closed entry never is), so a
+    fold costs about one regular-expression match per intent and one small parse per status line.
+    """
 
     def __init__(self, dev: int, ino: int, *, source: str) -> None:
         self.dev, self.ino, self.source = dev, ino, source
         self.offset = 0  # bytes folded so far
         self.line = 0
-        self.entries: dict[str, LedgerEntry] = {}
+        self.entries: dict[str, LedgerEntry | _Unparsed] = {}  # in intent order
         self.closed: OrderedDict[str, None] = OrderedDict()  # closed ids, oldest first
         self.dropped = 0  # closed entries forgotten beyond KEEP_CLOSED
         self.warnings: list[str] = []
@@ -613,6 +631,29 @@ class _Fold:
             if raw.strip():
                 self._fold_line(raw, torn=not whole)
 
+    def materialized(self) -> list[LedgerEntry]:
+        """Every kept entry, parsed (in intent order)."""
+        out = []
+        for entry_id, value in list(self.entries.items()):
+            entry = self._parse(entry_id, value) if isinstance(value, _Unparsed) else value
+            if entry is not None:
+                out.append(entry)
+        return out
+
+    def _parse(self, entry_id: str, pending: _Unparsed) -> LedgerEntry | None:
+        try:
+            obj = loads_bounded(pending.raw)
+        except ValueError:
+            self._warn(f"{self.source}:{pending.line}: unparseable line skipped ({len(pending.raw)} bytes)")
+            del self.entries[entry_id]
+            self.closed.pop(entry_id, None)
+            return None
+        entry = _intent_entry(entry_id, obj)
+        for _, status in pending.statuses:
+            _apply_status(entry, status)
+        self.entries[entry_id] = entry
+        return entry
+
     def _warn(self, message: str) -> None:
         if len(self.warnings) < _MAX_WARNINGS:
             self.warnings.append(message)
@@ -623,8 +664,17 @@ class _Fold:
 
     def _fold_line(self, raw: bytes, *, torn: bool) -> None:
         where = f"{self.source}:{self.line}"
+        head = None if torn else _INTENT_HEAD.match(raw)
+        if head is not None and raw.endswith(b"}"):
+            entry_id = head.group(1).decode()
+            if entry_id in self.entries:
+                self._warn(f"{where}: duplicate intent for {entry_id} skipped")
+            else:
+                self.entries[entry_id] = _Unparsed(self.line, raw)
+            return
         try:
-            obj = loads_bounded(raw)
+            # a short line (a status line) cannot hold much nesting: the plain parser is enough
+            obj = _loads_short(raw) if len(raw) <= _SHORT_LINE else loads_bounded(raw)
         except ValueError:
             self._warn(f"{where}: {'torn last line' if torn else 'unparseable line'} skipped ({len(raw)} bytes)")
             if torn and self.warnings[-1].startswith(where):
@@ -635,45 +685,27 @@ class _Fold:
         if not isinstance(entry_id, str) or not isinstance(op, str):
             self._warn(f"{where}: line without 'op' and 'id' skipped")
             return
-        ts = _opt_str(obj.get("ts")) or ""
         if op == "intent":
             if entry_id in self.entries:
                 self._warn(f"{where}: duplicate intent for {entry_id} skipped")
-                return
-            ident = _opt_str(obj.get("ident")) or ""
-            detail = obj.get("detail")
-            self.entries[entry_id] = LedgerEntry(
-                id=entry_id,
-                kind=_opt_str(obj.get("kind")) or "?",
-                ident=ident,
-                intended_ident=ident,
-                run_id=_opt_str(obj.get("run_id")),
-                owner=_opt_str(obj.get("owner")) or "?",
-                owner_start=_opt_str(obj.get("owner_start")),
-                session=_opt_str(obj.get("session")),
-                detail=detail if isinstance(detail, dict) else {},
-                opened_at=ts,
-                updated_at=ts,
-            )
+            else:
+                self.entries[entry_id] = _intent_entry(entry_id, obj)
             return
         state = _STATUS_OPS.get(op)
         if state is None:
             self._warn(f"{where}: unknown op {op!r} skipped")
             return
-        entry = self.entries.get(entry_id)
-        if entry is None:
+        target = self.entries.get(entry_id)
+        if target is None:
             if self.dropped == 0:  # with closed entries forgotten, a late line for one is not news
                 self._warn(f"{where}: {op!r} for unknown entry {entry_id} skipped")
             return
-        entry.state = state
-        entry.updated_at = ts
-        if op == "created":
-            entry.ident = _opt_str(obj.get("ident")) or entry.ident
-        elif op == "released":
-            entry.how = _opt_str(obj.get("how"))
-        else:  # kept, abandoned, unmatched
-            entry.why = _opt_str(obj.get("why"))
-        if entry.is_open:
+        if isinstance(target, _Unparsed):
+            target.statuses.append((self.line, obj))
+            target.state = state
+        else:
+            _apply_status(target, obj)
+        if state not in CLOSED_STATES:
             self.closed.pop(entry_id, None)
             return
         self.closed[entry_id] = None
@@ -682,6 +714,44 @@ class _Fold:
             oldest, _ = self.closed.popitem(last=False)
             del self.entries[oldest]
             self.dropped += 1
+
+
+def _loads_short(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+def _intent_entry(entry_id: str, obj: dict[str, Any]) -> LedgerEntry:
+    ts = _opt_str(obj.get("ts")) or ""
+    ident = _opt_str(obj.get("ident")) or ""
+    detail = obj.get("detail")
+    return LedgerEntry(
+        id=entry_id,
+        kind=_opt_str(obj.get("kind")) or "?",
+        ident=ident,
+        intended_ident=ident,
+        run_id=_opt_str(obj.get("run_id")),
+        owner=_opt_str(obj.get("owner")) or "?",
+        owner_start=_opt_str(obj.get("owner_start")),
+        session=_opt_str(obj.get("session")),
+        detail=detail if isinstance(detail, dict) else {},
+        opened_at=ts,
+        updated_at=ts,
+    )
+
+
+def _apply_status(entry: LedgerEntry, obj: dict[str, Any]) -> None:
+    op = str(obj.get("op"))
+    entry.state = _STATUS_OPS[op]
+    entry.updated_at = _opt_str(obj.get("ts")) or ""
+    if op == "created":
+        entry.ident = _opt_str(obj.get("ident")) or entry.ident
+    elif op == "released":
+        entry.how = _opt_str(obj.get("how"))
+    else:  # kept, abandoned, unmatched
+        entry.why = _opt_str(obj.get("why"))
 
 
 def _entry_lines(entry: LedgerEntry) -> str:
