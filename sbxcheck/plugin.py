@@ -788,7 +788,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report: pytest.TestReport = yield
     if suite is None:
         return report
-    from sbxcheck.display import for_display, neutralise_report
+    from sbxcheck.display import display_data, for_display, neutralise_report
     from sbxcheck.redact import default_redactor, redact_report
     from sbxcheck.report.present import detail_block
     from sbxcheck.results import CheckRecord, Classification, Outcome
@@ -814,7 +814,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     wait = record.evidence.get("wait_s")
     if isinstance(wait, (int, float)) and not isinstance(wait, bool):
         record.wait_s = float(wait)
-    document = redactor.redact(record.model_dump(mode="json"))
+    document = display_data(record.model_dump(mode="json"), redactor)  # redacted, then neutralised
     # plain attributes travel with the report through xdist (pytest serialises the report's __dict__);
     # user_properties would also land in --junitxml as <properties> inside <testcase>, which xunit2 forbids
     report.sbxcheck = CheckRecord.model_validate(document).model_dump_json()  # type: ignore[attr-defined]

@@ -71,6 +71,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sbxcheck.errors import SimError
+from sbxcheck.sim.faults import HOSTILE_TEXT
 
 NIL_UUID: Final = "00000000-0000-0000-0000-000000000000"
 EFFORTS: Final = ("low", "medium", "high", "xhigh", "max")
@@ -249,8 +250,7 @@ DEFAULT_NODES: Final = (
 
 CANCEL_SLOW_S: Final = 3.0
 PATH_SHAPED_ID: Final = "../../../admin/wipe-everything?confirm=yes#"  # issue 20
-# issue 20: OSC 52 (sets the clipboard), a title change, clear screen, CR/VT line forgery, C0 bytes
-HOSTILE_TEXT: Final = "\x1b]52;c;aGk=\x07\x1b]0;owned\x07\x1b[2J\rPASSED forged\x0bline\x01\x08\x1f\x7f"
+
 CONTROLPLANE_FAULTS: Final[dict[str, str]] = {
     "cp.backend-crash": "target backend's missions run the DB migration, then fail `fn3 is not a function` "
     "before any tool call (§8.8)",

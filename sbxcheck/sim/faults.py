@@ -10,6 +10,9 @@ from dataclasses import dataclass
 
 from sbxcheck.errors import SimError
 
+# issue 20: OSC 52 (sets the clipboard), a title change, clear screen, CR/VT line forgery, C0 bytes
+HOSTILE_TEXT = "\x1b]52;c;aGk=\x07\x1b]0;owned\x07\x1b[2J\rPASSED forged\x0bline\x01\x08\x1f\x7f"
+
 
 @dataclass(frozen=True)
 class Fault:
@@ -105,6 +108,11 @@ FAULTS: dict[str, Fault] = {
         Fault("gh.no-auth", "the verity workspace has no stored gh/git credentials"),
         Fault("openrouter.orphan-key", "an sbx- key of a closed run is still listed (never revoked)"),
         # issue 20: hostile answers
+        Fault(
+            "vm.control-chars",
+            "the VM's OpenRouter answers and error bodies (read by curl on the VM) carry terminal escapes "
+            "and C0 characters; one roster model (the second) is down",
+        ),
         Fault(
             "cp.path-shaped-id",
             "gemini mission records carry the id '../../../admin/wipe-everything?confirm=yes#', not a UUID",

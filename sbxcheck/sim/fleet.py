@@ -43,6 +43,7 @@ from sbxcheck.sim.admin import KnobGate, SimAdmin, VmExists
 from sbxcheck.sim.controlplane import ControlPlaneDouble
 from sbxcheck.sim.faults import (
     CONTROLPLANE_TARGETS,
+    HOSTILE_TEXT,
     FaultSpec,
     is_controlplane_fault,
     is_fleet_host_fault,
@@ -582,6 +583,9 @@ class SimFleet:
                 key.models_down.add(sorted(MODEL_TABLE)[1])
             elif spec.name == "openrouter.reasoning-only":
                 key.reasoning_only = True
+            elif spec.name == "vm.control-chars":  # issue 20
+                key.hostile_text = HOSTILE_TEXT
+                key.models_down.add(sorted(MODEL_TABLE)[1])
             elif spec.name == "openrouter.key-exhausted":
                 self.openrouter.set_usage(run.key_hash, 50.0)
             elif spec.name == "openrouter.key-uncapped":

@@ -57,13 +57,14 @@ EXPECTED: dict[str, dict[tuple[str, str | None], tuple[str, str]]] = {
     | {("C_model_answers", ALL_C): ("error", "infra_unreachable")},
     "vm.host-key-changed": {(c, None): ("error", "host_key_mismatch") for c in SSH_CHECKS}
     | {("C_model_answers", ALL_C): ("error", "host_key_mismatch")},
+    "vm.control-chars": {("C_model_answers", DOWN_MODEL): FAILED},  # issue 20: and every text neutralised
 }
 GROUPS = [
     ("vm.dirty-tree", "vm.no-pi", "openrouter.model-down"),
     ("vm.head-mismatch", "vm.no-models", "openrouter.reasoning-only"),
     ("vm.truncated-file", "vm.partial-cost", "openrouter.key-exhausted"),
     ("vm.no-app", "vm.zero-cost", "openrouter.key-uncapped"),
-    ("vm.unreachable", "vm.host-key-changed"),
+    ("vm.unreachable", "vm.host-key-changed", "vm.control-chars"),
     ("vm.no-runtime-key", "vm.foreign-tmp", "vm.ports-list"),
 ]
 
