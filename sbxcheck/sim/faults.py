@@ -113,6 +113,11 @@ FAULTS: dict[str, Fault] = {
             "the VM's OpenRouter answers and error bodies (read by curl on the VM) carry terminal escapes "
             "and C0 characters; one roster model (the second) is down",
         ),
+        Fault("state.ledger-fifo", "the state dir's ledger.jsonl is a FIFO (a reader without O_NONBLOCK hangs)"),
+        Fault(
+            "state.ledger-symlink",
+            "the state dir's ledger.jsonl is a symlink to a file outside it (an append would write there)",
+        ),
         Fault(
             "cp.path-shaped-id",
             "gemini mission records carry the id '../../../admin/wipe-everything?confirm=yes#', not a UUID",
@@ -154,8 +159,8 @@ def is_controlplane_fault(name: str) -> bool:
 
 
 def is_fleet_host_fault(name: str) -> bool:
-    """Faults of the fleet's own hosts and accounts (agent-core, the DGX, exe.dev, GitHub, orphan keys)."""
-    return name.startswith(("dgx.", "exedev.", "gh.")) or name == "openrouter.orphan-key"
+    """Faults of the fleet's own hosts and accounts (agent-core, the DGX, exe.dev, GitHub, orphan keys, state dir)."""
+    return name.startswith(("dgx.", "exedev.", "gh.", "state.")) or name == "openrouter.orphan-key"
 
 
 @dataclass(frozen=True)

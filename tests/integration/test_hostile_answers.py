@@ -105,3 +105,24 @@ def test_hostile_fleet_text_and_a_path_shaped_id(tmp_path: Path) -> None:
     for args in (["report", str(tmp_path / "canary-report")], ["history", str(history)]):
         shown = subprocess.run([*cli, *args], capture_output=True, timeout=60, check=False)
         assert shown.stdout and RAW_CONTROL.search(shown.stdout + shown.stderr) is None, args
+
+
+@pytest.mark.parametrize(
+    ("fault", "what"), [("state.ledger-fifo", "is a FIFO"), ("state.ledger-symlink", "is a symlink")]
+)
+def test_a_fifo_or_symlink_at_the_ledger_is_one_clear_error(tmp_path: Path, fault: str, what: str) -> None:
+    suites = tmp_path / "suites"
+    suites.mkdir()
+    shutil.copy(REPO / "gates" / "test_gate_ledger.py", suites / "test_gate_ledger.py")
+    with SimFleet(tmp_path / "fleet", [fault]) as fleet:
+        proc = _child(
+            tmp_path, "-m", "gate", str(suites), "--sbx-inventory", str(fleet.inventory_path),
+            "--sbx-report", "report",
+        )  # fmt: skip
+    document = json.loads((tmp_path / "report" / "results.json").read_text())
+    [item] = document["checks"]
+    assert (item["outcome"], item["classification"]) == ("error", "config_defect"), proc.stdout[-2000:]
+    assert what in item["message"] and "ledger.jsonl" in item["message"]
+    outside = tmp_path / "fleet" / "outside-the-state-dir.txt"
+    if outside.exists():
+        assert outside.read_text() == "not the ledger: must stay as it is\n"
