@@ -157,4 +157,5 @@ def _rejection(endpoint: str, result: McpToolResult) -> MissionRejected:
         error_code=code,
         valid_models=parse_valid_models(reason, doc),
         supported_efforts=parse_supported_efforts(reason),
+        holder=doc,
     )

@@ -111,11 +111,18 @@ class MissionRejected(ApiRejected):
         error_code: str | None = None,
         valid_models: Sequence[str] = (),
         supported_efforts: Sequence[str] = (),
+        holder: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(endpoint, status, reason, error_code=error_code)
         self.valid_models: list[str] = list(valid_models)
         self.supported_efforts: list[str] = list(supported_efforts)
         self.evidence.update(valid_models=self.valid_models, supported_efforts=self.supported_efforts)
+        # a 409 conflict names the mission that holds the workspace/lease: its id and title (issue 20)
+        self.holder: dict[str, str] = {
+            k: default_redactor().redact_text(v)[:200]
+            for k, v in (holder or {}).items()
+            if k in ("mission_id", "title") and isinstance(v, str)
+        }
 
 
 class ServerError(_HttpStatusError, TransportError):
@@ -751,6 +758,7 @@ class SandboxedClient:
                 error_code=code,
                 valid_models=parse_valid_models(resp.text, doc),
                 supported_efforts=parse_supported_efforts(resp.text),
+                holder=doc,
             )
         raise rejection(endpoint, status, reason, error_code=code)
 

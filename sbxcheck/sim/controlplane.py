@@ -250,6 +250,8 @@ DEFAULT_NODES: Final = (
 
 CANCEL_SLOW_S: Final = 3.0
 PATH_SHAPED_ID: Final = "../../../admin/wipe-everything?confirm=yes#"  # issue 20
+BUSY_HOLDER_ID: Final = "0b5e55ed-0000-4000-8000-000000000020"  # issue 20: the other session's mission
+BUSY_HOLDER_TAG: Final = "0ther5e5"
 
 CONTROLPLANE_FAULTS: Final[dict[str, str]] = {
     "cp.backend-crash": "target backend's missions run the DB migration, then fail `fn3 is not a function` "
@@ -281,10 +283,13 @@ CONTROLPLANE_FAULTS: Final[dict[str, str]] = {
     "cp.path-shaped-id": f"target backend's mission records carry the id {PATH_SHAPED_ID!r}, not a UUID",
     "cp.control-chars": "target backend's creates are refused 400 with terminal escapes and C0 control "
     "characters in the error text, and every workspace's status carries them",
+    "cp.workspace-busy": "target workspace already has another session's live mission: creates into it "
+    "are refused 409 workspace_occupied",
 }
 DEFAULT_FAULT_TARGETS: Final[dict[str, str]] = {
     "cp.path-shaped-id": "gemini",  # issue 20
     "cp.control-chars": "opencode",  # issue 20
+    "cp.workspace-busy": "verity",  # issue 20
     "cp.backend-crash": "opencode",
     "cp.model-not-found": "opencode",
     "cp.effort-reject-max": "codex",
@@ -1041,6 +1046,16 @@ class ControlPlaneDouble:
             ws_id = parsed
         workspace = self._workspaces[ws_id]
         # 11. workspace occupied
+        if self._fault_on("cp.workspace-busy", workspace.name, ws_id):  # issue 20: another session holds it
+            return _json_text(
+                409,
+                {
+                    "error": "workspace_occupied",
+                    "mission_id": BUSY_HOLDER_ID,
+                    "title": f"sbxcheck {BUSY_HOLDER_TAG} canary codex-{workspace.name}",
+                    "message": f"Workspace {workspace.name} already has a live mission {BUSY_HOLDER_ID}",
+                },
+            )
         if ws_id not in self.occupancy_exempt:
             for m in self._missions.values():
                 if m.record["workspace_id"] == ws_id and m.status not in TERMINAL:

@@ -127,6 +127,10 @@ FAULTS: dict[str, Fault] = {
             "opencode creates are refused with terminal escapes and C0 characters in the error text; "
             "workspace status fields carry them too",
         ),
+        Fault(
+            "cp.workspace-busy",
+            "the verity workspace already has another session's live mission: creates into it get 409",
+        ),
     )
 }
 
@@ -150,6 +154,7 @@ CONTROLPLANE_TARGETS: dict[str, str] = {
     "fleet.degraded-disk": "*",
     "cp.path-shaped-id": "gemini",  # issue 20
     "cp.control-chars": "opencode",  # issue 20
+    "cp.workspace-busy": "verity",  # issue 20
 }
 
 

@@ -15,6 +15,7 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -196,5 +197,19 @@ def send(
         if resp.status_code in policy.statuses and not last:
             time.sleep(policy.wait_s(attempt, resp))
             continue
+        if 300 <= resp.status_code < 400:  # issue 20: redirects are never followed, and said so
+            raise _redirect_error(label, resp)
         return resp
-    raise AssertionError("unreachable")  # pragma: no cover - the loop always returns or raises
+    raise AssertionError("unreachable")
+
+
+def _redirect_error(label: str, resp: httpx.Response) -> BadResponseError:
+    """A 3xx: an unexpected redirect, naming only its Location's host (a query may hold a token)."""
+    location = resp.headers.get("location", "")
+    host = urlsplit(location).hostname if location else None
+    where = f"to host {host}" if host else ("to the same host" if location else "without a Location")
+    return BadResponseError(
+        f"{label}: unexpected redirect {resp.status_code} {where}; redirects are not followed "
+        "(check the configured URL: scheme, host and path prefix)",
+        evidence={"endpoint": label, "status": resp.status_code, "location_host": host},
+    )  # pragma: no cover - the loop always returns or raises

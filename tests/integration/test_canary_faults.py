@@ -89,7 +89,7 @@ def test_every_controlplane_fault_is_in_the_matrix() -> None:
 
     # cp.create-500 and cp.cancel-slow (interrupt aids) are exercised by tests/reliability, the hostile
     # answers of issue 20 by tests/integration/test_hostile_answers.py
-    hostile = ("cp.path-shaped-id", "cp.control-chars")
+    hostile = ("cp.path-shaped-id", "cp.control-chars", "cp.workspace-busy")
     cp_faults = {
         f
         for f in FAULTS

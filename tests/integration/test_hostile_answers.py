@@ -2,7 +2,7 @@
 
 One simulated fleet with every hostile-answer fault: a control plane answering a path-shaped
 mission id, control characters in the VM's output (its OpenRouter answers), in HTTP error bodies
-and in status fields. One gate and one canary session share a history dir.
+and in status fields, and a workspace held by another session. One gate and one canary session share a history dir.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def test_hostile_fleet_text_and_a_path_shaped_id(tmp_path: Path) -> None:
     for suite in (GATE_SUITE, *CANARY_SUITES):
         shutil.copy(suite, suites / suite.name)
     history, state = tmp_path / "history", tmp_path / "state"
-    faults = ["vm.control-chars", "cp.path-shaped-id", "cp.control-chars"]
+    faults = ["vm.control-chars", "cp.path-shaped-id", "cp.control-chars", "cp.workspace-busy"]
     with SimFleet(tmp_path / "fleet", faults) as fleet:
         cp = fleet.controlplane
         assert cp is not None
@@ -94,6 +94,10 @@ def test_hostile_fleet_text_and_a_path_shaped_id(tmp_path: Path) -> None:
     dispatched = checks["test_route_dispatched[gemini-flash]"]
     assert (dispatched["outcome"], dispatched["classification"]) == ("error", "bad_response")
     assert "field 'id' is not a canonical hyphenated UUID" in dispatched["message"]
+    for name in ("codex-verity", "opencode-verity"):  # held by another session: could not tell
+        busy = checks[f"test_workspace_visible[{name}]"]
+        assert (busy["outcome"], busy["classification"]) == ("error", "infrastructure"), busy["message"]
+        assert "busy with session 0ther5e5's live mission" in busy["message"]
     refused = checks["test_route_dispatched[opencode-glm]"]
     assert refused["outcome"] == "failed" and "^[]52;c;" in refused["message"]  # shown, not obeyed
     # control characters in every kind of fleet text: nothing raw in any output

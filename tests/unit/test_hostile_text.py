@@ -146,3 +146,46 @@ def test_a_url_with_userinfo_is_refused_at_load_without_showing_it(tmp_path: Pat
     message = str(info.value)
     assert "must not carry a user name or password" in message and fix in message
     assert "Hunter2" not in message and "\n" not in message
+
+
+def test_a_redirect_is_named_with_its_host_only() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(302, headers={"location": "https://evil.example/login?token=abc123secret"})
+
+    client = SandboxedClient("http://cp.test", token="t0ken-abcdef", transport=httpx.MockTransport(handler))
+    with pytest.raises(BadResponseError) as info:
+        client.health()
+    message = str(info.value)
+    assert "unexpected redirect 302 to host evil.example" in message and "not followed" in message
+    assert "abc123secret" not in message and "not JSON" not in message
+
+
+def test_a_workspace_held_by_another_session_is_could_not_tell_not_a_config_defect() -> None:
+    from sbxcheck.checks.missions import check_workspace_visible
+    from sbxcheck.clients.sandboxed import MissionRejected
+    from sbxcheck.inventory import RouteSpec, WorkspaceCanarySpec
+    from sbxcheck.lifecycle import CanaryRun, RouteRun
+    from sbxcheck.results import Classification, Outcome
+
+    body = {
+        "error": "workspace_occupied",
+        "mission_id": UUID,
+        "title": "sbxcheck 1b76e8e6 canary codex-verity",
+        "message": f"Workspace verity already has a live mission {UUID}",
+    }
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(409, json=body)
+
+    client = SandboxedClient("http://cp.test", token="t0ken-abcdef", transport=httpx.MockTransport(handler))
+    with pytest.raises(MissionRejected) as info:
+        client.create_mission(title="sbxcheck 9f00aa11 canary codex-verity", prompt="p", workspace_id=UUID)
+    spec = WorkspaceCanarySpec(backend="codex", workspace="verity", checkout="/work/verity")
+    run = RouteRun(
+        route=RouteSpec(backend="codex", workspace="verity"), title="t", idempotency_key="k", requested={}
+    )
+    run.rejection = info.value
+    result = check_workspace_visible(CanaryRun(spec=spec, run=run))
+    assert (result.outcome, result.classification) == (Outcome.ERROR, Classification.INFRASTRUCTURE)
+    assert "busy with session 1b76e8e6's live mission" in result.message and UUID in result.message
+    assert result.evidence["holder_session_tag"] == "1b76e8e6"
