@@ -12,6 +12,8 @@ import pytest
 import sbxcheck.fixtures  # noqa: F401  imported once here: pytester drops modules a run imports itself
 from sbxcheck.outputs import output_path_problem
 
+REPO = Path(__file__).resolve().parents[2]
+
 SUITE = """
 import os
 import pytest
@@ -89,3 +91,27 @@ def test_a_crashed_run_after_a_passing_one_leaves_no_green_report(tmp_path: Path
     assert crashed.returncode == 3
     left = {p.name for p in (tmp_path / "rep").iterdir()}
     assert not left & {"results.json", "junit.xml", "report.html"}, left
+
+
+def test_a_password_in_a_configured_url_reaches_no_output(tmp_path: Path) -> None:
+    """Issue 20: ``http://user:PASSWORD@host`` is refused at load; the password is in no output at all."""
+    password = "Hunter2-Passw0rd-xyz"
+    (tmp_path / "inv.toml").write_text(
+        f'[sandboxed]\nurl = "http://admin:{password}@127.0.0.1:9/"\npassword_env = "SBX_TEST_PW"\n'
+        f'[sssf]\ncheckout = "."\nopenrouter_base_url = "https://u:{password}@127.0.0.1:9/api/v1"\n'
+    )
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "pytest", *QUIET, "-q", str(REPO / "canaries" / "test_fleet.py"), "-m", "canary",
+            "--sbx-inventory", "inv.toml", "--sbx-report", "rep", "--sbx-history", "hist",
+            "--alluredir", "allure",
+        ],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "SBX_TEST_PW": "not-the-url-one"},
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "must not carry a user name or password" in proc.stdout
+    outputs = [proc.stdout, proc.stderr] + [
+        p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file() and p.name != "inv.toml"
+    ]
+    assert len(outputs) > 4 and sum(text.count(password) for text in outputs) == 0
