@@ -142,3 +142,15 @@ def test_an_unusable_ledger_is_a_config_defect(tmp_path: Path) -> None:
     with pytest.raises(LedgerError) as info:
         Ledger(tmp_path).state()
     assert info.value.classification is Classification.CONFIG_DEFECT
+
+
+def test_sbxcheck_ledger_compact(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from sbxcheck.cli import main
+
+    ledger = Ledger(tmp_path)
+    live = ledger.record_intent("mission", "live", run_id=None)
+    ledger.mark_released(ledger.record_intent("mission", "gone", run_id=None), "cancelled")
+    assert main(["ledger", "compact", str(tmp_path)]) == 0
+    assert "kept 1 open and 1 recent closed entries" in capsys.readouterr().out
+    assert [e.id for e in Ledger(tmp_path).open_entries()] == [live]
+    release_owner_locks(tmp_path)
