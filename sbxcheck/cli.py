@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from sbxcheck import __version__
+from sbxcheck.display import for_display
 from sbxcheck.errors import SbxError
 
 PID_FILE = "sim.pid"
@@ -81,6 +82,13 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="the inventory to check (default: $SBXCHECK_INVENTORY, else ./sbxcheck.toml, else the embedded fleet)",
     )
+    ledger = sub.add_parser("ledger", help="the ledger of what sessions created").add_subparsers(
+        dest="ledger_command", required=True
+    )
+    compact = ledger.add_parser(
+        "compact", help="rewrite STATE_DIR/ledger.jsonl to its open and recent closed entries"
+    )
+    compact.add_argument("state_dir", type=Path, help="the state dir (--sbx-state), e.g. .sbxcheck/state")
     sub.add_parser("version", help="print the version")
     return parser
 
@@ -99,6 +107,11 @@ def main(argv: list[str] | None = None) -> int:
             return _report(args.dir)
         if args.command == "history":
             return _history(args.dir, args.keep)
+        if args.command == "ledger":
+            from sbxcheck.ledger import Ledger
+
+            print(for_display(Ledger(args.state_dir).compact().describe()))
+            return 0
         if args.sim_command == "faults":
             from sbxcheck.sim.faults import describe_faults
 
@@ -110,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             return _up(args.dir, args.fault, args.seed, args.runs)
         return _down(args.dir)
     except SbxError as exc:
-        print(f"sbxcheck: {exc.message}", file=sys.stderr)
+        print(f"sbxcheck: {for_display(exc.message)}", file=sys.stderr)
         return 2
 
 
@@ -212,17 +225,22 @@ def _down(root: Path) -> int:
     return 0
 
 
+def _say(text: str) -> None:
+    """Print text read from a report: redacted, then control characters shown visibly."""
+    print(for_display(text))
+
+
 def _report(directory: Path) -> int:
     from sbxcheck.report import load_report
 
     report = load_report(directory / "results.json" if directory.is_dir() else directory)
-    print(f"inventory: {report.inventory.source}  ({report.started_at} → {report.finished_at})")
-    print("checks: " + ", ".join(f"{v} {k}" for k, v in report.summary.items()))
+    _say(f"inventory: {report.inventory.source}  ({report.started_at} → {report.finished_at})")
+    _say("checks: " + ", ".join(f"{v} {k}" for k, v in report.summary.items()))
     for rec in report.checks:
         cls = rec.classification.value if rec.classification else ""
-        print(f"  {rec.outcome.value:7} {cls:18} {rec.nodeid}")
+        _say(f"  {rec.outcome.value:7} {cls:18} {rec.nodeid}")
     for inc in report.incidents:
-        print(
+        _say(
             f"incident {inc.id} [{inc.classification.value}] {inc.summary}\n  next step: {inc.recommendation}"
         )
     failing = report.summary.get("failed", 0) + report.summary.get("error", 0)
@@ -242,7 +260,7 @@ def _history(directory: Path, keep: int | None) -> int:
     store = HistoryStore(directory, keep or max(DEFAULT_KEEP, len(HistoryStore(directory).entries())))
     runs, warnings = store.load()
     view = analyse(runs[-keep:] if keep else runs, warnings)
-    sys.stdout.write(render_history_text(view))
+    sys.stdout.write(for_display(render_history_text(view)))  # redacted, control characters shown
     if not view.runs:
         return 2
     return 0 if view.runs[-1].verdict == "passed" else 1

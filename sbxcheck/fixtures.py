@@ -152,7 +152,11 @@ def sbx_gate_model(request: pytest.FixtureRequest) -> tuple[GateRun, str | None]
 @pytest.fixture
 def sbx_ledger_entry(request: pytest.FixtureRequest) -> LedgerEntry:
     """One entry earlier sessions left open in the ledger (mounts are gate items, missions canary items)."""
-    entry: LedgerEntry = _target(request)
+    from sbxcheck.errors import SbxError
+
+    entry: LedgerEntry | SbxError = _target(request)
+    if isinstance(entry, SbxError):  # the ledger itself could not be read (a FIFO, a symlink, ...)
+        raise entry
     return entry
 
 

@@ -124,6 +124,7 @@ class SssfSection(_Strict):
     def _http_url(cls, value: str) -> str:
         if not value.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
+        _no_userinfo(value, "put the key in the env var provisioning_key_env names")
         return value.rstrip("/")
 
     @field_validator("vm_host_suffix")
@@ -217,6 +218,13 @@ class McpSection(_Strict):
 
 GITHUB_HOST_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::\d{1,5})?$")
 GIT_REMOTE_RE = re.compile(r"^(?:https|ssh)://(?P<auth>[^/@]*@)?[A-Za-z0-9.-]+(?::\d{1,5})?/\S+$")
+
+
+def _no_userinfo(url: str, fix: str) -> None:
+    """Refuse ``http://user:PASSWORD@host``: a secret in a URL would be sent, logged and echoed (issue 20)."""
+    authority = url.split("://", 1)[1].split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+    if "@" in authority:
+        raise ValueError(f"must not carry a user name or password (user:…@host); {fix}")
 
 
 def credential_free_remote(url: str) -> bool:
@@ -371,6 +379,7 @@ class SandboxedSection(_Strict):
     def _http_url(cls, value: str) -> str:
         if not value.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
+        _no_userinfo(value, "name the env var holding the password in password_env (or a JWT in token_env)")
         return value.rstrip("/")
 
     @model_validator(mode="after")

@@ -30,8 +30,19 @@ without a final newline, write the whole line with one ``O_APPEND`` write and ``
 before unlocking, so concurrent processes (pytest-xdist workers) never interleave a line.
 Readers take ``LOCK_SH``. Every lock wait is bounded.
 
+Hostile or broken state (issue 20): the ledger is opened with ``O_NOFOLLOW`` and ``O_NONBLOCK``
+and must be a regular file; a symlink, FIFO or device at its path is one clear
+:class:`~sbxcheck.errors.LedgerError`, at once. Reads are incremental: a :class:`Ledger` folds the
+file once and afterwards reads only what was appended since (an append never re-reads the file).
+A fold keeps every open entry and the last :data:`KEEP_CLOSED` closed ones. Above
+:data:`COMPACT_ABOVE_BYTES` the ledger is compacted (automatically, with a warning, or by
+``sbxcheck ledger compact``): rewritten to its kept entries, atomically, under the exclusive lock;
+the previous file stays beside it as ``ledger.jsonl.old`` (one generation). Every writer and reader
+re-opens the path when it finds, under its lock, that a compaction replaced the file.
+
 Liveness: a process that writes an intent holds an exclusive ``flock`` on
-``<state_dir>/owners/<pid>-<start>-<host>.lock`` until it exits (the kernel drops it then, even on
+``<state_dir>/owners/<pid>-<start>-<host>.lock`` until its session ends (the file is then
+removed: :func:`release_owner_locks`) or it exits (the kernel drops the lock then, even on
 SIGKILL). An entry's owner is alive while that lock is held; nothing of a live owner is ever
 treated as leaked. Without a lock file (an older ledger), a pid that no longer runs on this host
 is the only proof of death; an owner on another host then counts as alive.
@@ -47,16 +58,20 @@ import logging
 import os
 import re
 import socket
+import stat
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
 from sbxcheck.errors import LedgerError
 from sbxcheck.redact import default_redactor
+from sbxcheck.results import Classification
 from sbxcheck.safeio import loads_bounded
 
 __all__ = [
@@ -66,13 +81,21 @@ __all__ = [
     "Ledger",
     "LedgerEntry",
     "LedgerError",
+    "LedgerFileError",
     "OwnerLock",
     "default_owner",
+    "release_owner_locks",
 ]
 
 LEDGER_FILE = "ledger.jsonl"
 FORMAT_VERSION = 1
 LOCK_WAIT_S = 10.0  # an append holds the lock for one write + fsync; this is generous
+KEEP_CLOSED = 1000  # closed entries a fold (and a compaction) keeps: the most recent ones
+COMPACT_ABOVE_BYTES = 1 << 20  # a larger ledger is compacted on its next read (with a warning)
+_READ_CHUNK = 1 << 20
+_REOPEN_TRIES = 1000  # re-opens after compactions replaced the file (also bounded by the lock wait)
+_MAX_WARNINGS = 50
+_SHORT_LINE = 2048
 _POLL_S = 0.02
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
@@ -168,6 +191,10 @@ class Ledger:
         self.lock_timeout_s = lock_timeout_s
         self.session = session  # written on every intent: which pytest session (xdist workers share it)
         self.warnings: list[str] = []  # from the last fold
+        self._fold: _Fold | None = None  # what was read so far (incremental)
+        self._written: set[str] = set()  # intent ids this object appended
+        self._logged = 0  # fold warnings already logged
+        self._auto_compacted = False
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -241,11 +268,11 @@ class Ledger:
         data = (json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
         try:
             self.state_dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
         except OSError as exc:
             raise LedgerError(f"{self.path}: cannot open ledger ({exc.strerror})") from None
+        fd = self._open_locked(os.O_RDWR | os.O_APPEND, fcntl.LOCK_EX, create=True)
+        assert fd is not None
         try:
-            _flock(fd, fcntl.LOCK_EX, self.lock_timeout_s, str(self.path))
             if must_exist and not self._has_intent(fd, record["id"]):
                 raise LedgerError(f"{self.path}: no ledger entry with id {record['id']!r}")
             size = os.fstat(fd).st_size
@@ -255,15 +282,52 @@ class Ledger:
             while view:
                 view = view[os.write(fd, view) :]
             os.fsync(fd)
+            if record.get("op") == "intent":
+                self._written.add(record["id"])
         except OSError as exc:
             raise LedgerError(f"{self.path}: cannot append to ledger ({exc.strerror})") from None
         finally:
             os.close(fd)  # closing drops the flock
 
+    def _open_locked(self, flags: int, lock: int, *, create: bool = False) -> int | None:
+        """The ledger opened safely (:func:`_open_regular`) and locked; None when it does not exist.
+
+        A compaction replaces the file while others wait on the old one's lock: whoever then gets
+        that lock finds the path naming another file, and opens again (bounded).
+        """
+        deadline = time.monotonic() + self.lock_timeout_s
+        for _ in range(_REOPEN_TRIES):
+            fd = _open_regular(self.path, flags, create=create)
+            if fd is None:
+                return None
+            try:
+                _flock(fd, lock, self.lock_timeout_s, str(self.path))
+                held = os.fstat(fd)
+                try:
+                    now = os.stat(self.path, follow_symlinks=False)
+                except FileNotFoundError:
+                    now = None
+            except BaseException:
+                os.close(fd)
+                raise
+            if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+                return fd
+            os.close(fd)
+            if time.monotonic() >= deadline:
+                break
+        raise LedgerError(f"{self.path}: replaced by compactions again and again while waiting for its lock")
+
     def _has_intent(self, fd: int, entry_id: str) -> bool:
-        """Whether an intent line for ``entry_id`` exists (read through ``fd``, lock held)."""
-        for raw in self._read_fd(fd).splitlines():
-            if entry_id not in raw:
+        """Whether an intent line for ``entry_id`` exists (lock held): known ones at once, else a scan."""
+        if entry_id in self._written:
+            return True
+        fold = self._refresh(fd)
+        if entry_id in fold.entries:
+            return True
+        # an old closed entry the fold no longer keeps: stream through the file (bounded memory)
+        needle = entry_id.encode()
+        for _, raw, _whole in _lines(fd, 0, os.fstat(fd).st_size):
+            if needle not in raw:
                 continue
             with contextlib.suppress(ValueError):
                 obj = loads_bounded(raw)
@@ -271,43 +335,90 @@ class Ledger:
                     return True
         return False
 
-    @staticmethod
-    def _read_fd(fd: int) -> str:
-        size = os.fstat(fd).st_size
-        chunks, offset = [], 0
-        while offset < size:
-            chunk = os.pread(fd, min(1 << 20, size - offset), offset)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            offset += len(chunk)
-        return b"".join(chunks).decode("utf-8", errors="replace")
+    def _refresh(self, fd: int) -> _Fold:
+        """Fold what was appended since the last read (everything, when the file is another one)."""
+        st = os.fstat(fd)
+        fold = self._fold
+        if fold is None or (fold.dev, fold.ino) != (st.st_dev, st.st_ino) or st.st_size < fold.offset:
+            fold = self._fold = _Fold(st.st_dev, st.st_ino, source=str(self.path))
+        fold.read(fd, st.st_size)
+        return fold
 
     # -- reading ---------------------------------------------------------------------------
 
     def state(self) -> list[LedgerEntry]:
-        """Fold the log into entries (in intent order); problems go to ``self.warnings``."""
-        try:
-            fd = os.open(self.path, os.O_RDONLY)
-        except FileNotFoundError:
+        """Fold the log into entries (in intent order); problems go to ``self.warnings``.
+
+        Every open entry is returned, and the last :data:`KEEP_CLOSED` closed ones.
+        """
+        fd = self._open_locked(os.O_RDONLY, fcntl.LOCK_SH)
+        if fd is None:
+            self._fold = None
             self.warnings = []
             return []
-        except OSError as exc:
-            raise LedgerError(f"{self.path}: cannot read ledger ({exc.strerror})") from None
         try:
-            _flock(fd, fcntl.LOCK_SH, self.lock_timeout_s, str(self.path))
-            text = self._read_fd(fd)
+            fold = self._refresh(fd)
+            size = os.fstat(fd).st_size
         finally:
             os.close(fd)
-        entries, warnings = _fold(text, str(self.path))
-        self.warnings = warnings
-        for message in warnings:
+        entries = fold.materialized()
+        for message in fold.warnings[self._logged :]:
             log.warning("%s", message)
-        return entries
+        self._logged = len(fold.warnings)
+        self.warnings = list(fold.warnings)
+        if size > COMPACT_ABOVE_BYTES and fold.dropped and not self._auto_compacted:
+            self._auto_compacted = True  # once per Ledger: a ledger of open entries alone stays as it is
+            message = self.compact().describe()
+            log.warning("%s", message)
+            entries = self.state()
+            self.warnings.append(message)
+            return entries
+        return [replace(e, detail=dict(e.detail)) for e in entries]
 
     def open_entries(self, exclude_owner: str | None = None) -> list[LedgerEntry]:
         """Entries that may still stand for something (open, created, kept, abandoned)."""
         return [e for e in self.state() if e.is_open and e.owner != exclude_owner]
+
+    def compact(self) -> CompactResult:
+        """Rewrite the ledger to its open entries and last closed ones; the old file becomes ``.old``.
+
+        Under the exclusive lock, written to a temporary file, fsynced, then renamed over the ledger
+        (atomic: a reader sees the old file or the new one). Nothing open is ever dropped.
+        """
+        fd = self._open_locked(os.O_RDWR, fcntl.LOCK_EX)
+        if fd is None:
+            return CompactResult(str(self.path), 0, 0, 0, 0, 0)
+        tmp = self.state_dir / f".{LEDGER_FILE}.compact-{os.getpid()}"
+        try:
+            before = os.fstat(fd).st_size
+            fold = self._refresh(fd)  # what this object folded already is not read again
+            kept = fold.materialized()
+            text = "".join(_entry_lines(e) for e in kept).encode("utf-8")
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                view = memoryview(text)
+                while view:
+                    view = view[os.write(out, view) :]
+                os.fsync(out)
+            finally:
+                os.close(out)
+            old = self.path.with_name(LEDGER_FILE + ".old")
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(old)
+            os.link(self.path, old, follow_symlinks=False)
+            os.replace(tmp, self.path)
+            _fsync_dir(self.state_dir)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise LedgerError(f"{self.path}: cannot compact the ledger ({exc.strerror})") from None
+        finally:
+            os.close(fd)
+        opened = sum(1 for e in kept if e.is_open)
+        self._fold = None
+        return CompactResult(str(self.path), before, len(text), opened, len(kept) - opened, fold.dropped)
 
     def owner_alive(self, entry: LedgerEntry) -> bool:
         """True unless the owner is provably gone.
@@ -321,6 +432,24 @@ class Ledger:
         if held is not None:
             return held
         return _pid_alive(entry)
+
+
+def release_owner_locks(state_dir: Path | None = None) -> list[Path]:
+    """At session end: drop this process's owner lock(s) and remove their files (of ``state_dir``, or all).
+
+    Owner-lock names are unique to one process, so no one else ever waits on the file: removing it
+    (before the lock is dropped) cannot race. A later intent of this process takes a new one.
+    """
+    wanted = None if state_dir is None else str(Path(state_dir).resolve())
+    removed = []
+    with _OWNER_LOCKS_GUARD:
+        for key in [k for k in _HELD_OWNER_LOCKS if k[1] == os.getpid() and wanted in (None, k[0])]:
+            lock = _HELD_OWNER_LOCKS.pop(key)
+            with contextlib.suppress(FileNotFoundError):
+                lock.path.unlink()
+                removed.append(lock.path)
+            lock.release()
+    return removed
 
 
 def owner_lock_name(owner: str, start: str | None) -> str:
@@ -381,65 +510,303 @@ def _opt_str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _fold(text: str, source: str) -> tuple[list[LedgerEntry], list[str]]:
-    entries: dict[str, LedgerEntry] = {}
-    warnings: list[str] = []
-    lines = text.split("\n")
-    last = len(lines) - 1
-    for number, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        where = f"{source}:{number}"
+class LedgerFileError(LedgerError):
+    """The ledger's path holds something else than a regular file (a symlink, FIFO, device, ...).
+
+    A state-dir problem the operator fixes (``config_defect``), not a bug of sbxcheck.
+    """
+
+    classification = Classification.CONFIG_DEFECT
+
+
+def _open_regular(path: Path, flags: int, *, create: bool = False) -> int | None:
+    """Open ``path`` only as a regular file, never through a symlink and never blocking on a FIFO.
+
+    None when it does not exist (and ``create`` is false); a symlink, FIFO, socket or device is a
+    :class:`LedgerError` naming what was found, at once.
+    """
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        found = None
+    except OSError as exc:
+        raise LedgerError(f"{path}: cannot open ledger ({exc.strerror})") from None
+    if found is None and not create:
+        return None
+    if found is not None and not stat.S_ISREG(found.st_mode):
+        raise LedgerFileError(_not_regular(path, found.st_mode))
+    extra = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+    try:
+        fd = os.open(path, flags | extra, 0o600)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO):  # swapped for a symlink or a FIFO since lstat
+            raise LedgerFileError(_not_regular(path, os.lstat(path).st_mode)) from None
+        raise LedgerError(f"{path}: cannot open ledger ({exc.strerror})") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise LedgerFileError(_not_regular(path, mode))
+    return fd
+
+
+def _not_regular(path: Path, mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        what = f"a symlink (to {os.readlink(path)}); sbxcheck never follows a link to its ledger"
+    elif stat.S_ISFIFO(mode):
+        what = "a FIFO"
+    elif stat.S_ISDIR(mode):
+        what = "a directory"
+    elif stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+        what = "a device or socket"
+    else:
+        what = "not a regular file"
+    return f"{path}: is {what}, not a regular file; move it away or use another --sbx-state"
+
+
+def _lines(fd: int, start: int, end: int) -> Iterator[tuple[int, bytes, bool]]:
+    """``(offset after the line, line, ended by a newline)`` for each line in ``[start, end)``.
+
+    Read in bounded chunks; the last piece is yielded even without a final newline (a torn line).
+    """
+    offset, rest, rest_at = start, b"", start  # ``rest`` (not yet a whole line) begins at ``rest_at``
+    while offset < end:
+        chunk = os.pread(fd, min(_READ_CHUNK, end - offset), offset)
+        if not chunk:
+            break
+        offset += len(chunk)
+        rest += chunk
+        pos = 0
+        while (newline := rest.find(b"\n", pos)) >= 0:
+            yield rest_at + newline + 1, rest[pos:newline], True
+            pos = newline + 1
+        rest_at += pos
+        rest = rest[pos:]
+    if rest:
+        yield rest_at + len(rest), rest, False
+
+
+# an intent line as Ledger._append writes it: its id is read without parsing the (long) line
+_INTENT_HEAD = re.compile(rb'\{"v":1,"ts":"[^"\\]*","op":"intent","id":"([0-9a-f]{32})",')
+
+
+@dataclass
+class _Unparsed:
+    """An intent line not parsed yet, with the status lines folded onto it (most are closed, then forgotten)."""
+
+    line: int
+    raw: bytes
+    statuses: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    state: str = "open"
+
+
+class _Fold:
+    """The ledger folded so far: entries (open ones and the last :data:`KEEP_CLOSED` closed ones).
+
+    Intent lines are parsed only when their entry is wanted (an old closed entry never is), so a
+    fold costs about one regular-expression match per intent and one small parse per status line.
+    """
+
+    def __init__(self, dev: int, ino: int, *, source: str) -> None:
+        self.dev, self.ino, self.source = dev, ino, source
+        self.offset = 0  # bytes folded so far
+        self.line = 0
+        self.entries: dict[str, LedgerEntry | _Unparsed] = {}  # in intent order
+        self.closed: OrderedDict[str, None] = OrderedDict()  # closed ids, oldest first
+        self.dropped = 0  # closed entries forgotten beyond KEEP_CLOSED
+        self.warnings: list[str] = []
+        self.more_warnings = 0
+        self.torn_warning: int | None = None  # index of the warning about a torn last line
+
+    def read(self, fd: int, end: int) -> None:
+        """Fold the bytes from :attr:`offset` to ``end``."""
+        if self.torn_warning is not None and end > self.offset:  # the torn line is no longer the last
+            i = self.torn_warning
+            self.warnings[i] = self.warnings[i].replace("torn last line", "unparseable line")
+            self.torn_warning = None
+        for after, raw, whole in _lines(fd, self.offset, end):
+            self.line += 1
+            self.offset = after
+            if raw.strip():
+                self._fold_line(raw, torn=not whole)
+
+    def materialized(self) -> list[LedgerEntry]:
+        """Every kept entry, parsed (in intent order)."""
+        out = []
+        for entry_id, value in list(self.entries.items()):
+            entry = self._parse(entry_id, value) if isinstance(value, _Unparsed) else value
+            if entry is not None:
+                out.append(entry)
+        return out
+
+    def _parse(self, entry_id: str, pending: _Unparsed) -> LedgerEntry | None:
         try:
-            obj = loads_bounded(raw)
+            obj = loads_bounded(pending.raw)
         except ValueError:
-            torn = number - 1 == last  # no final newline: a write cut short by a crash
-            what = "torn last line" if torn else "unparseable line"
-            warnings.append(f"{where}: {what} skipped ({len(raw)} bytes)")
-            continue
+            self._warn(f"{self.source}:{pending.line}: unparseable line skipped ({len(pending.raw)} bytes)")
+            del self.entries[entry_id]
+            self.closed.pop(entry_id, None)
+            return None
+        entry = _intent_entry(entry_id, obj)
+        for _, status in pending.statuses:
+            _apply_status(entry, status)
+        self.entries[entry_id] = entry
+        return entry
+
+    def _warn(self, message: str) -> None:
+        if len(self.warnings) < _MAX_WARNINGS:
+            self.warnings.append(message)
+        else:
+            self.more_warnings += 1
+            if self.more_warnings == 1:
+                self.warnings.append(f"{self.source}: further problems are not listed")
+
+    def _fold_line(self, raw: bytes, *, torn: bool) -> None:
+        where = f"{self.source}:{self.line}"
+        head = None if torn else _INTENT_HEAD.match(raw)
+        if head is not None and raw.endswith(b"}"):
+            entry_id = head.group(1).decode()
+            if entry_id in self.entries:
+                self._warn(f"{where}: duplicate intent for {entry_id} skipped")
+            else:
+                self.entries[entry_id] = _Unparsed(self.line, raw)
+            return
+        try:
+            # a short line (a status line) cannot hold much nesting: the plain parser is enough
+            obj = _loads_short(raw) if len(raw) <= _SHORT_LINE else loads_bounded(raw)
+        except ValueError:
+            self._warn(f"{where}: {'torn last line' if torn else 'unparseable line'} skipped ({len(raw)} bytes)")
+            if torn and self.warnings[-1].startswith(where):
+                self.torn_warning = len(self.warnings) - 1
+            return
         op = obj.get("op") if isinstance(obj, dict) else None
         entry_id = obj.get("id") if isinstance(obj, dict) else None
         if not isinstance(entry_id, str) or not isinstance(op, str):
-            warnings.append(f"{where}: line without 'op' and 'id' skipped")
-            continue
-        ts = _opt_str(obj.get("ts")) or ""
+            self._warn(f"{where}: line without 'op' and 'id' skipped")
+            return
         if op == "intent":
-            if entry_id in entries:
-                warnings.append(f"{where}: duplicate intent for {entry_id} skipped")
-                continue
-            ident = _opt_str(obj.get("ident")) or ""
-            detail = obj.get("detail")
-            entries[entry_id] = LedgerEntry(
-                id=entry_id,
-                kind=_opt_str(obj.get("kind")) or "?",
-                ident=ident,
-                intended_ident=ident,
-                run_id=_opt_str(obj.get("run_id")),
-                owner=_opt_str(obj.get("owner")) or "?",
-                owner_start=_opt_str(obj.get("owner_start")),
-                session=_opt_str(obj.get("session")),
-                detail=detail if isinstance(detail, dict) else {},
-                opened_at=ts,
-                updated_at=ts,
-            )
-            continue
+            if entry_id in self.entries:
+                self._warn(f"{where}: duplicate intent for {entry_id} skipped")
+            else:
+                self.entries[entry_id] = _intent_entry(entry_id, obj)
+            return
         state = _STATUS_OPS.get(op)
         if state is None:
-            warnings.append(f"{where}: unknown op {op!r} skipped")
-            continue
-        entry = entries.get(entry_id)
-        if entry is None:
-            warnings.append(f"{where}: {op!r} for unknown entry {entry_id} skipped")
-            continue
-        entry.state = state
-        entry.updated_at = ts
-        if op == "created":
-            entry.ident = _opt_str(obj.get("ident")) or entry.ident
-        elif op == "released":
-            entry.how = _opt_str(obj.get("how"))
-        else:  # kept, abandoned, unmatched
-            entry.why = _opt_str(obj.get("why"))
-    return list(entries.values()), warnings
+            self._warn(f"{where}: unknown op {op!r} skipped")
+            return
+        target = self.entries.get(entry_id)
+        if target is None:
+            if self.dropped == 0:  # with closed entries forgotten, a late line for one is not news
+                self._warn(f"{where}: {op!r} for unknown entry {entry_id} skipped")
+            return
+        if isinstance(target, _Unparsed):
+            target.statuses.append((self.line, obj))
+            target.state = state
+        else:
+            _apply_status(target, obj)
+        if state not in CLOSED_STATES:
+            self.closed.pop(entry_id, None)
+            return
+        self.closed[entry_id] = None
+        self.closed.move_to_end(entry_id)
+        while len(self.closed) > KEEP_CLOSED:
+            oldest, _ = self.closed.popitem(last=False)
+            del self.entries[oldest]
+            self.dropped += 1
+
+
+def _loads_short(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+def _intent_entry(entry_id: str, obj: dict[str, Any]) -> LedgerEntry:
+    ts = _opt_str(obj.get("ts")) or ""
+    ident = _opt_str(obj.get("ident")) or ""
+    detail = obj.get("detail")
+    return LedgerEntry(
+        id=entry_id,
+        kind=_opt_str(obj.get("kind")) or "?",
+        ident=ident,
+        intended_ident=ident,
+        run_id=_opt_str(obj.get("run_id")),
+        owner=_opt_str(obj.get("owner")) or "?",
+        owner_start=_opt_str(obj.get("owner_start")),
+        session=_opt_str(obj.get("session")),
+        detail=detail if isinstance(detail, dict) else {},
+        opened_at=ts,
+        updated_at=ts,
+    )
+
+
+def _apply_status(entry: LedgerEntry, obj: dict[str, Any]) -> None:
+    op = str(obj.get("op"))
+    entry.state = _STATUS_OPS[op]
+    entry.updated_at = _opt_str(obj.get("ts")) or ""
+    if op == "created":
+        entry.ident = _opt_str(obj.get("ident")) or entry.ident
+    elif op == "released":
+        entry.how = _opt_str(obj.get("how"))
+    else:  # kept, abandoned, unmatched
+        entry.why = _opt_str(obj.get("why"))
+
+
+def _entry_lines(entry: LedgerEntry) -> str:
+    """The lines that fold back into ``entry`` (its intent, its resolved ident, its last state)."""
+    records: list[dict[str, Any]] = [
+        {
+            "v": FORMAT_VERSION,
+            "ts": entry.opened_at,
+            "op": "intent",
+            "id": entry.id,
+            "kind": entry.kind,
+            "ident": entry.intended_ident,
+            "run_id": entry.run_id,
+            "owner": entry.owner,
+            "owner_start": entry.owner_start,
+            "session": entry.session,
+            "detail": entry.detail,
+        }
+    ]
+    if entry.ident != entry.intended_ident or entry.state == "created":
+        records.append(
+            {"v": FORMAT_VERSION, "ts": entry.updated_at, "op": "created", "id": entry.id, "ident": entry.ident}
+        )
+    if entry.state not in ("open", "created"):
+        extra = {"how": entry.how} if entry.state == "released" else {"why": entry.why}
+        records.append({"v": FORMAT_VERSION, "ts": entry.updated_at, "op": entry.state, "id": entry.id, **extra})
+    return "".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n" for r in records)
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@dataclass(frozen=True)
+class CompactResult:
+    """What :meth:`Ledger.compact` did."""
+
+    path: str
+    bytes_before: int
+    bytes_after: int
+    open_kept: int
+    closed_kept: int
+    closed_dropped: int
+
+    def describe(self) -> str:
+        return (
+            f"{self.path}: compacted {self.bytes_before} -> {self.bytes_after} bytes: kept {self.open_kept} "
+            f"open and {self.closed_kept} recent closed entries, dropped {self.closed_dropped} closed ones "
+            f"(the previous file is {LEDGER_FILE}.old)"
+        )
 
 
 class OwnerLock:
@@ -468,9 +835,12 @@ class OwnerLock:
         wait = self.timeout_s if timeout_s is None else max(0.0, timeout_s)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
         except OSError as exc:
             raise LedgerError(f"{self.path}: cannot open lock file ({exc.strerror})") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise LedgerError(f"{self.path}: is not a regular file; move it away")
         try:
             _flock(fd, fcntl.LOCK_EX, wait, str(self.path))
         except LedgerError:

@@ -248,6 +248,37 @@ def _history_keep(config: pytest.Config) -> int:
     return keep
 
 
+def _report_dir(config: pytest.Config) -> Path:
+    """--sbx-report (or its env/ini forms, or the default), relative to where pytest was started."""
+    from sbxcheck.options import resolve
+
+    out_dir = Path(resolve(config, "sbx_report").value or "sbxcheck-report").expanduser()
+    return out_dir if out_dir.is_absolute() else Path(str(config.invocation_params.dir)) / out_dir
+
+
+def _check_outputs(config: pytest.Config) -> None:
+    """Every output option names something sbxcheck can write: one usage-error line per wrong one."""
+    from sbxcheck.options import resolve
+    from sbxcheck.outputs import output_problems
+
+    state = resolve(config, "sbx_state").value
+    state_dir = Path(state).expanduser() if state else None
+    if state_dir is not None and not state_dir.is_absolute():
+        state_dir = Path(str(config.invocation_params.dir)) / state_dir
+    allure = config.getoption("allure_report_dir", None)
+    problems = output_problems(
+        [
+            ("--sbx-report", _report_dir(config), "dir"),
+            ("--sbx-history", _resolved_path(config, "sbx_history", "sbx_history"), "dir"),
+            ("--sbx-metrics", _resolved_path(config, "sbx_metrics", "sbx_metrics"), "file"),
+            ("--sbx-state", state_dir, "dir"),
+            ("--alluredir", Path(str(allure)).expanduser() if allure else None, "dir"),
+        ]
+    )
+    if problems:
+        raise pytest.UsageError("; ".join(problems))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     from sbxcheck.options import resolve
 
@@ -263,6 +294,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from sbxcheck.options import max_spend_usd
 
     max_spend_usd(config)  # issue 21: a bad cap is a usage error now
+    _check_outputs(config)  # issue 20: a wrong output path is exit 4, before anything runs
     config.stash[PARAMS_KEY] = {}
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
     config.stash[SESSION_TAG_KEY] = (
@@ -285,6 +317,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[COLLECTOR_KEY] = collector
     config.pluginmanager.register(collector, "sbxcheck-collector")
     if not config.getoption("collectonly") and _wants_mounts(config):
+        collector.remove_stale_reports()  # a mount is sbxcheck work: this run writes a report
         session = get_session(config)
         _terminate_as_interrupt()
         try:
@@ -664,6 +697,9 @@ def _ledger_params(config: pytest.Config) -> list[Any]:
         )
         for e in entries
     ]
+    if session.ledger_problem is not None:  # issue 20: an unreadable ledger is one error item, not silence
+        key = _keyed(config, "sbx_ledger_entry", "unreadable", session.ledger_problem)
+        params.append(pytest.param(key, id="unreadable", marks=pytest.mark.gate))
     # nothing leaked: a parameter that collection removes (an empty parametrization would be a skip)
     return params or [pytest.param(NOTHING_LEAKED, id="none", marks=pytest.mark.gate)]
 
@@ -882,18 +918,23 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         from sbxcheck.redact import redact_exception
 
         redact_exception(call.excinfo)  # before pytest, junit or Allure format it
+        from sbxcheck.display import neutralise_exception
+
+        neutralise_exception(call.excinfo)  # then control characters shown visibly (issue 20)
     if call.excinfo is not None and not item.config.getoption("fulltrace", False):
         _hide_sbxcheck_frames(call.excinfo)
     report: pytest.TestReport = yield
     if suite is None:
         return report
+    from sbxcheck.display import display_data, for_display, neutralise_report
     from sbxcheck.redact import default_redactor, redact_report
     from sbxcheck.report.present import detail_block
     from sbxcheck.results import CheckRecord, Classification, Outcome
 
     redactor = default_redactor()
-    report.longrepr = _redact_repr(report.longrepr, redactor.redact_text, set())
+    report.longrepr = _redact_repr(report.longrepr, lambda t: for_display(t, redactor), set())
     redact_report(report, redactor)  # what the structure keeps hidden: -l locals cut short, sections
+    neutralise_report(report)  # redaction first, then control characters shown visibly
     meaningful = report.when == "call" or report.failed or report.skipped
     if not meaningful:
         return report
@@ -911,7 +952,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     wait = record.evidence.get("wait_s")
     if isinstance(wait, (int, float)) and not isinstance(wait, bool):
         record.wait_s = float(wait)
-    document = redactor.redact(record.model_dump(mode="json"))
+    document = display_data(record.model_dump(mode="json"), redactor)  # redacted, then neutralised
     # plain attributes travel with the report through xdist (pytest serialises the report's __dict__);
     # user_properties would also land in --junitxml as <properties> inside <testcase>, which xunit2 forbids
     report.sbxcheck = CheckRecord.model_validate(document).model_dump_json()  # type: ignore[attr-defined]
@@ -980,13 +1021,25 @@ class ResultCollector:
         self.interrupted = False
         self.finished = False
         self.history_warnings: list[str] = []
+        self._stale_removed = False
 
     def pytest_keyboard_interrupt(self) -> None:
         self.interrupted = True
 
+    def remove_stale_reports(self) -> None:
+        """Once, when this run is known to write a report: the previous run's files go first (issue 20)."""
+        if self._stale_removed:
+            return
+        self._stale_removed = True
+        from sbxcheck.outputs import remove_stale_reports
+
+        with contextlib.suppress(OSError):  # a report dir we cannot clean was named at configure time
+            remove_stale_reports(_report_dir(self.config))
+
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if not any(suite_of(item) for item in session.items):
             return
+        self.remove_stale_reports()
         from sbxcheck.cleanup import param_id
 
         for item in session.items:
@@ -1010,6 +1063,8 @@ class ResultCollector:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         payload = getattr(report, "sbxcheck", None)
+        if payload is not None:
+            self.remove_stale_reports()  # under xdist the first sbxcheck result is the first sign
         if payload is not None and (report.when == "call" or not report.passed):
             from sbxcheck.cleanup import strip_group
 
@@ -1054,9 +1109,7 @@ class ResultCollector:
         interrupted = interrupted or self.interrupted
         from sbxcheck.options import resolve
 
-        out_dir = Path(resolve(self.config, "sbx_report").value or "sbxcheck-report")
-        if not out_dir.is_absolute():
-            out_dir = Path(str(self.config.invocation_params.dir)) / out_dir
+        out_dir = _report_dir(self.config)
         stale = interrupted and (out_dir / "results.json").exists()
         sbx = self.config.stash.get(SESSION_KEY, None)
         if sbx is None and not (self.records or stale):
@@ -1180,10 +1233,11 @@ class ResultCollector:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.written:
             return
+        from sbxcheck.display import SanitisingWriter
         from sbxcheck.report.present import detail_block, headline
 
         document = self.report.model_dump(mode="json")
-        tr = terminalreporter
+        tr = SanitisingWriter(terminalreporter)  # every line redacted, then neutralised
         tr.section("sbxcheck")
         summary = document["summary"]
         counts = ", ".join(f"{v} {k}" for k, v in summary.items() if k != "total" and v)

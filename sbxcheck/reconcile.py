@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sbxcheck.ids import is_valid_id
 from sbxcheck.ledger import LedgerEntry
 
 CLOCK_SLACK_S = 2.0  # the ledger and the records are stamped to the second, by different processes
@@ -122,12 +123,17 @@ def resolve_mission(
 ) -> Resolution:
     """Which mission an intent created: its recorded id, else one with its key or title, made after it."""
     if entry.ident != entry.intended_ident or entry.state in ("created", "kept"):
+        if not is_valid_id(entry.ident):  # read back from the ledger: data, never a path
+            return Resolution(
+                "ambiguous", None, f"the recorded mission id {entry.ident[:60]!r} is not a UUID"
+            )
         return Resolution("resolved", entry.ident, f"mission {entry.ident}", [entry.ident])
     key = entry.intended_ident
     title = entry.detail.get("title")
     start = parse_ts(entry.opened_at)
     taken = set(claimed)
     found: list[str] = []
+    invalid = 0
     for mission in missions:
         mission_id = str(mission.get("id") or "")
         if not mission_id or mission_id in taken:
@@ -135,6 +141,9 @@ def resolve_mission(
         same_key = mission.get("idempotency_key") == key
         same_title = isinstance(title, str) and title and mission.get("title") == title
         if not (same_key or same_title):
+            continue
+        if not is_valid_id(mission_id):  # a listed id that is not a UUID is never acted on
+            invalid += 1
             continue
         created = parse_ts(mission.get("created_at"))
         if (
@@ -145,6 +154,12 @@ def resolve_mission(
             continue
         found.append(mission_id)
     what = f"key {key}" + (f" or title {title!r}" if isinstance(title, str) and title else "")
+    if not found and invalid:
+        return Resolution(
+            "ambiguous",
+            None,
+            f"{invalid} mission(s) with {what} have ids that are not UUIDs; none is acted on",
+        )
     if not found:
         return Resolution("unmatched", None, f"no mission with {what}: the create made nothing")
     if len(found) > 1:

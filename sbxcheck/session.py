@@ -120,6 +120,7 @@ class SbxSession:
         self.cancel_report: dict[str, str] = {}
         self.cleanup: list[dict[str, Any]] = []  # what the end of the session released or failed to
         self.ledger_ids: set[str] | None = None  # xdist workers: the controller's snapshot of entries
+        self.ledger_problem: SbxError | None = None  # why the ledger could not be read (issue 20)
         self.remediate = False  # --sbx-remediate: the DGX triage may run its one recovery command
         self.state_option: str | None = None  # --sbx-state
         self.mount_names: list[str] = []  # --sbx-mount
@@ -327,7 +328,8 @@ class SbxSession:
         """Open entries of other sessions (kept ones too: they are shown, never swept)."""
         try:
             entries = self.ledger().open_entries()
-        except SbxError:
+        except SbxError as exc:
+            self.ledger_problem = exc  # a FIFO, a symlink, ...: one error item says it (issue 20)
             return []
         mine = default_owner()
         others = [
@@ -764,6 +766,11 @@ class SbxSession:
                         closer.close()
             self._mcp = None
             self._client = None
+            if self._ledger is not None:  # issue 20: owner lock files do not pile up one per session
+                from sbxcheck.ledger import release_owner_locks
+
+                with contextlib.suppress(OSError):
+                    release_owner_locks(self._ledger.state_dir)
             self._close_transport_and_sim()
 
     def _close_transport_and_sim(self) -> None:

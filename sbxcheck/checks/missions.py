@@ -545,6 +545,36 @@ def _call_text(call: dict[str, Any]) -> str:
     return str(doc)
 
 
+def _workspace_busy(check: str, target: str, workspace: str, run: RouteRun) -> CheckResult:
+    """Another session's live mission holds the workspace: a conflict between runs, not a config defect.
+
+    Nothing about the workspace was seen, so the verdict is ``error`` (could not tell), naming the
+    holder: its mission id, title and, for an sbxcheck canary, the session tag its title carries.
+    """
+    assert run.rejection is not None
+    holder = run.rejection.holder
+    title = holder.get("title", "")
+    words = title.split()
+    tag = words[1] if len(words) > 1 and words[0] == "sbxcheck" else None
+    who = f"session {tag}" if tag else "another session"
+    ev = {
+        **_base(run),
+        "workspace": workspace,
+        "holder_mission_id": holder.get("mission_id"),
+        "holder_title": title or None,
+        "holder_session_tag": tag,
+    }
+    return CheckResult.errored(
+        check,
+        target,
+        f"could not tell: workspace {workspace} is busy with {who}'s live mission "
+        f"{holder.get('mission_id') or '?'} ({trim(title, 80)!r}); re-run when it has finished",
+        Classification.INFRASTRUCTURE,
+        ev,
+        cause=f"workspace-busy:{workspace}",
+    )
+
+
 def check_workspace_visible(canary: CanaryRun) -> CheckResult:
     """The checkout, its ref and pin are visible to the mission, and an MCP tool returned the file's bytes."""
     spec = canary.spec
@@ -566,6 +596,8 @@ def check_workspace_visible(canary: CanaryRun) -> CheckResult:
         return CheckResult.errored(check, target, "the canary did not run", Classification.INTERNAL_ERROR)
     early = _skip_or_error(check, target, run)
     if early is not None:
+        if run.rejection is not None and run.rejection.error_code == "workspace_occupied":
+            return _workspace_busy(check, target, spec.workspace, run)
         if run.rejection is not None:
             return CheckResult.failed(
                 check,

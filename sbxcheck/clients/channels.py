@@ -25,6 +25,7 @@ from sbxcheck.clients.sandboxed import (
     parse_valid_models,
 )
 from sbxcheck.errors import AuthFailed, BadResponseError, RateLimited, TransportError
+from sbxcheck.ids import check_id
 from sbxcheck.transports.http import pushback_deadline
 
 # the REST status or text an MCP tool relays when the control plane pushed back (429 / 503); a tool
@@ -125,6 +126,9 @@ class McpChannel:
         mission = doc.get("mission", doc) if isinstance(doc, dict) else None
         if not isinstance(mission, dict) or not isinstance(mission.get("id"), str):
             raise BadResponseError("MCP start_mission: the answer has no mission id")
+        check_id(
+            mission["id"], field="id", source="MCP start_mission"
+        )  # data, never a path or a ledger ident
         # the MCP start_mission tool takes no idempotency_key (§7): a retried create is a new mission
         return Created(mission, None, idempotency_supported=False)
 
@@ -191,4 +195,5 @@ def _rejection(endpoint: str, result: McpToolResult) -> MissionRejected:
         error_code=code,
         valid_models=parse_valid_models(reason, doc),
         supported_efforts=parse_supported_efforts(reason),
+        holder=doc,
     )

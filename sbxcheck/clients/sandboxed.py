@@ -55,6 +55,7 @@ from sbxcheck.errors import (
     SbxError,
     TransportError,
 )
+from sbxcheck.ids import check_id, path_segment
 from sbxcheck.redact import default_redactor
 from sbxcheck.safeio import UnsafeInput, loads_bounded
 from sbxcheck.secrets import classify
@@ -114,11 +115,18 @@ class MissionRejected(ApiRejected):
         error_code: str | None = None,
         valid_models: Sequence[str] = (),
         supported_efforts: Sequence[str] = (),
+        holder: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(endpoint, status, reason, error_code=error_code)
         self.valid_models: list[str] = list(valid_models)
         self.supported_efforts: list[str] = list(supported_efforts)
         self.evidence.update(valid_models=self.valid_models, supported_efforts=self.supported_efforts)
+        # a 409 conflict names the mission that holds the workspace/lease: its id and title (issue 20)
+        self.holder: dict[str, str] = {
+            k: default_redactor().redact_text(v)[:200]
+            for k, v in (holder or {}).items()
+            if k in ("mission_id", "title") and isinstance(v, str)
+        }
 
 
 class ServerError(_HttpStatusError, TransportError):
@@ -606,6 +614,16 @@ def _int_header(resp: httpx.Response, name: str) -> int | None:
         return None
 
 
+def _mission_segment(mission_id: str) -> str:
+    """A mission id (a UUID, from a server, the ledger or a caller) as one encoded path segment."""
+    return path_segment(mission_id, field="mission_id", source="mission path")
+
+
+def _workspace_segment(workspace_id: str) -> str:
+    """A workspace id (a UUID) as one encoded path segment."""
+    return path_segment(workspace_id, field="workspace_id", source="workspace path")
+
+
 # ---- the client -----------------------------------------------------------------------------
 
 
@@ -756,6 +774,7 @@ class SandboxedClient:
                 error_code=code,
                 valid_models=parse_valid_models(resp.text, doc),
                 supported_efforts=parse_supported_efforts(resp.text),
+                holder=doc,
             )
         raise rejection(endpoint, status, reason, error_code=code)
 
@@ -835,7 +854,8 @@ class SandboxedClient:
 
     def cordon_node(self, name: str, *, cordoned: bool = True) -> CordonResult:
         """``POST /api/nodes/:name/cordon`` (or ``uncordon``); unknown node → :class:`NotFound`."""
-        path = f"/api/nodes/{name}/{'cordon' if cordoned else 'uncordon'}"
+        node = path_segment(name, shape="name", field="name", source="cordon_node")
+        path = f"/api/nodes/{node}/{'cordon' if cordoned else 'uncordon'}"
         resp = self._send("POST", path, json_body={})
         return self._parse(f"POST {path}", resp, CordonResult)
 
@@ -847,6 +867,7 @@ class SandboxedClient:
         endpoint = f"POST {path}"
         resp = self._send("POST", path, json_body=spec.body(), rejection=MissionRejected)
         mission = self._parse(endpoint, resp, Mission)
+        check_id(mission.id, field="id", source=endpoint)  # a server's id is data, never a path
         ignored = resp.headers.get("x-ignored-fields", "")
         return CreateOutcome(
             mission=mission,
@@ -907,7 +928,7 @@ class SandboxedClient:
 
     def get_mission(self, mission_id: str) -> Mission:
         """``GET /api/control/missions/:id``; unknown id → :class:`NotFound`."""
-        return self._get(f"/api/control/missions/{mission_id}", Mission)
+        return self._get(f"/api/control/missions/{_mission_segment(mission_id)}", Mission)
 
     def list_missions(
         self,
@@ -959,7 +980,7 @@ class SandboxedClient:
             params["types"] = ",".join(types)
         if view is not None:
             params["view"] = view
-        path = f"/api/control/missions/{mission_id}/events"
+        path = f"/api/control/missions/{_mission_segment(mission_id)}/events"
         resp = self._send("GET", path, params=params)
         events = self._parse_list(f"GET {path}", resp, StoredEvent)
         return EventPage(
@@ -986,7 +1007,7 @@ class SandboxedClient:
     def cancel_mission(self, mission_id: str) -> bool:
         """``POST .../missions/:id/cancel``; False when the mission is unknown or gone (404)."""
         try:
-            self._send("POST", f"/api/control/missions/{mission_id}/cancel", json_body={})
+            self._send("POST", f"/api/control/missions/{_mission_segment(mission_id)}/cancel", json_body={})
         except NotFound:
             return False
         return True
@@ -1041,7 +1062,7 @@ class SandboxedClient:
 
     def get_workspace(self, workspace_id: str) -> Workspace:
         """``GET /api/workspaces/:id``, reduced at the source."""
-        path = f"/api/workspaces/{workspace_id}"
+        path = f"/api/workspaces/{_workspace_segment(workspace_id)}"
         resp = self._send("GET", path)
         return self._parse(f"GET {path}", resp, Workspace, secret_bearing=True)
 
@@ -1057,7 +1078,7 @@ class SandboxedClient:
         body: dict[str, JsonValue] = {"command": command, "timeout_secs": secs}
         if cwd is not None:
             body["cwd"] = cwd
-        path = f"/api/workspaces/{workspace_id}/exec"
+        path = f"/api/workspaces/{_workspace_segment(workspace_id)}/exec"
         endpoint = f"POST {path}"
         resp = self._send("POST", path, json_body=body, timeout_s=secs + _EXEC_GRACE_S)
         parsed = self._parse(endpoint, resp, _ExecBody, secret_bearing=True)

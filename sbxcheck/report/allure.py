@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from sbxcheck.redact import default_redactor
+from sbxcheck.display import for_display
 from sbxcheck.report.present import detail_block, evidence_json
 from sbxcheck.results import CheckResult, Classification
 
@@ -97,7 +97,7 @@ def annotate(
     """
     import allure
 
-    redact = default_redactor().redact_text
+    redact = for_display  # redacted, then control characters shown visibly
     dynamic: Any = allure.dynamic  # allure-python is untyped
     check = redact(result.check)
     dynamic.parent_suite(suite)

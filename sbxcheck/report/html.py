@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from sbxcheck.display import for_display
 from sbxcheck.redact import Redactor
 from sbxcheck.report.history import (
     CreditPoint,
@@ -745,4 +746,4 @@ def render_html(document: Mapping[str, Any], redactor: Redactor, history: Histor
         f"{_top(ctx)}{_incidents(ctx)}{_mounts(report)}{_grid(ctx)}{_credit(ctx)}{_items(ctx)}{_history(ctx)}"
         f"{_machines(report)}</main><script>{_SCRIPT}</script></body></html>\n"
     )
-    return redactor.redact_text(page)
+    return for_display(page, redactor)  # redacted, then no control character but \n and \t

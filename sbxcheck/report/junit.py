@@ -32,6 +32,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from typing import Any
 
+from sbxcheck.display import for_display, xml_text
 from sbxcheck.redact import Redactor, default_redactor
 from sbxcheck.report.present import detail_block, next_step, shorten, user_text
 
@@ -162,4 +163,4 @@ def render_junit_xml(document: Mapping[str, Any], redactor: Redactor) -> str:
     root.set("time", _seconds(total_time))
     ET.indent(root)
     text = '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
-    return redactor.redact_text(text)
+    return xml_text(for_display(text, redactor))  # redacted, neutralised, nothing XML 1.0 forbids

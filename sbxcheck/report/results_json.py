@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from sbxcheck.display import display_data
 from sbxcheck.errors import BadResponseError
 from sbxcheck.redact import Redactor
 from sbxcheck.report.incidents import build_incidents
@@ -84,7 +85,7 @@ def report_dict(report: RunReport, redactor: Redactor) -> dict[str, Any]:
         ordered.update({k: v for k, v in check.items() if k not in ordered})
         checks.append(ordered)
     raw["checks"] = checks
-    redacted: dict[str, Any] = redactor.redact(raw)
+    redacted: dict[str, Any] = display_data(raw, redactor)  # redacted, then control characters shown
     return redacted
 
 

@@ -72,6 +72,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sbxcheck.errors import SimError
 from sbxcheck.sim import cp_ops  # issue 21: integrity, catalog and their faults
+from sbxcheck.sim.faults import HOSTILE_TEXT
 from sbxcheck.sim.pushback import EVERY_NTH, PUSHBACK_FAULT, PushbackMiddleware
 from sbxcheck.sim.stream import STREAM_FAULTS, StreamHub
 
@@ -251,6 +252,10 @@ DEFAULT_NODES: Final = (
 # ---- faults -------------------------------------------------------------------------------
 
 CANCEL_SLOW_S: Final = 3.0
+PATH_SHAPED_ID: Final = "../../../admin/wipe-everything?confirm=yes#"  # issue 20
+BUSY_HOLDER_ID: Final = "0b5e55ed-0000-4000-8000-000000000020"  # issue 20: the other session's mission
+BUSY_HOLDER_TAG: Final = "0ther5e5"
+
 CONTROLPLANE_FAULTS: Final[dict[str, str]] = {
     "cp.backend-crash": "target backend's missions run the DB migration, then fail `fn3 is not a function` "
     "before any tool call (§8.8)",
@@ -280,9 +285,18 @@ CONTROLPLANE_FAULTS: Final[dict[str, str]] = {
     # issue 23
     PUSHBACK_FAULT: f"every {EVERY_NTH}th request (any method) is refused unserved: 429 / 503 with Retry-After",
     **STREAM_FAULTS,
+    # issue 20: hostile answers
+    "cp.path-shaped-id": f"target backend's mission records carry the id {PATH_SHAPED_ID!r}, not a UUID",
+    "cp.control-chars": "target backend's creates are refused 400 with terminal escapes and C0 control "
+    "characters in the error text, and every workspace's status carries them",
+    "cp.workspace-busy": "target workspace already has another session's live mission: creates into it "
+    "are refused 409 workspace_occupied",
 }
 CONTROLPLANE_FAULTS.update(cp_ops.FAULTS)  # issue 21
 DEFAULT_FAULT_TARGETS: Final[dict[str, str]] = {
+    "cp.path-shaped-id": "gemini",  # issue 20
+    "cp.control-chars": "opencode",  # issue 20
+    "cp.workspace-busy": "verity",  # issue 20
     "cp.backend-crash": "opencode",
     "cp.model-not-found": "opencode",
     "cp.effort-reject-max": "codex",
@@ -1058,6 +1072,16 @@ class ControlPlaneDouble:
             ws_id = parsed
         workspace = self._workspaces[ws_id]
         # 11. workspace occupied
+        if self._fault_on("cp.workspace-busy", workspace.name, ws_id):  # issue 20: another session holds it
+            return _json_text(
+                409,
+                {
+                    "error": "workspace_occupied",
+                    "mission_id": BUSY_HOLDER_ID,
+                    "title": f"sbxcheck {BUSY_HOLDER_TAG} canary codex-{workspace.name}",
+                    "message": f"Workspace {workspace.name} already has a live mission {BUSY_HOLDER_ID}",
+                },
+            )
         if ws_id not in self.occupancy_exempt:
             for m in self._missions.values():
                 if m.record["workspace_id"] == ws_id and m.status not in TERMINAL:
@@ -1099,6 +1123,8 @@ class ControlPlaneDouble:
             goal_objective = prompt.lstrip()[len("/goal ") :].strip()
             if self.goal_limit_at_create and len(goal_objective) > GOAL_LIMIT:
                 return _text(400, f"goal objective must be at most {GOAL_LIMIT} characters")
+        if self._fault_on("cp.control-chars", backend):  # issue 20
+            return _text(400, f"backend {backend} refused the mission: {HOSTILE_TEXT}")
         # 18. effort: kept and validated only where the backend takes it; silently dropped elsewhere
         effort = opt("model_effort")
         if spec is None or spec.efforts is None:
@@ -1264,6 +1290,8 @@ class ControlPlaneDouble:
         if verdict is not None:
             rec["health_verdict"] = verdict
         rec["execution"] = copy.deepcopy(m.execution)
+        if self._fault_on("cp.path-shaped-id", str(rec.get("backend"))):  # issue 20
+            rec["id"] = PATH_SHAPED_ID
         if decorate:
             rec["remote_job"] = None
             rec["spark_offload"] = {"enabled": False, "env_injected": False, "host_configured": False}
@@ -1811,7 +1839,7 @@ class ControlPlaneDouble:
             "name": ws.name,
             "path": str(ws.path),
             "workspace_type": spec.workspace_type if spec else "host",
-            "status": ws.status,
+            "status": f"{ws.status}{HOSTILE_TEXT}" if "cp.control-chars" in self.faults else ws.status,
             "error_message": ws.error_message,
             "created_at": ws.created_at,
             "skills": list(spec.skills) if spec else [],

@@ -10,6 +10,9 @@ from dataclasses import dataclass
 
 from sbxcheck.errors import SimError
 
+# issue 20: OSC 52 (sets the clipboard), a title change, clear screen, CR/VT line forgery, C0 bytes
+HOSTILE_TEXT = "\x1b]52;c;aGk=\x07\x1b]0;owned\x07\x1b[2J\rPASSED forged\x0bline\x01\x08\x1f\x7f"
+
 
 @dataclass(frozen=True)
 class Fault:
@@ -163,6 +166,30 @@ FAULTS: dict[str, Fault] = {
             "the live event stream drops every third event of each subscriber and sends its lag error",
         ),
         Fault("cp.stream-absent", "GET /api/control/stream answers 404 (a build without the live stream)"),
+        # issue 20: hostile answers
+        Fault(
+            "vm.control-chars",
+            "the VM's OpenRouter answers and error bodies (read by curl on the VM) carry terminal escapes "
+            "and C0 characters; one roster model (the second) is down",
+        ),
+        Fault("state.ledger-fifo", "the state dir's ledger.jsonl is a FIFO (a reader without O_NONBLOCK hangs)"),
+        Fault(
+            "state.ledger-symlink",
+            "the state dir's ledger.jsonl is a symlink to a file outside it (an append would write there)",
+        ),
+        Fault(
+            "cp.path-shaped-id",
+            "gemini mission records carry the id '../../../admin/wipe-everything?confirm=yes#', not a UUID",
+        ),
+        Fault(
+            "cp.control-chars",
+            "opencode creates are refused with terminal escapes and C0 characters in the error text; "
+            "workspace status fields carry them too",
+        ),
+        Fault(
+            "cp.workspace-busy",
+            "the verity workspace already has another session's live mission: creates into it get 409",
+        ),
     )
 }
 
@@ -188,6 +215,9 @@ CONTROLPLANE_TARGETS: dict[str, str] = {
     "cp.rate-limited": "*",  # issue 23
     "cp.stream-lags": "*",
     "cp.stream-absent": "*",
+    "cp.path-shaped-id": "gemini",  # issue 20
+    "cp.control-chars": "opencode",  # issue 20
+    "cp.workspace-busy": "verity",  # issue 20
 }
 
 
@@ -197,8 +227,8 @@ def is_controlplane_fault(name: str) -> bool:
 
 
 def is_fleet_host_fault(name: str) -> bool:
-    """Faults of the fleet's own hosts and accounts (agent-core, the DGX, exe.dev, GitHub, orphan keys)."""
-    return name.startswith(("dgx.", "exedev.", "gh.")) or name in (
+    """Faults of the fleet's own hosts and accounts (agent-core, the DGX, exe.dev, GitHub, orphan keys, state dir)."""
+    return name.startswith(("dgx.", "exedev.", "gh.", "state.")) or name in (
         "openrouter.orphan-key",
         "openrouter.revoke-ignored",
         "openrouter.balance-low",  # issue 21

@@ -45,6 +45,7 @@ from sbxcheck.sim.controlplane import ControlPlaneDouble
 from sbxcheck.sim.dgx_route import DgxRoute
 from sbxcheck.sim.faults import (
     CONTROLPLANE_TARGETS,
+    HOSTILE_TEXT,
     FaultSpec,
     is_controlplane_fault,
     is_fleet_host_fault,
@@ -289,6 +290,7 @@ class SimFleet:
         self._write_closed_record(runs_dir, self._closed_run_id, commit_sha, created)
         self._validate_fault_targets()
         self._apply_file_faults()
+        self._apply_state_faults()
         self._make_controlplane()
         self._make_fleet_hosts()
         self._make_recipe_support()
@@ -634,10 +636,27 @@ class SimFleet:
                 key.models_down.add(sorted(MODEL_TABLE)[1])
             elif spec.name == "openrouter.reasoning-only":
                 key.reasoning_only = True
+            elif spec.name == "vm.control-chars":  # issue 20
+                key.hostile_text = HOSTILE_TEXT
+                key.models_down.add(sorted(MODEL_TABLE)[1])
             elif spec.name == "openrouter.key-exhausted":
                 self.openrouter.set_usage(run.key_hash, 50.0)
             elif spec.name == "openrouter.key-uncapped":
                 self.openrouter.set_limit(run.key_hash, None)
+
+    def _apply_state_faults(self) -> None:
+        """Issue 20: a FIFO or a symlink where a session's ledger goes (embedded and `sim up` state dirs)."""
+        faults = self._fleet_faults()
+        for state in (self.root / "state", self.root / ".sbxcheck" / "state"):
+            ledger = state / "ledger.jsonl"
+            if "state.ledger-fifo" in faults:
+                state.mkdir(parents=True, exist_ok=True)
+                os.mkfifo(ledger)
+            elif "state.ledger-symlink" in faults:
+                state.mkdir(parents=True, exist_ok=True)
+                target = self.root / "outside-the-state-dir.txt"
+                target.write_text("not the ledger: must stay as it is\n", encoding="utf-8")
+                ledger.symlink_to(target)
 
     def _make_foreign_tmp(self, run: SimRun) -> None:
         """Give the VM its own /tmp in which every fixed path older gate scripts used is taken.

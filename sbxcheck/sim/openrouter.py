@@ -91,6 +91,7 @@ class KeyState:
     reasoning_only: bool = False
     models_down: set[str] = field(default_factory=set)
     latency_s: float = 0.0
+    hostile_text: str = ""  # issue 20: appended to every answer and error text of this key
 
     @property
     def limit_remaining(self) -> float | None:
@@ -310,13 +311,14 @@ class OpenRouterDouble:
         model = body.get("model")
         if not isinstance(model, str) or model not in self.catalog or model in key.models_down:
             shown = model if isinstance(model, str) else json.dumps(model)
-            return self._error(request, 400, f"{shown} is not a valid model ID", key.hash, shown)
+            return self._error(request, 400, f"{shown} is not a valid model ID{key.hostile_text}", key.hash, shown)
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             return self._error(request, 400, "messages must be a non-empty array", key.hash, model)
 
         prompt_text, last_user = _message_texts(messages)
         reply = "pong" if "ping" in last_user.lower() else f"This is a simulated reply from {model}."
+        reply += key.hostile_text
         prompt_tokens, completion_tokens = _tokens(prompt_text), _tokens(reply)
         cost = self.cost(model, prompt_tokens, completion_tokens)
         usage = {

@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -249,4 +250,18 @@ def send(
             time.sleep(policy.wait_s(attempt, resp))
             attempt += 1
             continue
+        if 300 <= resp.status_code < 400:  # issue 20: redirects are never followed, and said so
+            raise _redirect_error(label, resp)
         return resp
+
+
+def _redirect_error(label: str, resp: httpx.Response) -> BadResponseError:
+    """A 3xx: an unexpected redirect, naming only its Location's host (a query may hold a token)."""
+    location = resp.headers.get("location", "")
+    host = urlsplit(location).hostname if location else None
+    where = f"to host {host}" if host else ("to the same host" if location else "without a Location")
+    return BadResponseError(
+        f"{label}: unexpected redirect {resp.status_code} {where}; redirects are not followed "
+        "(check the configured URL: scheme, host and path prefix)",
+        evidence={"endpoint": label, "status": resp.status_code, "location_host": host},
+    )  # pragma: no cover - the loop always returns or raises

@@ -98,11 +98,13 @@ def _expected_keys() -> list[tuple[str, str]]:
 def test_every_controlplane_fault_is_in_the_matrix() -> None:
     from sbxcheck.sim.faults import FAULTS
 
-    # cp.create-500 and cp.cancel-slow (interrupt aids) are exercised by tests/reliability
+    # cp.create-500 and cp.cancel-slow (interrupt aids) are exercised by tests/reliability, the hostile
+    # answers of issue 20 by tests/integration/test_hostile_answers.py
+    hostile = ("cp.path-shaped-id", "cp.control-chars", "cp.workspace-busy")
     cp_faults = {
         f
         for f in FAULTS
-        if f.startswith("cp.") and f not in ("cp.env-values-exposed", "cp.create-500", "cp.cancel-slow")
+        if f.startswith("cp.") and f not in ("cp.env-values-exposed", "cp.create-500", "cp.cancel-slow", *hostile)
     }
     assert sorted(EXPECTED) == sorted(cp_faults)
     assert sorted(f for g in GROUPS for f in g) == sorted(cp_faults)

@@ -70,6 +70,7 @@ EXPECTED: dict[str, dict[tuple[str, str | None], tuple[str, str]]] = {
     "vm.foreign-clone": {("A_git_integrity", None): ("failed", "config_defect")},
     "vm.wide-modes": {("vm_hygiene", None): EXPOSED},
     "vm.provisioning-key-planted": {("vm_hygiene", None): EXPOSED},
+    "vm.control-chars": {("C_model_answers", DOWN_MODEL): FAILED},  # issue 20: and every text neutralised
 }
 GROUPS = [
     ("vm.dirty-tree", "vm.no-pi", "openrouter.model-down"),
@@ -77,6 +78,7 @@ GROUPS = [
     ("vm.truncated-file", "vm.partial-cost", "openrouter.key-exhausted"),
     ("vm.no-app", "vm.zero-cost", "openrouter.key-uncapped"),
     ("vm.unreachable", "vm.host-key-changed", "vm.provisioning-key-planted"),
+    ("vm.control-chars",),  # issue 20: every text the fleet returns is neutralised
     ("vm.no-runtime-key", "vm.foreign-tmp", "vm.ports-list"),
     ("vm.foreign-clone", "vm.noisy-shell", "vm.wide-modes"),  # the third run's VM is lived-in anyway
 ]

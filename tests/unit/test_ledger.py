@@ -295,6 +295,8 @@ def test_resolve_mount_with_a_known_run_id_reads_its_record() -> None:
 
 
 def test_resolve_mission_by_title_then_id() -> None:
+    # mission ids are UUIDs (issue 20: a listed id of another shape is never acted on)
+    m_old, m_new, m_other, m_k, m_twin = (f"00000000-0000-4000-8000-00000000000{c}" for c in "abcde")
     from sbxcheck.reconcile import resolve_mission
 
     entry = LedgerEntry(
@@ -308,16 +310,16 @@ def test_resolve_mission_by_title_then_id() -> None:
         detail={"title": "sbxcheck abc route x"},
     )
     missions = [
-        {"id": "m-old", "title": "sbxcheck abc route x", "created_at": "2026-01-01T09:00:00.000Z"},
-        {"id": "m-new", "title": "sbxcheck abc route x", "created_at": "2026-01-01T10:00:00.412Z"},
-        {"id": "m-other", "title": "something else", "created_at": "2026-01-01T10:00:01Z"},
+        {"id": m_old, "title": "sbxcheck abc route x", "created_at": "2026-01-01T09:00:00.000Z"},
+        {"id": m_new, "title": "sbxcheck abc route x", "created_at": "2026-01-01T10:00:00.412Z"},
+        {"id": m_other, "title": "something else", "created_at": "2026-01-01T10:00:01Z"},
     ]
     got = resolve_mission(entry, missions)
-    assert (got.status, got.ident) == ("resolved", "m-new")
+    assert (got.status, got.ident) == ("resolved", m_new)
     assert resolve_mission(entry, missions[2:]).status == "unmatched"
-    by_key = [{"id": "m-k", "idempotency_key": "sbxcheck-key", "created_at": "2026-01-01T10:00:01Z"}]
-    assert resolve_mission(entry, by_key).ident == "m-k"
-    assert resolve_mission(entry, [*missions, {**missions[1], "id": "m-twin"}]).status == "ambiguous"
+    by_key = [{"id": m_k, "idempotency_key": "sbxcheck-key", "created_at": "2026-01-01T10:00:01Z"}]
+    assert resolve_mission(entry, by_key).ident == m_k
+    assert resolve_mission(entry, [*missions, {**missions[1], "id": m_twin}]).status == "ambiguous"
 
 
 def test_threads_of_one_process_share_its_owner_lock(tmp_path: Path) -> None:
