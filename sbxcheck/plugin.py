@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from sbxcheck.results import CheckRecord, CheckResult
     from sbxcheck.session import GateRun, SbxSession
 
@@ -223,10 +225,16 @@ def pytest_configure(config: pytest.Config) -> None:
         workerinput.get("sbxcheck_session_tag") if workerinput else None
     ) or uuid.uuid4().hex
     if workerinput is not None:
-        if workerinput.get("sbxcheck_loadgroup"):
-            # xdist workers re-parse the original command line, which has no --dist loadgroup: without
-            # this they never add the @group suffix and the controller's loadgroup scheduler sees no groups
-            config.option.loadgroup = True
+        scope_dir = workerinput.get("sbxcheck_scope_dir")
+        if scope_dir:
+            # the controller groups by VM with its own scheduler (sbxcheck.xdist_scope): node ids stay
+            # plain even under an explicit --dist loadgroup, which would append "@<group>" to them
+            from sbxcheck.xdist_scope import WorkerGroups
+
+            config.option.loadgroup = False
+            config.pluginmanager.register(
+                WorkerGroups(Path(scope_dir), str(workerinput.get("workerid"))), "sbxcheck-worker-groups"
+            )
         from sbxcheck.cleanup import WorkerCleanup
 
         config.pluginmanager.register(
@@ -250,12 +258,15 @@ def pytest_configure(config: pytest.Config) -> None:
                 raise
             session.mount_error = exc.message
     if config.pluginmanager.hasplugin("xdist"):
-        if getattr(config.option, "dist", None) == "load" and (
+        xdist_nodes = _XdistNodes(config)
+        if getattr(config.option, "dist", None) in ("load", "loadgroup") and (
             getattr(config.option, "numprocesses", None) or getattr(config.option, "tx", None)
         ):
             # items of one VM (and of the control plane) go to one worker: one connection, one owner
-            config.option.dist = "loadgroup"
-        config.pluginmanager.register(_XdistNodes(config), "sbxcheck-xdist")
+            import tempfile
+
+            xdist_nodes.scope_dir = Path(tempfile.mkdtemp(prefix="sbxcheck-xdist-"))
+        config.pluginmanager.register(xdist_nodes, "sbxcheck-xdist")
 
 
 def get_session(config: pytest.Config) -> SbxSession:
@@ -360,6 +371,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
             session.close()
             if session.interrupted_during:
                 _exit_as_interrupted(config)
+    xdist_nodes = config.pluginmanager.get_plugin("sbxcheck-xdist")
+    if isinstance(xdist_nodes, _XdistNodes) and xdist_nodes.scope_dir is not None:
+        import shutil
+
+        shutil.rmtree(xdist_nodes.scope_dir, ignore_errors=True)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -401,18 +417,45 @@ class _XdistNodes:
     """Hands every worker what it must share with the controller.
 
     The simulator seed (identical ids), the session tag (same idempotency keys), the mounted runs, and
-    whether the controller switched to loadgroup (workers must add the group suffixes themselves).
+    where workers leave their items' groups for the per-VM scheduler (``scope_dir``, when it is used).
     """
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self._ledger_ids: list[str] | None = None
+        self.scope_dir: Path | None = None
+
+    @pytest.hookimpl(optionalhook=True, tryfirst=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        """``-n``/``--tx`` with load or loadgroup: one unit per VM / control plane, plain node ids."""
+        if self.scope_dir is None:
+            return None
+        from sbxcheck.xdist_scope import GroupScopeScheduling
+
+        return GroupScopeScheduling(config, log, self.scope_dir, self._groups_from_node_ids)
+
+    def _groups_from_node_ids(self, nodeids: Sequence[str]) -> dict[str, str]:
+        """For workers on other hosts: sbxcheck's groups from the node ids and the inventory."""
+        from sbxcheck.errors import SbxError
+        from sbxcheck.xdist_scope import groups_by_parameter
+
+        if not any(n.endswith("]") for n in nodeids):
+            return {}
+        session = get_session(self.config)
+        try:
+            runs = [r.run_id for r in session.gate_runs()]
+            section = session.inventory().sandboxed
+        except SbxError:
+            return {}
+        labels = {r.label for r in section.routes} | {c.label for c in section.canaries} if section else set()
+        return groups_by_parameter(nodeids, runs, labels, str(CONTROL_PLANE_GROUP.kwargs["name"]))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput["sbxcheck_sim_seed"] = _sim_seed()
         node.workerinput["sbxcheck_session_tag"] = self.config.stash[SESSION_TAG_KEY]
-        node.workerinput["sbxcheck_loadgroup"] = getattr(self.config.option, "dist", None) == "loadgroup"
+        if self.scope_dir is not None:
+            node.workerinput["sbxcheck_scope_dir"] = str(self.scope_dir)
         session = self.config.stash.get(SESSION_KEY, None)
         if session is None:
             return
@@ -466,7 +509,7 @@ def _gate_runs(config: pytest.Config) -> tuple[list[GateRun], str | None]:
     return runs, None
 
 
-# ``--dist loadgroup`` sends a group to one worker: one SSH connection per VM, one owner of the missions.
+# Under -n a group goes to one worker (sbxcheck.xdist_scope): one SSH connection per VM, one owner of the missions.
 # The marks ride on the parameters, so they exist before any plugin's collection hooks run.
 CONTROL_PLANE_GROUP = pytest.mark.xdist_group(name="sandboxed-control-plane")
 
