@@ -883,11 +883,13 @@ class ResultCollector:
         self.selected: dict[str, str] = {}  # plain nodeid -> parameter id, of every selected item
         self.reported: set[str] = set()  # plain nodeids that ran (a call, or a failed/skipped phase)
         self.interrupted = False
+        self.interrupted_reason = ""  # "Ctrl-C", "SIGTERM", "stopping after 1 failures", "internal error"
         self.finished = False
         self.history_warnings: list[str] = []
 
-    def pytest_keyboard_interrupt(self) -> None:
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
         self.interrupted = True
+        self.interrupted_reason = self.interrupted_reason or _interrupt_reason(excinfo.value)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if not any(suite_of(item) for item in session.items):
@@ -934,9 +936,23 @@ class ResultCollector:
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         interrupted = self.interrupted or session.exitstatus == pytest.ExitCode.INTERRUPTED
+        stop = getattr(session, "shouldfail", False) or getattr(session, "shouldstop", False)
+        if not interrupted and stop and self.not_run():
+            # -x / --maxfail (serially; under xdist they arrive as an interrupt): items were left out
+            interrupted, self.interrupted_reason = True, str(stop)
+        crashed = session.exitstatus == pytest.ExitCode.INTERNAL_ERROR
+        if not interrupted and crashed:
+            interrupted, self.interrupted_reason = True, "internal error (a crash)"
         if interrupted:
             self._add_not_run(session)
         self.finish(interrupted=interrupted)
+        if crashed and self.written:  # pytest prints no terminal summary after an internal error
+            line = (
+                f"sbxcheck: verdict: INTERRUPTED ({self.interrupted_reason}): {len(self.report.not_run)} "
+                f"selected item(s) did not run; report: {self.written.get('results.json', '')}\n"
+            )
+            with contextlib.suppress(OSError):
+                os.write(2, line.encode())
         sbx = self.config.stash.get(SESSION_KEY, None)
         failed_cleanup = [c for c in (sbx.cleanup if sbx else []) if not c.get("ok", True)]
         if failed_cleanup and session.exitstatus == pytest.ExitCode.OK:
@@ -1012,6 +1028,7 @@ class ResultCollector:
         report = report.model_copy(
             update={
                 "interrupted": interrupted,
+                "interrupted_reason": (self.interrupted_reason or "interrupted") if interrupted else "",
                 "not_run": self.not_run() if interrupted else [],
                 "cleanup": cleanup,
                 "left": left,
@@ -1082,11 +1099,22 @@ class ResultCollector:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.written:
             return
+        from sbxcheck.report.history import verdict_of
+        from sbxcheck.report.html import verdict_headline
         from sbxcheck.report.present import detail_block, headline
 
         document = self.report.model_dump(mode="json")
         tr = terminalreporter
         tr.section("sbxcheck")
+        verdict = verdict_of(self.report)
+        why = f" ({document['interrupted_reason']})" if document.get("interrupted_reason") else ""
+        tr.write_line(
+            f"verdict: {verdict_headline(verdict)}{why}",
+            bold=True,
+            purple=verdict == "interrupted",
+            red=verdict == "failed",
+            green=verdict == "passed",
+        )
         summary = document["summary"]
         counts = ", ".join(f"{v} {k}" for k, v in summary.items() if k != "total" and v)
         tr.write_line(f"inventory: {document['inventory']['source']}")
@@ -1122,7 +1150,12 @@ class ResultCollector:
                 mark = "" if item.get("ok", True) else "FAILED "
                 tr.write_line(f"cleanup: {mark}mission {item.get('ident')}: {item.get('action')}")
         if document.get("interrupted"):
-            tr.write_line(f"interrupted: {len(document.get('not_run') or [])} selected item(s) did not run")
+            not_run = document.get("not_run") or []
+            tr.write_line(f"interrupted: {len(not_run)} selected item(s) did not run{why}", bold=True)
+            for nodeid in not_run[:NOT_RUN_SHOWN]:
+                tr.write_line(f"    not run: {nodeid}")
+            if len(not_run) > NOT_RUN_SHOWN:
+                tr.write_line(f"    … and {len(not_run) - NOT_RUN_SHOWN} more (results.json: not_run)")
         for entry in document.get("left") or []:
             tr.write_line(
                 f"left open: {entry['kind']} {entry['ident']} ({entry['state']}) {entry['why']}".rstrip()
@@ -1133,6 +1166,22 @@ class ResultCollector:
         for warning in self.history_warnings:
             tr.write_line(f"warning: {warning}", yellow=True)
         tr.write_line("report: " + ", ".join(str(p) for p in self.written.values()))
+
+
+#: How many not-run items the terminal names (results.json and report.html have every one).
+NOT_RUN_SHOWN = 10
+
+
+def _interrupt_reason(exc: BaseException) -> str:
+    """Why a KeyboardInterrupt stopped the run, in the words an on-call engineer uses."""
+    import signal
+
+    text = str(exc)
+    if text == f"signal {int(signal.SIGTERM)}":  # raised by _terminate_as_interrupt
+        return "SIGTERM"
+    if not text or "keyboard-interrupt" in text:  # xdist: a worker got the Ctrl-C too
+        return "Ctrl-C"
+    return text  # xdist's Interrupted: "stopping after 1 failures", "maximum crashed workers reached"
 
 
 def _user(text: str) -> str:

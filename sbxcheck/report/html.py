@@ -45,7 +45,14 @@ def _asset(name: str) -> str:
 _CSS = _asset("report.css")
 _SCRIPT = _asset("report.js")
 
-__all__ = ["extract_commands", "item_anchor", "next_step_commands", "render_html", "rerun_command"]
+__all__ = [
+    "extract_commands",
+    "item_anchor",
+    "next_step_commands",
+    "render_html",
+    "rerun_command",
+    "verdict_headline",
+]
 
 
 _ORDER = {"failed": 0, "error": 1, "skipped": 2, "passed": 3}
@@ -56,7 +63,10 @@ _HEADLINE = {
     "error": "COULD NOT TELL — some checks could not reach a verdict",
     "passed": "HEALTHY — every check passed",
     "empty": "NO CHECKS RAN",
+    "interrupted": "INTERRUPTED — the run stopped before every check ran",
 }
+#: How many not-run items the banner names (the items list has every one).
+_BANNER_NOT_RUN = 20
 
 _GATE_COLUMNS = (
     ("run_record", "record"),
@@ -148,7 +158,7 @@ def _fmt_seconds(value: float | None) -> str:
 def _strip(outcomes: Iterable[str | None], dates: Sequence[str], *, big: bool = False) -> str:
     cells = []
     for when, outcome in zip(dates, outcomes, strict=False):
-        css = outcome if outcome in _SYMBOL else "empty"
+        css = outcome if outcome in _SYMBOL or outcome == "interrupted" else "empty"
         cells.append(f'<i class="o-{css}" title="{_e(when)}: {_e(outcome or "not run")}"></i>')
     css = "strip big" if big else "strip"
     return f'<span class="{css}" aria-label="last runs, oldest first">{"".join(cells)}</span>'
@@ -250,8 +260,29 @@ def _top(ctx: _Ctx) -> str:
     nav = '<nav class="toc">' + "".join(f'<a href="{h}">{_e(t)}</a>' for h, t in toc) + "</nav>"
     return (
         f'<header class="verdict v-{verdict}" id="verdict" data-verdict="{verdict}">'
-        f"<h1>{_e(_HEADLINE[verdict])}</h1><p>{_e(total)} checks: {pills_text(summary)}</p></header>"
+        f"<h1>{_e(_HEADLINE[verdict])}</h1><p>{_e(total)} checks: {pills_text(summary)}</p>"
+        f"{_not_run_banner(report)}</header>"
         f'<main><div class="meta">{meta_html}{history}</div><p>{pills}</p>{nav}{details}'
+    )
+
+
+def verdict_headline(verdict: str) -> str:
+    """The banner's headline for a verdict (``verdict_of``), e.g. "INTERRUPTED — the run stopped …"."""
+    return _HEADLINE.get(verdict, verdict.upper())
+
+
+def _not_run_banner(report: RunReport) -> str:
+    """An interrupted run's banner says why it stopped and names what did not run."""
+    if not report.interrupted:
+        return ""
+    why = f" ({report.interrupted_reason})" if report.interrupted_reason else ""
+    names = "".join(f"<li><code>{_e(n)}</code></li>" for n in report.not_run[:_BANNER_NOT_RUN])
+    more = len(report.not_run) - _BANNER_NOT_RUN
+    if more > 0:
+        names += f"<li>… and {more} more (see the items below)</li>"
+    return (
+        f'<p class="not-run">{len(report.not_run)} selected item(s) did not run{_e(why)}; '
+        "re-run them for a verdict</p>" + (f'<ul class="not-run">{names}</ul>' if names else "")
     )
 
 

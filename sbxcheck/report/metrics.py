@@ -10,7 +10,9 @@ Series (every label value passed the redactor; items are named by their stable i
   an uncapped key has no remaining series)
 - ``sbxcheck_incidents_open{classification}`` and ``sbxcheck_incidents_open_total``
 - ``sbxcheck_last_run_timestamp_seconds``, ``sbxcheck_last_run_duration_seconds``
-- ``sbxcheck_last_run_verdict{verdict}`` 1 for the verdict (passed, failed, error, empty), else 0
+- ``sbxcheck_last_run_verdict{verdict}`` 1 for the verdict (passed, failed, error, empty, interrupted),
+  else 0
+- ``sbxcheck_last_run_not_run`` selected items that never ran (an interrupted run)
 - ``sbxcheck_last_run_checks{outcome}`` counts
 """
 
@@ -28,7 +30,7 @@ from sbxcheck.results import Outcome, RunReport
 
 __all__ = ["VERDICTS", "build_registry", "write_metrics"]
 
-VERDICTS = ("passed", "failed", "error", "empty")
+VERDICTS = ("passed", "failed", "error", "empty", "interrupted")
 
 
 def build_registry(
@@ -109,12 +111,15 @@ def build_registry(
     verdict = verdict_of(report)
     verdict_gauge = Gauge(
         "sbxcheck_last_run_verdict",
-        "1 for the last run's verdict: passed, failed, error (could not tell), empty",
+        "1 for the last run's verdict: passed, failed, error (could not tell), empty, interrupted",
         ["verdict"],
         registry=registry,
     )
     for name in VERDICTS:
         verdict_gauge.labels(name).set(1 if name == verdict else 0)
+    Gauge(
+        "sbxcheck_last_run_not_run", "selected items of the last run that never ran", registry=registry
+    ).set(len(report.not_run))
     checks = Gauge(
         "sbxcheck_last_run_checks", "items of the last run per outcome", ["outcome"], registry=registry
     )
