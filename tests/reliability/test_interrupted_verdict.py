@@ -4,13 +4,20 @@ metrics and the history entry, each naming what did not run (Ctrl-C, ``-x``, a c
 from __future__ import annotations
 
 import json
+import signal
+import time
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from gate_harness import CANARY_SUITES
+from lifecycle_harness import child_argv, interrupt, start_child, suites_dir, wait_for
 
+from sbxcheck.ledger import Ledger
 from sbxcheck.report.history import HistoryStore, analyse
+from sbxcheck.sim.fleet import SimFleet
 
 SUITE = """
 import pytest
@@ -128,3 +135,90 @@ def test_a_crash_is_interrupted(pytester: pytest.Pytester) -> None:
     result, out = _run(pytester, "pass")
     assert result.ret == pytest.ExitCode.INTERNAL_ERROR
     assert_interrupted_everywhere(result, out, NEVER, "internal error (a crash)")
+
+
+# ------------------------------------------------------------------ SIGINT / SIGTERM, gate and canary
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimFleet]:
+    with SimFleet(tmp_path_factory.mktemp("fleet")) as shared:
+        yield shared
+
+
+def _outputs_args(tmp: Path) -> list[str]:
+    out = tmp / "report"
+    return [f"--sbx-metrics={out / 'metrics.prom'}", f"--sbx-history={out / 'hist'}"]
+
+
+def _signal_name(sig: int) -> str:
+    return "SIGTERM" if sig == signal.SIGTERM else "Ctrl-C"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_signal_mid_gate_is_interrupted_in_every_output(fleet: SimFleet, tmp_path: Path, sig: int) -> None:
+    argv = child_argv(
+        suites_dir(tmp_path, quick_gate=True), fleet.inventory_path, tmp_path, *_outputs_args(tmp_path)
+    )
+    env = {
+        "SBX_TEST_HOLD_AT": "two",
+        "SBX_TEST_MARKER": str(tmp_path / "held"),
+        "SBX_TEST_RELEASE": str(tmp_path / "go"),
+    }
+    proc = start_child(argv, tmp_path, env)
+    wait_for(tmp_path / "held", proc)
+    out = interrupt(proc, sig)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out[-3000:]
+    report = json.loads((tmp_path / "report" / "results.json").read_text())
+    ran = {c["nodeid"] for c in report["checks"] if "not_run" not in c["evidence"]}
+    assert len(ran) == len(fleet.run_ids)  # test_quick_one on every run, then the signal
+    assert len(report["not_run"]) == 2 * len(fleet.run_ids)
+    _assert_outputs(out, tmp_path / "report", report["not_run"], _signal_name(sig))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_signal_mid_canary_is_interrupted_in_every_output(fleet: SimFleet, tmp_path: Path, sig: int) -> None:
+    assert fleet.controlplane is not None
+    fleet.controlplane.inject("cp.stuck-pending", "gemini")  # the missions wait: the signal lands mid-wait
+    try:
+        suites = suites_dir(tmp_path, *CANARY_SUITES)
+        argv = child_argv(
+            suites,
+            fleet.inventory_path,
+            tmp_path,
+            "-k",
+            "gemini-flash",
+            *_outputs_args(tmp_path),
+            marks="canary",
+        )
+        proc = start_child(argv, tmp_path)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not any(
+            e.state == "created" for e in Ledger(tmp_path / "state").state()
+        ):
+            time.sleep(0.05)
+        out = interrupt(proc, sig)
+    finally:
+        fleet.controlplane.clear_faults()
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out[-3000:]
+    report = json.loads((tmp_path / "report" / "results.json").read_text())
+    assert report["not_run"], out[-3000:]
+    _assert_outputs(out, tmp_path / "report", report["not_run"], _signal_name(sig))
+
+
+def _assert_outputs(out: str, report_dir: Path, not_run: list[str], why: str) -> None:
+    o = read_outputs(report_dir)
+    assert o["results"]["interrupted"] is True and o["results"]["interrupted_reason"] == why
+    assert 'data-verdict="interrupted"' in o["html"] and "HEALTHY" not in o["html"]
+    assert all(f"<code>{n}</code>" in o["html"] for n in not_run[:20])
+    props = {p.get("name"): p.get("value") for p in o["junit"].iter("property")}
+    assert props["sbxcheck.verdict"] == "interrupted"
+    assert sum(
+        int(p.get("value") or 0) for p in o["junit"].iter("property") if p.get("name") == "sbxcheck.not_run"
+    ) == len(not_run)
+    assert 'sbxcheck_last_run_verdict{verdict="interrupted"} 1.0' in o["metrics"]
+    assert 'sbxcheck_last_run_verdict{verdict="passed"} 0.0' in o["metrics"]
+    assert [p.verdict for p in o["history"].runs] == ["interrupted"]
+    assert f"verdict: INTERRUPTED — the run stopped before every check ran ({why})" in out, out[-3000:]
