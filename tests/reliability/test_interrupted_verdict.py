@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from gate_harness import CANARY_SUITES
 from lifecycle_harness import child_argv, interrupt, start_child, suites_dir, wait_for
+from prometheus_client.parser import text_string_to_metric_families
 
 from sbxcheck.ledger import Ledger
 from sbxcheck.report.history import HistoryStore, analyse
@@ -65,6 +66,17 @@ def read_outputs(out: Path) -> dict[str, Any]:
     }
 
 
+def _metric(text: str, name: str, **labels: str) -> float:
+    """The one sample of ``name`` whose labels include ``labels`` (run-level series add suite and fleet)."""
+    [value] = [
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name and labels.items() <= s.labels.items()
+    ]
+    return float(value)
+
+
 def assert_interrupted_everywhere(result: pytest.RunResult, out: Path, not_run: list[str], why: str) -> None:
     o = read_outputs(out)
     results = o["results"]
@@ -76,9 +88,9 @@ def assert_interrupted_everywhere(result: pytest.RunResult, out: Path, not_run: 
     assert props["sbxcheck.verdict"] == "interrupted" and props["sbxcheck.not_run"] == str(len(not_run))
     assert all(n in "".join(o["junit"].itertext()) for n in not_run)
     metrics = o["metrics"]
-    assert 'sbxcheck_last_run_verdict{verdict="interrupted"} 1.0' in metrics
-    assert 'sbxcheck_last_run_verdict{verdict="passed"} 0.0' in metrics
-    assert f"sbxcheck_last_run_not_run {float(len(not_run))}" in metrics
+    assert _metric(metrics, "sbxcheck_last_run_verdict", verdict="interrupted") == 1
+    assert _metric(metrics, "sbxcheck_last_run_verdict", verdict="passed") == 0
+    assert _metric(metrics, "sbxcheck_last_run_not_run") == len(not_run)
     [point] = o["history"].runs
     assert point.verdict == "interrupted"
     text = "\n".join(result.outlines)
@@ -121,7 +133,7 @@ def test_a_complete_run_is_not_interrupted(pytester: pytest.Pytester) -> None:
     o = read_outputs(out)
     assert o["results"]["interrupted"] is False and o["results"]["not_run"] == []
     assert 'data-verdict="passed"' in o["html"] and not list(o["junit"].iter("property"))
-    assert 'sbxcheck_last_run_verdict{verdict="passed"} 1.0' in o["metrics"]
+    assert _metric(o["metrics"], "sbxcheck_last_run_verdict", verdict="passed") == 1
 
 
 def test_a_crash_is_interrupted(pytester: pytest.Pytester) -> None:
@@ -218,7 +230,7 @@ def _assert_outputs(out: str, report_dir: Path, not_run: list[str], why: str) ->
     assert sum(
         int(p.get("value") or 0) for p in o["junit"].iter("property") if p.get("name") == "sbxcheck.not_run"
     ) == len(not_run)
-    assert 'sbxcheck_last_run_verdict{verdict="interrupted"} 1.0' in o["metrics"]
-    assert 'sbxcheck_last_run_verdict{verdict="passed"} 0.0' in o["metrics"]
+    assert _metric(o["metrics"], "sbxcheck_last_run_verdict", verdict="interrupted") == 1
+    assert _metric(o["metrics"], "sbxcheck_last_run_verdict", verdict="passed") == 0
     assert [p.verdict for p in o["history"].runs] == ["interrupted"]
     assert f"verdict: INTERRUPTED — the run stopped before every check ran ({why})" in out, out[-3000:]
