@@ -1121,23 +1121,29 @@ class ResultCollector:
         tr.write_line(f"checks: {summary.get('total', 0)} ({counts})")
         by_nodeid = {c["nodeid"]: c for c in document["checks"]}
         shown: set[str] = set()
-        for inc in document["incidents"]:
+        # -q or --tb=no: one line per incident and item, no evidence; -qq: the verdict and counts only
+        verbosity = self.config.get_verbosity()
+        details = verbosity >= 0 and self.config.getoption("tbstyle", "auto") != "no"
+        for inc in document["incidents"] if verbosity > -2 else []:
             tr.write_line("")
             tr.write_line(f"incident {inc['id']} [{inc['classification']}] {inc['summary']}", bold=True)
             tr.write_line(f"    next step: {_user(inc['recommendation'])}")
-            for nodeid in inc["checks"]:
-                check = by_nodeid.get(nodeid)
-                if check is None:
-                    continue
-                shown.add(nodeid)
-                tr.write_line(f"    {check['outcome'].upper():6} {nodeid} {headline(check)}")
-                for line in check.get("key_evidence") or []:
-                    tr.write_line(f"        {line}")
-        for check in document["checks"]:
+            members = [by_nodeid[n] for n in inc["checks"] if n in by_nodeid]
+            # evidence every member shares is printed once, under the incident
+            shared = _shared_lines([m.get("key_evidence") or [] for m in members]) if len(members) > 1 else []
+            for line in shared if details else []:
+                tr.write_line(f"    {line}")
+            for check in members:
+                shown.add(check["nodeid"])
+                tr.write_line(f"    {check['outcome'].upper():6} {check['nodeid']} {headline(check)}")
+                for line in check.get("key_evidence") or [] if details else []:
+                    if line not in shared:
+                        tr.write_line(f"        {line}")
+        for check in document["checks"] if verbosity > -2 else []:
             if check["outcome"] in ("failed", "error") and check["nodeid"] not in shown:
                 tr.write_line("")
                 tr.write_line(f"{check['outcome'].upper():6} {check['nodeid']} {headline(check)}", red=True)
-                block = detail_block(check).split("\n")
+                block = detail_block(check).split("\n") if details else []
                 for line in block[3:]:  # outcome, classification and message are in the headline
                     tr.write_line(f"    {line}")
         for mount in document["mounts"]:
@@ -1182,6 +1188,14 @@ def _interrupt_reason(exc: BaseException) -> str:
     if not text or "keyboard-interrupt" in text:  # xdist: a worker got the Ctrl-C too
         return "Ctrl-C"
     return text  # xdist's Interrupted: "stopping after 1 failures", "maximum crashed workers reached"
+
+
+def _shared_lines(blocks: list[list[str]]) -> list[str]:
+    """The lines every block holds, in the first block's order."""
+    if not blocks:
+        return []
+    rest = [set(b) for b in blocks[1:]]
+    return [line for line in blocks[0] if all(line in r for r in rest)]
 
 
 def _user(text: str) -> str:
