@@ -345,7 +345,10 @@ class MissionDispatcher:
             )
             try:
                 created = channel.create(spec)
-            except MissionRejected as exc:
+            except SbxError as exc:
+                if not isinstance(exc, MissionRejected):
+                    self._release_if_never_sent(entry, exc)
+                    raise
                 effort_error = "model_effort" in exc.reason
                 run.effort_attempts.append(
                     {"effort": effort, "accepted": False, "reason": clip(exc.reason, 300)}
@@ -378,7 +381,10 @@ class MissionDispatcher:
         entry = self._intent(run)  # the retry may create a mission: the ledger knows before the request
         try:
             retry = channel.create(retry_spec)
-        except MissionRejected as exc:
+        except SbxError as exc:
+            if not isinstance(exc, MissionRejected):
+                self._release_if_never_sent(entry, exc)
+                raise
             # the key lookup comes before every refusal but prompt validation (§3.4 step 5): a refused
             # retry means the key did not match
             run.retry_rejection = exc
@@ -408,6 +414,13 @@ class MissionDispatcher:
         )
         self._unanswered[entry] = run  # until the create answers
         return entry
+
+    def _release_if_never_sent(self, entry: str | None, exc: SbxError) -> None:
+        """A create whose connection failed before the request was sent (refused, DNS, TLS) made
+        nothing: its intent is closed now. One sent without an answer stays, for the listing to settle."""
+        if exc.evidence.get("request_sent") is False:
+            reason = exc.evidence.get("reason") or "connect failed"
+            self._release(entry, f"never created: {reason} before the request was sent")
 
     def _release(self, entry: str | None, how: str) -> None:
         if self.ledger is not None and entry is not None:

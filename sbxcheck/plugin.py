@@ -730,7 +730,7 @@ def _result_from_report(
     if recorded is not None and report.when == "call":
         return recorded
     if isinstance(exc, SbxError):
-        host = exc.evidence.get("alias") or exc.evidence.get("endpoint")
+        host = exc.evidence.get("alias") or exc.evidence.get("service") or exc.evidence.get("endpoint")
         cause = f"{exc.classification.value}:{host}" if host else None  # one unreachable host = one incident
         return CheckResult.errored(
             check, target, exc.message, exc.classification, dict(exc.evidence), cause=cause

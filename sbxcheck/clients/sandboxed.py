@@ -727,7 +727,10 @@ class SandboxedClient:
         reason, code, doc = parse_error_text(resp.text)
         reason = reason or resp.reason_phrase or f"HTTP {status}"
         if status in (401, 403):
-            raise AuthFailed(f"{endpoint}: {reason}", evidence={"endpoint": endpoint, "status": status})
+            evidence: dict[str, Any] = {"endpoint": endpoint, "status": status}
+            with contextlib.suppress(RuntimeError):  # the service the token was refused by: one cause
+                evidence["service"] = f"{resp.request.url.scheme}://{resp.request.url.netloc.decode()}"
+            raise AuthFailed(f"{endpoint}: {reason}", evidence=evidence)
         if status == 429 or status >= 500:
             raise ServerError(endpoint, status, reason, error_code=code)
         if status == 404:

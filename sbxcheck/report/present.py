@@ -70,7 +70,11 @@ def next_step(check: Mapping[str, Any]) -> str | None:
         if classification is Classification.CHECK_FAILED:  # the default speaks of several checks
             text = "read the evidence, fix what it shows, then re-run this item"
         else:
-            text = default_recommendation(classification, [str(check.get("target") or "")])
+            from sbxcheck.report.nextsteps import probe_command
+
+            evidence = check.get("evidence")
+            probe = probe_command(evidence) if isinstance(evidence, Mapping) else None
+            text = default_recommendation(classification, [str(check.get("target") or "")], probe=probe)
         if check.get("nodeid"):
             text += f" (pytest '{check['nodeid']}')"
     return user_text(" ".join(text.split()))
