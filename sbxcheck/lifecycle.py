@@ -319,7 +319,7 @@ class MissionDispatcher:
             if run.created is not None:
                 self._follow(run)
         except SbxError as exc:
-            run.error = exc
+            run.error = self._of_control_plane(exc)
         except Exception as exc:  # a bug must not hang the items waiting on this run
             run.error = SbxError(f"internal error following {run.route.label}: {type(exc).__name__}: {exc}")
         finally:
@@ -414,6 +414,20 @@ class MissionDispatcher:
         )
         self._unanswered[entry] = run  # until the create answers
         return entry
+
+    def _of_control_plane(self, exc: SbxError) -> SbxError:
+        """A refused connect or token met on the way to the control plane (over REST or through the MCP
+        server) names the control plane as its service: one cause, one incident, across channels."""
+        import sys
+
+        from sbxcheck.errors import AuthFailed, HostUnreachable
+        from sbxcheck.transports.http import service_of
+
+        mcp = sys.modules.get("sbxcheck.clients.mcp")  # not loaded: no MCP server can have failed
+        mcp_server_down = mcp is not None and isinstance(exc, mcp.McpServerUnavailable)
+        if isinstance(exc, (AuthFailed, HostUnreachable)) and not mcp_server_down:
+            exc.evidence.setdefault("service", service_of(self.section.url))
+        return exc
 
     def _release_if_never_sent(self, entry: str | None, exc: SbxError) -> None:
         """A create whose connection failed before the request was sent (refused, DNS, TLS) made
@@ -543,7 +557,7 @@ class MissionDispatcher:
                 except SbxError as exc:
                     canary.exec_error = exc.message
         except SbxError as exc:
-            canary.error = exc
+            canary.error = self._of_control_plane(exc)
         except Exception as exc:
             canary.error = SbxError(f"internal error in canary {spec.label}: {type(exc).__name__}: {exc}")
         finally:

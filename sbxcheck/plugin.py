@@ -998,13 +998,16 @@ class ResultCollector:
         left = left_open(sbx)
         if not (self.records or mounts or cleanup or left or stale):
             return
+        from sbxcheck.report.nextsteps import inventory_flag
+
+        flag = inventory_flag(str(sbx.inventory_path), sbx.uses_sim) if sbx.inventory_path else ""
         records = []
         for record in _link_triage(list(self.records.values())):
             as_dict = record.model_dump(mode="json")
             records.append(
                 record.model_copy(
                     update={
-                        "next_step": next_step(as_dict),
+                        "next_step": next_step(as_dict, flag),
                         "key_evidence": key_evidence_lines(record.evidence),
                     }
                 )

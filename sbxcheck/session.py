@@ -241,6 +241,7 @@ class SbxSession:
                 ping_timeout_s=sssf.ping_timeout_s,
                 pi_timeout_s=sssf.pi_timeout_s,
                 command_timeout_s=inv.ssh.command_timeout_s,
+                ssh_config=str(inv.ssh.config) if inv.ssh.config else None,
             )
             runs.append(GateRun(entry, target, roster.problem))
         self._gate_runs = runs

@@ -54,7 +54,7 @@ from sbxcheck.errors import (
 from sbxcheck.redact import default_redactor
 from sbxcheck.safeio import UnsafeInput, loads_bounded
 from sbxcheck.secrets import classify
-from sbxcheck.transports.http import RetryPolicy, send
+from sbxcheck.transports.http import RetryPolicy, send, service_of
 
 NIL_UUID: Final = "00000000-0000-0000-0000-000000000000"
 TERMINAL_STATUSES: Final = frozenset({"completed", "failed", "blocked", "not_feasible", "interrupted"})
@@ -729,7 +729,7 @@ class SandboxedClient:
         if status in (401, 403):
             evidence: dict[str, Any] = {"endpoint": endpoint, "status": status}
             with contextlib.suppress(RuntimeError):  # the service the token was refused by: one cause
-                evidence["service"] = f"{resp.request.url.scheme}://{resp.request.url.netloc.decode()}"
+                evidence["service"] = service_of(str(resp.request.url))
             raise AuthFailed(f"{endpoint}: {reason}", evidence=evidence)
         if status == 429 or status >= 500:
             raise ServerError(endpoint, status, reason, error_code=code)

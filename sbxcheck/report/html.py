@@ -35,6 +35,7 @@ from sbxcheck.report.history import (
     verdict_of,
 )
 from sbxcheck.report.incidents import default_recommendation
+from sbxcheck.report.nextsteps import inventory_flag, probe_command
 from sbxcheck.results import CheckRecord, Classification, Incident, Outcome, RunReport
 
 
@@ -124,22 +125,29 @@ def extract_commands(text: str) -> list[str]:
     return [command for _, command in sorted(hits)]
 
 
-def rerun_command(records: Sequence[CheckRecord]) -> str | None:
-    """The command that re-runs these items: the gate per run id, anything else by node id."""
+def rerun_command(records: Sequence[CheckRecord], inventory_flag: str = "") -> str | None:
+    """The command that re-runs these items: the gate per run id, anything else by node id; with the
+    run's ``--sbx-inventory=PATH`` when it used one, so it checks the same fleet."""
     if not records:
         return None
+    pytest_cmd = f"pytest {inventory_flag}" if inventory_flag else "pytest"
     runs = [m.group("run") for r in records if r.suite == "gate" and (m := _GATE_RUN.match(r.target))]
     if len(runs) == len(records):
-        return "pytest -m gate " + " ".join(f"--sbx-run-id {shlex.quote(r)}" for r in dict.fromkeys(runs))
+        return f"{pytest_cmd} -m gate " + " ".join(
+            f"--sbx-run-id {shlex.quote(r)}" for r in dict.fromkeys(runs)
+        )
     nodeids = [r.nodeid for r in records]
     shown = " ".join(shlex.quote(n) for n in nodeids[:6])
-    return f"pytest {shown}" if len(nodeids) <= 6 else f"pytest -m {shlex.quote(records[0].suite)} {shown}"
+    suite = shlex.quote(records[0].suite)
+    return f"{pytest_cmd} {shown}" if len(nodeids) <= 6 else f"{pytest_cmd} -m {suite} {shown}"
 
 
-def next_step_commands(records: Sequence[CheckRecord], recommendation: str) -> list[str]:
+def next_step_commands(
+    records: Sequence[CheckRecord], recommendation: str, inventory_flag: str = ""
+) -> list[str]:
     """What to type: the commands the recommendation names, then the re-run of the affected items."""
     commands = extract_commands(recommendation)
-    rerun = rerun_command(records)
+    rerun = rerun_command(records, inventory_flag)
     if rerun and rerun not in commands:
         commands.append(rerun)
     return commands
@@ -198,6 +206,10 @@ class _Ctx:
 
     def dates(self) -> list[str]:
         return [r.started_at for r in self.history.runs] if self.history else []
+
+    @property
+    def inventory_flag(self) -> str:
+        return inventory_flag(self.report.inventory.source, self.report.inventory.sim)
 
     def hist(self, record: CheckRecord) -> ItemHistory | None:
         return self.history.items.get(item_identity(record)) if self.history else None
@@ -305,7 +317,7 @@ def _incidents(ctx: _Ctx) -> str:
         members = [by_nodeid[n] for n in incident.checks if n in by_nodeid]
         status = history.status_of(incident) if history else None
         tag = _status_tag(status)
-        commands = next_step_commands(members, incident.recommendation)
+        commands = next_step_commands(members, incident.recommendation, ctx.inventory_flag)
         links = _member_links(members)
         only_errors = all(m.outcome is Outcome.ERROR for m in members)
         blocks.append(
@@ -663,9 +675,13 @@ def _item(ctx: _Ctx, record: CheckRecord) -> str:
             )
         else:
             recommendation = record.recommendation or default_recommendation(
-                record.classification or Classification.CHECK_FAILED, [record.target]
+                record.classification or Classification.CHECK_FAILED,
+                [record.target],
+                probe=probe_command(record.evidence),
             )
-            body += _next_step(recommendation, next_step_commands([record], recommendation))
+            body += _next_step(
+                recommendation, next_step_commands([record], recommendation, ctx.inventory_flag)
+            )
     facts = f"attempts: {record.attempts}" + (f" · cause: {record.cause}" if record.cause else "")
     evidence = json.dumps(record.evidence, indent=2, ensure_ascii=False, sort_keys=True)
     folded = (

@@ -56,7 +56,16 @@ def map_httpx_error(
 
 def _sent(base_url: str, sent: bool, reason: str) -> dict[str, Any]:
     """Evidence of a failed request: the service, why, and whether it can have had an effect."""
-    return {"service": base_url, "request_sent": sent, "reason": reason}
+    return {"service": service_of(base_url), "request_sent": sent, "reason": reason}
+
+
+def service_of(url: str) -> str:
+    """``scheme://host:port`` of a URL: the one name of a service, whatever path its clients use."""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError):
+        return url
+    return f"{parsed.scheme}://{parsed.netloc.decode()}" if parsed.scheme else url
 
 
 def _reason(exc: httpx.HTTPError) -> str:
