@@ -157,6 +157,8 @@ class MissionDispatcher:
         self.created: dict[str, str] = {}  # mission id -> via
         self.ledger = ledger
         self._entries: dict[str, str] = {}  # mission id -> ledger entry
+        # told what is waited on while an item waits (the progress line); None: wait silently
+        self.on_wait: Callable[[tuple[dict[str, int], float, float] | None, float], None] | None = None
         self._unanswered: dict[str, RouteRun] = {}  # ledger entry -> run whose create never answered
         self._list_missions = list_missions
         self._lock = threading.Lock()
@@ -212,14 +214,48 @@ class MissionDispatcher:
         """Wait (bounded) for a route's run to settle."""
         self.start()
         run = self.routes[label]
-        run.done.wait(timeout_s)
+        self._wait(run.done, timeout_s)
         return run
 
     def canary(self, label: str, timeout_s: float) -> CanaryRun:
         self.start()
         canary = self.canaries[label]
-        canary.done.wait(timeout_s)
+        self._wait(canary.done, timeout_s)
         return canary
+
+    def _wait(self, done: threading.Event, timeout_s: float) -> None:
+        """Wait (bounded) for ``done``, telling :attr:`on_wait` what is waited on about once a second
+        (and ``None`` when the wait is over)."""
+        if self.on_wait is None:
+            done.wait(timeout_s)
+            return
+        start = time.monotonic()
+        end = start + timeout_s
+        told = False
+        while not done.wait(max(0.0, min(1.0, end - time.monotonic()))):
+            if time.monotonic() >= end:
+                break
+            waiting = self.waiting()
+            if waiting is not None:
+                self.on_wait(waiting, time.monotonic() - start)
+                told = True
+        if told:
+            self.on_wait(None, time.monotonic() - start)  # the wait is over: the line goes
+
+    def waiting(self) -> tuple[dict[str, int], float, float] | None:
+        """What the session still waits on: unsettled missions by status (``dispatching`` before the
+        create answered), seconds since the first dispatch, and the furthest deadline; None when nothing."""
+        runs = [r for r in self.routes.values() if not r.done.is_set()]
+        runs += [c.run for c in self.canaries.values() if c.run is not None and not c.done.is_set()]
+        if not runs:
+            return None
+        states: dict[str, int] = {}
+        for run in runs:
+            state = run.status or ("dispatching" if run.created is None else "created")
+            states[state] = states.get(state, 0) + 1
+        dispatched = [r.dispatched_at for r in runs if r.dispatched_at is not None]
+        elapsed = time.monotonic() - min(dispatched) if dispatched else 0.0
+        return states, elapsed, max(r.deadline_s for r in runs)
 
     def close(self) -> dict[str, str]:
         """Cancel every non-terminal mission this session created; report what happened to each."""

@@ -692,6 +692,23 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         if isinstance(params.get("sbx_canary"), str):
             canaries.add(params["sbx_canary"])
     state.wanted_routes, state.wanted_canaries = routes, canaries
+    state.on_wait = _progress_callback(session.config)
+
+
+def _progress_callback(config: pytest.Config) -> Any:
+    """What the dispatcher calls while an item waits on missions: the live status line."""
+    from sbxcheck.progress import ProgressLine, describe_wait
+
+    line = ProgressLine(config)
+
+    def on_wait(waiting: tuple[dict[str, int], float, float] | None, waited_s: float) -> None:
+        if waiting is None:
+            line.done()
+            return
+        states, elapsed, deadline = waiting
+        line.update(describe_wait("mission", states, elapsed, deadline), waited_s)
+
+    return on_wait if line.enabled else None
 
 
 # ------------------------------------------------------------------ per-item results

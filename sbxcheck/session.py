@@ -111,6 +111,7 @@ class SbxSession:
         self._client: SandboxedClient | None = None
         self._mcp: AssistantMcpClient | None = None
         self._dispatcher: MissionDispatcher | None = None
+        self.on_wait: Any = None  # the progress line's callback, handed to the dispatcher (plugin sets it)
         self.cancel_report: dict[str, str] = {}
         self.cleanup: list[dict[str, Any]] = []  # what the end of the session released or failed to
         self.ledger_ids: set[str] | None = None  # xdist workers: the controller's snapshot of entries
@@ -680,6 +681,7 @@ class SbxSession:
                     m.model_dump(mode="json") for m in client.list_missions(all=True, limit=200)
                 ],
             )
+            self._dispatcher.on_wait = self.on_wait
         return self._dispatcher
 
     def close_missions(self) -> dict[str, str]:
