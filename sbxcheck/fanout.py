@@ -8,7 +8,7 @@ the independent checks of one VM concurrently over that one connection (bounded 
 is exactly what the same check function returns when called inline, so speed never changes an
 outcome. A connect failure errors every item of that VM in setup, as the inline path does.
 
-Under xdist each worker fans out over the items it was given (the loadgroup scheduler sends a VM's
+Under xdist each worker fans out over the items it was given (sbxcheck's scheduler sends a VM's
 items to one worker together); nothing is started for items another worker owns.
 """
 

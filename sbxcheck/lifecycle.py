@@ -188,6 +188,8 @@ class MissionDispatcher:
         self.created: dict[str, str] = {}  # mission id -> via
         self.ledger = ledger
         self._entries: dict[str, str] = {}  # mission id -> ledger entry
+        # told what is waited on while an item waits (the progress line); None: wait silently
+        self.on_wait: Callable[[WaitingState | None, float], None] | None = None
         self._unanswered: dict[str, RouteRun] = {}  # ledger entry -> run whose create never answered
         self._list_missions = list_missions
         self._preflight = preflight  # issue 21: a route that would fail readiness is not dispatched
@@ -364,14 +366,33 @@ class MissionDispatcher:
         """Wait (bounded) for a route's run to settle."""
         self.start()
         run = self.routes[label]
-        run.done.wait(timeout_s)
+        self._wait(run.done, timeout_s)
         return run
 
     def canary(self, label: str, timeout_s: float) -> CanaryRun:
         self.start()
         canary = self.canaries[label]
-        canary.done.wait(timeout_s)
+        self._wait(canary.done, timeout_s)
         return canary
+
+    def _wait(self, done: threading.Event, timeout_s: float) -> None:
+        """Wait (bounded) for ``done``, telling :attr:`on_wait` what is waited on about once a second
+        (and ``None`` when the wait is over)."""
+        if self.on_wait is None:
+            done.wait(timeout_s)
+            return
+        start = time.monotonic()
+        end = start + timeout_s
+        told = False
+        while not done.wait(max(0.0, min(1.0, end - time.monotonic()))):
+            if time.monotonic() >= end:
+                break
+            waiting = self.waiting()
+            if waiting.open:
+                self.on_wait(waiting, time.monotonic() - start)
+                told = True
+        if told:
+            self.on_wait(None, time.monotonic() - start)  # the wait is over: the line goes
 
     def waiting(self) -> WaitingState:
         """A read-only snapshot of the unsettled routes and canaries (no request is made)."""
@@ -509,7 +530,7 @@ class MissionDispatcher:
                     self._follow(run)
                     self._retry_silent(run)  # issue 21: the no-output rule
         except SbxError as exc:
-            run.error = exc
+            run.error = self._of_control_plane(exc)
         except Exception as exc:  # a bug must not hang the items waiting on this run
             run.error = SbxError(f"internal error following {run.route.label}: {type(exc).__name__}: {exc}")
         finally:
@@ -538,7 +559,10 @@ class MissionDispatcher:
             )
             try:
                 created = channel.create(spec)
-            except MissionRejected as exc:
+            except SbxError as exc:
+                if not isinstance(exc, MissionRejected):
+                    self._release_if_never_sent(entry, exc)
+                    raise
                 effort_error = "model_effort" in exc.reason
                 run.effort_attempts.append(
                     {"effort": effort, "accepted": False, "reason": clip(exc.reason, 300)}
@@ -571,7 +595,10 @@ class MissionDispatcher:
         entry = self._intent(run)  # the retry may create a mission: the ledger knows before the request
         try:
             retry = channel.create(retry_spec)
-        except MissionRejected as exc:
+        except SbxError as exc:
+            if not isinstance(exc, MissionRejected):
+                self._release_if_never_sent(entry, exc)
+                raise
             # the key lookup comes before every refusal but prompt validation (§3.4 step 5): a refused
             # retry means the key did not match
             run.retry_rejection = exc
@@ -601,6 +628,27 @@ class MissionDispatcher:
         )
         self._unanswered[entry] = run  # until the create answers
         return entry
+
+    def _of_control_plane(self, exc: SbxError) -> SbxError:
+        """A refused connect or token met on the way to the control plane (over REST or through the MCP
+        server) names the control plane as its service: one cause, one incident, across channels."""
+        import sys
+
+        from sbxcheck.errors import AuthFailed, HostUnreachable
+        from sbxcheck.transports.http import service_of
+
+        mcp = sys.modules.get("sbxcheck.clients.mcp")  # not loaded: no MCP server can have failed
+        mcp_server_down = mcp is not None and isinstance(exc, mcp.McpServerUnavailable)
+        if isinstance(exc, (AuthFailed, HostUnreachable)) and not mcp_server_down:
+            exc.evidence.setdefault("service", service_of(self.section.url))
+        return exc
+
+    def _release_if_never_sent(self, entry: str | None, exc: SbxError) -> None:
+        """A create whose connection failed before the request was sent (refused, DNS, TLS) made
+        nothing: its intent is closed now. One sent without an answer stays, for the listing to settle."""
+        if exc.evidence.get("request_sent") is False:
+            reason = exc.evidence.get("reason") or "connect failed"
+            self._release(entry, f"never created: {reason} before the request was sent")
 
     def _release(self, entry: str | None, how: str) -> None:
         if self.ledger is not None and entry is not None:
@@ -826,7 +874,7 @@ class MissionDispatcher:
                 except SbxError as exc:
                     canary.exec_error = exc.message
         except SbxError as exc:
-            canary.error = exc
+            canary.error = self._of_control_plane(exc)
         except Exception as exc:
             canary.error = SbxError(f"internal error in canary {spec.label}: {type(exc).__name__}: {exc}")
         finally:

@@ -29,6 +29,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from sbxcheck.lifecycle import WaitingState
     from sbxcheck.results import CheckRecord, CheckResult
     from sbxcheck.session import GateRun, SbxSession
 
@@ -301,10 +304,16 @@ def pytest_configure(config: pytest.Config) -> None:
         workerinput.get("sbxcheck_session_tag") if workerinput else None
     ) or uuid.uuid4().hex
     if workerinput is not None:
-        if workerinput.get("sbxcheck_loadgroup"):
-            # xdist workers re-parse the original command line, which has no --dist loadgroup: without
-            # this they never add the @group suffix and the controller's loadgroup scheduler sees no groups
-            config.option.loadgroup = True
+        scope_dir = workerinput.get("sbxcheck_scope_dir")
+        if scope_dir:
+            # the controller groups by VM with its own scheduler (sbxcheck.xdist_scope): node ids stay
+            # plain even under an explicit --dist loadgroup, which would append "@<group>" to them
+            from sbxcheck.xdist_scope import WorkerGroups
+
+            config.option.loadgroup = False
+            config.pluginmanager.register(
+                WorkerGroups(Path(scope_dir), str(workerinput.get("workerid"))), "sbxcheck-worker-groups"
+            )
         from sbxcheck.cleanup import WorkerCleanup
 
         config.pluginmanager.register(
@@ -329,12 +338,15 @@ def pytest_configure(config: pytest.Config) -> None:
                 raise
             session.mount_error = exc.message
     if config.pluginmanager.hasplugin("xdist"):
-        if getattr(config.option, "dist", None) == "load" and (
+        xdist_nodes = _XdistNodes(config)
+        if getattr(config.option, "dist", None) in ("load", "loadgroup") and (
             getattr(config.option, "numprocesses", None) or getattr(config.option, "tx", None)
         ):
             # items of one VM (and of the control plane) go to one worker: one connection, one owner
-            config.option.dist = "loadgroup"
-        config.pluginmanager.register(_XdistNodes(config), "sbxcheck-xdist")
+            import tempfile
+
+            xdist_nodes.scope_dir = Path(tempfile.mkdtemp(prefix="sbxcheck-xdist-"))
+        config.pluginmanager.register(xdist_nodes, "sbxcheck-xdist")
 
 
 def _preflight(config: pytest.Config) -> None:
@@ -487,6 +499,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
             session.close()
             if session.interrupted_during:
                 _exit_as_interrupted(config)
+    xdist_nodes = config.pluginmanager.get_plugin("sbxcheck-xdist")
+    if isinstance(xdist_nodes, _XdistNodes) and xdist_nodes.scope_dir is not None:
+        import shutil
+
+        shutil.rmtree(xdist_nodes.scope_dir, ignore_errors=True)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -528,18 +545,45 @@ class _XdistNodes:
     """Hands every worker what it must share with the controller.
 
     The simulator seed (identical ids), the session tag (same idempotency keys), the mounted runs, and
-    whether the controller switched to loadgroup (workers must add the group suffixes themselves).
+    where workers leave their items' groups for the per-VM scheduler (``scope_dir``, when it is used).
     """
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self._ledger_ids: list[str] | None = None
+        self.scope_dir: Path | None = None
+
+    @pytest.hookimpl(optionalhook=True, tryfirst=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        """``-n``/``--tx`` with load or loadgroup: one unit per VM / control plane, plain node ids."""
+        if self.scope_dir is None:
+            return None
+        from sbxcheck.xdist_scope import GroupScopeScheduling
+
+        return GroupScopeScheduling(config, log, self.scope_dir, self._groups_from_node_ids)
+
+    def _groups_from_node_ids(self, nodeids: Sequence[str]) -> dict[str, str]:
+        """For workers on other hosts: sbxcheck's groups from the node ids and the inventory."""
+        from sbxcheck.errors import SbxError
+        from sbxcheck.xdist_scope import groups_by_parameter
+
+        if not any(n.endswith("]") for n in nodeids):
+            return {}
+        session = get_session(self.config)
+        try:
+            runs = [r.run_id for r in session.gate_runs()]
+            section = session.inventory().sandboxed
+        except SbxError:
+            return {}
+        labels = {r.label for r in section.routes} | {c.label for c in section.canaries} if section else set()
+        return groups_by_parameter(nodeids, runs, labels, str(CONTROL_PLANE_GROUP.kwargs["name"]))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput["sbxcheck_sim_seed"] = _sim_seed()
         node.workerinput["sbxcheck_session_tag"] = self.config.stash[SESSION_TAG_KEY]
-        node.workerinput["sbxcheck_loadgroup"] = getattr(self.config.option, "dist", None) == "loadgroup"
+        if self.scope_dir is not None:
+            node.workerinput["sbxcheck_scope_dir"] = str(self.scope_dir)
         session = self.config.stash.get(SESSION_KEY, None)
         if session is None:
             return
@@ -613,7 +657,7 @@ def _gate_runs(config: pytest.Config) -> tuple[list[GateRun], str | None]:
     return runs, None
 
 
-# ``--dist loadgroup`` sends a group to one worker: one SSH connection per VM, one owner of the missions.
+# Under -n a group goes to one worker (sbxcheck.xdist_scope): one SSH connection per VM, one owner of the missions.
 # The marks ride on the parameters, so they exist before any plugin's collection hooks run.
 CONTROL_PLANE_GROUP = pytest.mark.xdist_group(name="sandboxed-control-plane")
 
@@ -823,6 +867,24 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         if isinstance(params.get("sbx_canary"), str):
             canaries.add(params["sbx_canary"])
     state.wanted_routes, state.wanted_canaries = routes, canaries
+    state.on_wait = _progress_callback(session.config)
+
+
+def _progress_callback(config: pytest.Config) -> Any:
+    """What the dispatcher calls while an item waits on missions: the live status line."""
+    from sbxcheck.progress import ProgressLine, describe_wait
+
+    line = ProgressLine(config)
+
+    def on_wait(waiting: WaitingState | None, waited_s: float) -> None:
+        if waiting is None:
+            line.done()
+            return
+        line.update(
+            describe_wait("mission", waiting.by_status, waiting.elapsed_s, waiting.deadline_s), waited_s
+        )
+
+    return on_wait if line.enabled else None
 
 
 # ------------------------------------------------------------------ per-item results
@@ -861,7 +923,7 @@ def _result_from_report(
     if recorded is not None and report.when == "call":
         return recorded
     if isinstance(exc, SbxError):
-        host = exc.evidence.get("alias") or exc.evidence.get("endpoint")
+        host = exc.evidence.get("alias") or exc.evidence.get("service") or exc.evidence.get("endpoint")
         cause = f"{exc.classification.value}:{host}" if host else None  # one unreachable host = one incident
         return CheckResult.errored(
             check, target, exc.message, exc.classification, dict(exc.evidence), cause=cause
@@ -1019,12 +1081,14 @@ class ResultCollector:
         self.selected: dict[str, str] = {}  # plain nodeid -> parameter id, of every selected item
         self.reported: set[str] = set()  # plain nodeids that ran (a call, or a failed/skipped phase)
         self.interrupted = False
+        self.interrupted_reason = ""  # "Ctrl-C", "SIGTERM", "stopping after 1 failures", "internal error"
         self.finished = False
         self.history_warnings: list[str] = []
         self._stale_removed = False
 
-    def pytest_keyboard_interrupt(self) -> None:
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
         self.interrupted = True
+        self.interrupted_reason = self.interrupted_reason or _interrupt_reason(excinfo.value)
 
     def remove_stale_reports(self) -> None:
         """Once, when this run is known to write a report: the previous run's files go first (issue 20)."""
@@ -1084,9 +1148,23 @@ class ResultCollector:
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         interrupted = self.interrupted or session.exitstatus == pytest.ExitCode.INTERRUPTED
+        stop = getattr(session, "shouldfail", False) or getattr(session, "shouldstop", False)
+        if not interrupted and stop and self.not_run():
+            # -x / --maxfail (serially; under xdist they arrive as an interrupt): items were left out
+            interrupted, self.interrupted_reason = True, str(stop)
+        crashed = session.exitstatus == pytest.ExitCode.INTERNAL_ERROR
+        if not interrupted and crashed:
+            interrupted, self.interrupted_reason = True, "internal error (a crash)"
         if interrupted:
             self._add_not_run(session)
         self.finish(interrupted=interrupted)
+        if crashed and self.written:  # pytest prints no terminal summary after an internal error
+            line = (
+                f"sbxcheck: verdict: INTERRUPTED ({self.interrupted_reason}): {len(self.report.not_run)} "
+                f"selected item(s) did not run; report: {self.written.get('results.json', '')}\n"
+            )
+            with contextlib.suppress(OSError):
+                os.write(2, line.encode())
         sbx = self.config.stash.get(SESSION_KEY, None)
         failed_cleanup = [c for c in (sbx.cleanup if sbx else []) if not c.get("ok", True)]
         if failed_cleanup and session.exitstatus == pytest.ExitCode.OK:
@@ -1130,13 +1208,16 @@ class ResultCollector:
         left = left_open(sbx)
         if not (self.records or mounts or cleanup or left or stale):
             return
+        from sbxcheck.report.nextsteps import inventory_flag
+
+        flag = inventory_flag(str(sbx.inventory_path), sbx.uses_sim) if sbx.inventory_path else ""
         records = []
         for record in _link_triage(list(self.records.values())):
             as_dict = record.model_dump(mode="json")
             records.append(
                 record.model_copy(
                     update={
-                        "next_step": next_step(as_dict),
+                        "next_step": next_step(as_dict, flag),
                         "key_evidence": key_evidence_lines(record.evidence),
                     }
                 )
@@ -1163,6 +1244,7 @@ class ResultCollector:
             update={
                 "spend": summarize_spend(cleanup, records, cap_usd=sbx.max_spend_usd),
                 "interrupted": interrupted,
+                "interrupted_reason": (self.interrupted_reason or "interrupted") if interrupted else "",
                 "not_run": self.not_run() if interrupted else [],
                 "cleanup": cleanup,
                 "left": left,
@@ -1234,34 +1316,51 @@ class ResultCollector:
         if not self.written:
             return
         from sbxcheck.display import SanitisingWriter
+        from sbxcheck.report.history import verdict_of
+        from sbxcheck.report.html import verdict_headline
         from sbxcheck.report.present import detail_block, headline
 
         document = self.report.model_dump(mode="json")
         tr = SanitisingWriter(terminalreporter)  # every line redacted, then neutralised
         tr.section("sbxcheck")
+        verdict = verdict_of(self.report)
+        why = f" ({document['interrupted_reason']})" if document.get("interrupted_reason") else ""
+        tr.write_line(
+            f"verdict: {verdict_headline(verdict)}{why}",
+            bold=True,
+            purple=verdict == "interrupted",
+            red=verdict == "failed",
+            green=verdict == "passed",
+        )
         summary = document["summary"]
         counts = ", ".join(f"{v} {k}" for k, v in summary.items() if k != "total" and v)
         tr.write_line(f"inventory: {document['inventory']['source']}")
         tr.write_line(f"checks: {summary.get('total', 0)} ({counts})")
         by_nodeid = {c["nodeid"]: c for c in document["checks"]}
         shown: set[str] = set()
-        for inc in document["incidents"]:
+        # -q or --tb=no: one line per incident and item, no evidence; -qq: the verdict and counts only
+        verbosity = self.config.get_verbosity()
+        details = verbosity >= 0 and self.config.getoption("tbstyle", "auto") != "no"
+        for inc in document["incidents"] if verbosity > -2 else []:
             tr.write_line("")
             tr.write_line(f"incident {inc['id']} [{inc['classification']}] {inc['summary']}", bold=True)
             tr.write_line(f"    next step: {_user(inc['recommendation'])}")
-            for nodeid in inc["checks"]:
-                check = by_nodeid.get(nodeid)
-                if check is None:
-                    continue
-                shown.add(nodeid)
-                tr.write_line(f"    {check['outcome'].upper():6} {nodeid} {headline(check)}")
-                for line in check.get("key_evidence") or []:
-                    tr.write_line(f"        {line}")
-        for check in document["checks"]:
+            members = [by_nodeid[n] for n in inc["checks"] if n in by_nodeid]
+            # evidence every member shares is printed once, under the incident
+            shared = _shared_lines([m.get("key_evidence") or [] for m in members]) if len(members) > 1 else []
+            for line in shared if details else []:
+                tr.write_line(f"    {line}")
+            for check in members:
+                shown.add(check["nodeid"])
+                tr.write_line(f"    {check['outcome'].upper():6} {check['nodeid']} {headline(check)}")
+                for line in check.get("key_evidence") or [] if details else []:
+                    if line not in shared:
+                        tr.write_line(f"        {line}")
+        for check in document["checks"] if verbosity > -2 else []:
             if check["outcome"] in ("failed", "error") and check["nodeid"] not in shown:
                 tr.write_line("")
                 tr.write_line(f"{check['outcome'].upper():6} {check['nodeid']} {headline(check)}", red=True)
-                block = detail_block(check).split("\n")
+                block = detail_block(check).split("\n") if details else []
                 for line in block[3:]:  # outcome, classification and message are in the headline
                     tr.write_line(f"    {line}")
         for mount in document["mounts"]:
@@ -1283,7 +1382,12 @@ class ResultCollector:
             for nodeid in document["spend"].get("not_run") or []:
                 tr.write_line(f"    not run (spend cap): {nodeid}")
         if document.get("interrupted"):
-            tr.write_line(f"interrupted: {len(document.get('not_run') or [])} selected item(s) did not run")
+            not_run = document.get("not_run") or []
+            tr.write_line(f"interrupted: {len(not_run)} selected item(s) did not run{why}", bold=True)
+            for nodeid in not_run[:NOT_RUN_SHOWN]:
+                tr.write_line(f"    not run: {nodeid}")
+            if len(not_run) > NOT_RUN_SHOWN:
+                tr.write_line(f"    … and {len(not_run) - NOT_RUN_SHOWN} more (results.json: not_run)")
         for entry in document.get("left") or []:
             tr.write_line(
                 f"left open: {entry['kind']} {entry['ident']} ({entry['state']}) {entry['why']}".rstrip()
@@ -1294,6 +1398,30 @@ class ResultCollector:
         for warning in self.history_warnings:
             tr.write_line(f"warning: {warning}", yellow=True)
         tr.write_line("report: " + ", ".join(str(p) for p in self.written.values()))
+
+
+#: How many not-run items the terminal names (results.json and report.html have every one).
+NOT_RUN_SHOWN = 10
+
+
+def _interrupt_reason(exc: BaseException) -> str:
+    """Why a KeyboardInterrupt stopped the run, in the words an on-call engineer uses."""
+    import signal
+
+    text = str(exc)
+    if text == f"signal {int(signal.SIGTERM)}":  # raised by _terminate_as_interrupt
+        return "SIGTERM"
+    if not text or "keyboard-interrupt" in text:  # xdist: a worker got the Ctrl-C too
+        return "Ctrl-C"
+    return text  # xdist's Interrupted: "stopping after 1 failures", "maximum crashed workers reached"
+
+
+def _shared_lines(blocks: list[list[str]]) -> list[str]:
+    """The lines every block holds, in the first block's order."""
+    if not blocks:
+        return []
+    rest = [set(b) for b in blocks[1:]]
+    return [line for line in blocks[0] if all(line in r for r in rest)]
 
 
 def _user(text: str) -> str:

@@ -152,6 +152,8 @@ class RunReport(BaseModel):
     cleanup: list[dict[str, Any]] = Field(default_factory=list)
     # interrupted (Ctrl-C / SIGTERM): the selected items that never ran, and what the ledger still holds
     interrupted: bool = False
+    # why it stopped: "Ctrl-C or SIGTERM", "stopping after 1 failures" (-x/--maxfail), "internal error"
+    interrupted_reason: str = ""
     not_run: list[str] = Field(default_factory=list)
     left: list[dict[str, Any]] = Field(default_factory=list)
     # issue 21: what the run spent ({total_usd, missions, missions_cost_unknown, cap_usd, cap_reached, not_run})

@@ -117,6 +117,7 @@ class SbxSession:
         self._catalog: CatalogSnapshot | None = None  # issue 21
         self.max_spend_usd: float | None = None  # issue 21: --sbx-max-spend
         self.probe_route: str | None = None  # issue 21: --sbx-probe
+        self.on_wait: Any = None  # the progress line's callback, handed to the dispatcher (plugin sets it)
         self.cancel_report: dict[str, str] = {}
         self.cleanup: list[dict[str, Any]] = []  # what the end of the session released or failed to
         self.ledger_ids: set[str] | None = None  # xdist workers: the controller's snapshot of entries
@@ -248,6 +249,7 @@ class SbxSession:
                 ping_timeout_s=sssf.ping_timeout_s,
                 pi_timeout_s=sssf.pi_timeout_s,
                 command_timeout_s=inv.ssh.command_timeout_s,
+                ssh_config=str(inv.ssh.config) if inv.ssh.config else None,
             )
             runs.append(GateRun(entry, target, roster.problem))
         self._gate_runs = runs
@@ -715,6 +717,7 @@ class SbxSession:
                 # one live-stream subscription per session and control plane (issue 23)
                 stream=ControlStream(section.url, client.auth_headers, connect_timeout_s=section.request_timeout_s),
             )
+            self._dispatcher.on_wait = self.on_wait
         return self._dispatcher
 
     # issue 21: workspace and catalog readiness, read once; a route that would fail it is not dispatched

@@ -59,6 +59,7 @@ class GateTarget:
     ping_timeout_s: float
     pi_timeout_s: float
     command_timeout_s: float = 240.0  # [ssh] command_timeout_s: the deadline of A, B, the roster and E
+    ssh_config: str | None = None  # [ssh] config: the next step's ssh resolves the alias through it
 
 
 # Every script announces its end with SBX_END on stdout; a script that stops without it failed
@@ -276,10 +277,18 @@ def _last_line(text: str) -> str:
     return lines[-1].strip() if lines else ""
 
 
+def ssh_login(target: GateTarget) -> str:
+    """``ssh [-F CONFIG] HOST``: the login that resolves the alias as the gate's own connection did."""
+    import shlex
+
+    config = f"-F {shlex.quote(target.ssh_config)} " if target.ssh_config else ""
+    return f"ssh {config}{shlex.quote(target.host)}"
+
+
 def gate_advice(target: GateTarget) -> str:
     """What to do after a failed gate item: the VM stays up as evidence; nothing is torn down."""
     return (
-        f"the VM is left up as evidence — get in: ssh {target.host}; diagnose, fix, then re-run "
+        f"the VM is left up as evidence — get in: {ssh_login(target)}; diagnose, fix, then re-run "
         f"`just sbx lifecycle setup {target.run_id}`. Nothing was torn down; that stays your decision."
     )
 

@@ -35,14 +35,19 @@ def _base(run: RouteRun) -> dict[str, Any]:
 
 
 def _control_plane_error(check: str, target: str, error: SbxError, evidence: dict[str, Any]) -> CheckResult:
-    """A transport-level failure: every item that met the same one shares a cause, so it is one incident."""
+    """A transport-level failure: every item that met the same one shares a cause, so it is one incident.
+
+    The cause names the service when the error knows it, as every other item's error does (one
+    refused control plane, or one dead token, is one incident across routes, canaries and discovery).
+    """
+    service = error.evidence.get("service")
     return CheckResult.errored(
         check,
         target,
         error.message,
         error.classification,
         {**evidence, **error.evidence},
-        cause=f"control-plane-{error.classification.value}",
+        cause=f"{error.classification.value}:{service}" if service else f"control-plane-{error.classification.value}",
     )
 
 

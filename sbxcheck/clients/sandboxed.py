@@ -59,7 +59,7 @@ from sbxcheck.ids import check_id, path_segment
 from sbxcheck.redact import default_redactor
 from sbxcheck.safeio import UnsafeInput, loads_bounded
 from sbxcheck.secrets import classify
-from sbxcheck.transports.http import RetryPolicy, send
+from sbxcheck.transports.http import RetryPolicy, send, service_of
 
 NIL_UUID: Final = "00000000-0000-0000-0000-000000000000"
 TERMINAL_STATUSES: Final = frozenset({"completed", "failed", "blocked", "not_feasible", "interrupted"})
@@ -759,7 +759,10 @@ class SandboxedClient:
         reason, code, doc = parse_error_text(resp.text)
         reason = reason or resp.reason_phrase or f"HTTP {status}"
         if status in (401, 403):
-            raise AuthFailed(f"{endpoint}: {reason}", evidence={"endpoint": endpoint, "status": status})
+            evidence: dict[str, Any] = {"endpoint": endpoint, "status": status}
+            with contextlib.suppress(RuntimeError):  # the service the token was refused by: one cause
+                evidence["service"] = service_of(str(resp.request.url))
+            raise AuthFailed(f"{endpoint}: {reason}", evidence=evidence)
         if status == 429 or (status == 503 and "retry-after" in resp.headers):
             raise RateLimited(endpoint, status, f"{reason} (pushed back until the deadline)", error_code=code)
         if status >= 500:

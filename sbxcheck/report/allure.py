@@ -4,7 +4,10 @@
   feature = the check, severity (by suite and classification), tag = the classification;
 - parameters: allure-pytest takes pytest's parameters, which sbxcheck keeps stable (run ids,
   models, route labels, never objects), so ``historyId`` links nightly runs; ``run``, ``model`` and
-  ``route`` are added for display only (excluded from the history id);
+  ``route`` are added for display only (excluded from the history id). A gate item's parameters
+  name its run id, which is new every night (``demo-20261201-9f0e11``): they are excluded too and
+  its history rests on ``identity``, the item's stable identity (check, roster model, run name:
+  ``gate/C_model_answers/google/gemini-3.6-flash@demo``, as the history uses);
 - the incident (when the failure has a cause another item can share) as a link to report.html;
 - one step per remote command or HTTP call the evidence records, with its duration;
 - description: classification, message, key evidence and next step; the full evidence attached.
@@ -109,6 +112,8 @@ def annotate(
         dynamic.tag(result.classification.value)
     for name, value in _stable_parameters(params).items():
         dynamic.parameter(name, redact(value), excluded=True)
+    if suite == "gate":
+        _history_by_identity(result, params, redact)
     incident = incident_candidate(result)
     if incident:
         dynamic.link(f"report.html#{incident}", name=f"incident {incident}")
@@ -121,6 +126,29 @@ def annotate(
     allure.attach(
         redact(evidence_json(result.evidence)), name="evidence", attachment_type=allure.attachment_type.JSON
     )
+
+
+def _history_by_identity(result: CheckResult, params: Mapping[str, Any], redact: Any) -> None:
+    """Exclude the run-id-bearing pytest parameters from the history id; add the stable identity."""
+    try:
+        import allure_commons
+        from allure_commons.model2 import Parameter
+    except ImportError:
+        return
+    from sbxcheck.report.history import item_identity
+    from sbxcheck.results import CheckRecord
+
+    listener = next(
+        (p for p in allure_commons.plugin_manager.get_plugins() if hasattr(p, "allure_logger")), None
+    )
+    test = listener.allure_logger.get_test(None) if listener is not None else None
+    if test is None:
+        return
+    for parameter in test.parameters:
+        if parameter.name in params:
+            parameter.excluded = True
+    identity = item_identity(CheckRecord(nodeid="", suite="gate", **result.model_dump()))
+    test.parameters.append(Parameter(name="identity", value=redact(identity)))
 
 
 def _add_steps(steps: list[tuple[str, float | None]], redact: Any) -> None:

@@ -90,7 +90,13 @@ def incident_key(incident: Incident, report: RunReport) -> str:
 
 
 def verdict_of(report: RunReport) -> str:
-    """``failed`` (the system is wrong), ``error`` (could not tell), ``passed``, or ``empty``."""
+    """``interrupted`` (stopped before every selected item ran: Ctrl-C, SIGTERM, ``-x``, a crash),
+    ``failed`` (the system is wrong), ``error`` (could not tell), ``passed``, or ``empty``.
+
+    An interrupted run is never a pass, whatever its items said before it stopped.
+    """
+    if report.interrupted:
+        return "interrupted"
     outcomes = {r.outcome for r in report.checks}
     if Outcome.FAILED in outcomes:
         return "failed"
@@ -295,7 +301,10 @@ def analyse(runs: Sequence[RunReport], warnings: Sequence[str] = ()) -> HistoryV
         records = [by_id.get(identity) for by_id in per_run]
         hist = ItemHistory(
             identity=identity,
-            outcomes=[rec.outcome.value if rec else None for rec in records],
+            # an item an interrupted run never ran was not in that run: neither a pass nor a flip
+            outcomes=[
+                rec.outcome.value if rec and "not_run" not in rec.evidence else None for rec in records
+            ],
             durations=[rec.duration_s if rec else None for rec in records],
         )
         hist.flips = _flips(hist.outcomes)
@@ -347,11 +356,12 @@ def _incident_statuses(runs: Sequence[RunReport]) -> list[IncidentStatus]:
 
 # ------------------------------------------------------------------ terminal
 
-_SYMBOL = {"passed": ".", "failed": "F", "error": "E", "skipped": "s", None: " "}
+_SYMBOL = {"passed": ".", "failed": "F", "error": "E", "skipped": "s", "interrupted": "!", None: " "}
 
 
 def strip_text(outcomes: Sequence[str | None]) -> str:
-    """One character per run, oldest first: ``.`` passed, ``F`` failed, ``E`` error, ``s`` skipped."""
+    """One character per run, oldest first: ``.`` passed, ``F`` failed, ``E`` error, ``s`` skipped,
+    ``!`` interrupted (a run verdict)."""
     return "".join(_SYMBOL.get(o, "?") for o in outcomes)
 
 

@@ -36,6 +36,7 @@ from sbxcheck.report.history import (
     verdict_of,
 )
 from sbxcheck.report.incidents import default_recommendation
+from sbxcheck.report.nextsteps import inventory_flag, probe_command
 from sbxcheck.results import CheckRecord, Classification, Incident, Outcome, RunReport
 
 
@@ -46,7 +47,14 @@ def _asset(name: str) -> str:
 _CSS = _asset("report.css")
 _SCRIPT = _asset("report.js")
 
-__all__ = ["extract_commands", "item_anchor", "next_step_commands", "render_html", "rerun_command"]
+__all__ = [
+    "extract_commands",
+    "item_anchor",
+    "next_step_commands",
+    "render_html",
+    "rerun_command",
+    "verdict_headline",
+]
 
 
 _ORDER = {"failed": 0, "error": 1, "skipped": 2, "passed": 3}
@@ -57,7 +65,10 @@ _HEADLINE = {
     "error": "COULD NOT TELL — some checks could not reach a verdict",
     "passed": "HEALTHY — every check passed",
     "empty": "NO CHECKS RAN",
+    "interrupted": "INTERRUPTED — the run stopped before every check ran",
 }
+#: How many not-run items the banner names (the items list has every one).
+_BANNER_NOT_RUN = 20
 
 _GATE_COLUMNS = (
     ("run_record", "record"),
@@ -115,22 +126,29 @@ def extract_commands(text: str) -> list[str]:
     return [command for _, command in sorted(hits)]
 
 
-def rerun_command(records: Sequence[CheckRecord]) -> str | None:
-    """The command that re-runs these items: the gate per run id, anything else by node id."""
+def rerun_command(records: Sequence[CheckRecord], inventory_flag: str = "") -> str | None:
+    """The command that re-runs these items: the gate per run id, anything else by node id; with the
+    run's ``--sbx-inventory=PATH`` when it used one, so it checks the same fleet."""
     if not records:
         return None
+    pytest_cmd = f"pytest {inventory_flag}" if inventory_flag else "pytest"
     runs = [m.group("run") for r in records if r.suite == "gate" and (m := _GATE_RUN.match(r.target))]
     if len(runs) == len(records):
-        return "pytest -m gate " + " ".join(f"--sbx-run-id {shlex.quote(r)}" for r in dict.fromkeys(runs))
+        return f"{pytest_cmd} -m gate " + " ".join(
+            f"--sbx-run-id {shlex.quote(r)}" for r in dict.fromkeys(runs)
+        )
     nodeids = [r.nodeid for r in records]
     shown = " ".join(shlex.quote(n) for n in nodeids[:6])
-    return f"pytest {shown}" if len(nodeids) <= 6 else f"pytest -m {shlex.quote(records[0].suite)} {shown}"
+    suite = shlex.quote(records[0].suite)
+    return f"{pytest_cmd} {shown}" if len(nodeids) <= 6 else f"{pytest_cmd} -m {suite} {shown}"
 
 
-def next_step_commands(records: Sequence[CheckRecord], recommendation: str) -> list[str]:
+def next_step_commands(
+    records: Sequence[CheckRecord], recommendation: str, inventory_flag: str = ""
+) -> list[str]:
     """What to type: the commands the recommendation names, then the re-run of the affected items."""
     commands = extract_commands(recommendation)
-    rerun = rerun_command(records)
+    rerun = rerun_command(records, inventory_flag)
     if rerun and rerun not in commands:
         commands.append(rerun)
     return commands
@@ -149,7 +167,7 @@ def _fmt_seconds(value: float | None) -> str:
 def _strip(outcomes: Iterable[str | None], dates: Sequence[str], *, big: bool = False) -> str:
     cells = []
     for when, outcome in zip(dates, outcomes, strict=False):
-        css = outcome if outcome in _SYMBOL else "empty"
+        css = outcome if outcome in _SYMBOL or outcome == "interrupted" else "empty"
         cells.append(f'<i class="o-{css}" title="{_e(when)}: {_e(outcome or "not run")}"></i>')
     css = "strip big" if big else "strip"
     return f'<span class="{css}" aria-label="last runs, oldest first">{"".join(cells)}</span>'
@@ -189,6 +207,10 @@ class _Ctx:
 
     def dates(self) -> list[str]:
         return [r.started_at for r in self.history.runs] if self.history else []
+
+    @property
+    def inventory_flag(self) -> str:
+        return inventory_flag(self.report.inventory.source, self.report.inventory.sim)
 
     def hist(self, record: CheckRecord) -> ItemHistory | None:
         return self.history.items.get(item_identity(record)) if self.history else None
@@ -263,8 +285,29 @@ def _top(ctx: _Ctx) -> str:
     )
     return (
         f'<header class="verdict v-{verdict}" id="verdict" data-verdict="{verdict}">'
-        f"<h1>{_e(_HEADLINE[verdict])}</h1><p>{_e(total)} checks: {pills_text(summary)}</p></header>"
+        f"<h1>{_e(_HEADLINE[verdict])}</h1><p>{_e(total)} checks: {pills_text(summary)}</p>"
+        f"{_not_run_banner(report)}</header>"
         f'<main>{banner}<div class="meta">{meta_html}{history}</div><p>{pills}</p>{nav}{details}'
+    )
+
+
+def verdict_headline(verdict: str) -> str:
+    """The banner's headline for a verdict (``verdict_of``), e.g. "INTERRUPTED — the run stopped …"."""
+    return _HEADLINE.get(verdict, verdict.upper())
+
+
+def _not_run_banner(report: RunReport) -> str:
+    """An interrupted run's banner says why it stopped and names what did not run."""
+    if not report.interrupted:
+        return ""
+    why = f" ({report.interrupted_reason})" if report.interrupted_reason else ""
+    names = "".join(f"<li><code>{_e(n)}</code></li>" for n in report.not_run[:_BANNER_NOT_RUN])
+    more = len(report.not_run) - _BANNER_NOT_RUN
+    if more > 0:
+        names += f"<li>… and {more} more (see the items below)</li>"
+    return (
+        f'<p class="not-run">{len(report.not_run)} selected item(s) did not run{_e(why)}; '
+        "re-run them for a verdict</p>" + (f'<ul class="not-run">{names}</ul>' if names else "")
     )
 
 
@@ -287,7 +330,7 @@ def _incidents(ctx: _Ctx) -> str:
         members = [by_nodeid[n] for n in incident.checks if n in by_nodeid]
         status = history.status_of(incident) if history else None
         tag = _status_tag(status)
-        commands = next_step_commands(members, incident.recommendation)
+        commands = next_step_commands(members, incident.recommendation, ctx.inventory_flag)
         links = _member_links(members)
         only_errors = all(m.outcome is Outcome.ERROR for m in members)
         blocks.append(
@@ -645,9 +688,13 @@ def _item(ctx: _Ctx, record: CheckRecord) -> str:
             )
         else:
             recommendation = record.recommendation or default_recommendation(
-                record.classification or Classification.CHECK_FAILED, [record.target]
+                record.classification or Classification.CHECK_FAILED,
+                [record.target],
+                probe=probe_command(record.evidence),
             )
-            body += _next_step(recommendation, next_step_commands([record], recommendation))
+            body += _next_step(
+                recommendation, next_step_commands([record], recommendation, ctx.inventory_flag)
+            )
     facts = f"attempts: {record.attempts}" + (f" · cause: {record.cause}" if record.cause else "")
     evidence = json.dumps(record.evidence, indent=2, ensure_ascii=False, sort_keys=True)
     folded = (

@@ -161,12 +161,16 @@ def is_destructive(text: str) -> bool:
     return False
 
 
-def default_recommendation(classification: Classification, targets: Sequence[str] = ()) -> str:
-    """The default advice for ``classification``; ``<target>`` is filled in for a single target."""
+def default_recommendation(
+    classification: Classification, targets: Sequence[str] = (), *, probe: str | None = None
+) -> str:
+    """The default advice for ``classification``, with ``probe`` (a command that reaches the host or
+    service, see :mod:`sbxcheck.report.nextsteps`) where it says ``<target>``; without one that
+    clause is dropped. A target (a run id, a route label) is never put where a host name belongs."""
+    from sbxcheck.report.nextsteps import fill_probe
+
     text = DEFAULT_RECOMMENDATIONS.get(classification, DEFAULT_RECOMMENDATIONS[C.CHECK_FAILED])
-    if len(targets) == 1:
-        text = text.replace("<target>", targets[0])
-    return text
+    return fill_probe(text, probe)
 
 
 def incident_id(classification: Classification, key: str, *, kind: str = "cause") -> str:
@@ -220,12 +224,15 @@ def _recommendation(
     records: Iterable[CheckRecord], classification: Classification, targets: list[str]
 ) -> str:
     """The records' own next step given most often (first in nodeid order on a tie), else the default."""
+    records = list(records)
     own = [text for r in records if (text := (r.recommendation or "").strip()) and not is_destructive(text)]
     if own:
         counts = Counter(own)
         best = max(counts.values())
         return next(text for text in own if counts[text] == best)
-    return default_recommendation(classification, targets)
+    from sbxcheck.report.nextsteps import probe_of
+
+    return default_recommendation(classification, targets, probe=probe_of(r.evidence for r in records))
 
 
 def _masked_message(record: CheckRecord, targets: Sequence[str]) -> str:

@@ -119,6 +119,28 @@ def _fleet_properties(document: Mapping[str, Any]) -> ET.Element:
     return properties
 
 
+def _add_interrupted(
+    element: ET.Element, document: Mapping[str, Any], checks: list[Mapping[str, Any]]
+) -> None:
+    """An interrupted run says so in every suite: properties, and the suite's items that did not run."""
+    if not document.get("interrupted"):
+        return
+    not_run = set(document.get("not_run") or [])
+    mine = [str(c["nodeid"]) for c in checks if c["nodeid"] in not_run]
+    props = element.find("properties")
+    if props is None:
+        props = ET.SubElement(element, "properties")
+    why = str(document.get("interrupted_reason") or "")
+    for name, value in (("sbxcheck.verdict", "interrupted"), ("sbxcheck.interrupted", why or "true")):
+        ET.SubElement(props, "property", {"name": name, "value": value})
+    ET.SubElement(props, "property", {"name": "sbxcheck.not_run", "value": str(len(mine))})
+    out = ET.SubElement(element, "system-out")
+    out.text = (
+        f"INTERRUPTED{f' ({why})' if why else ''}: {len(mine)} item(s) of this suite did not run\n"
+        + "".join(f"  {n}\n" for n in mine)
+    )
+
+
 def render_junit_xml(document: Mapping[str, Any], redactor: Redactor) -> str:
     """junit.xml text for a (redacted) results document as produced by ``report_dict``."""
     incident_of: dict[str, str] = {}
@@ -153,7 +175,8 @@ def render_junit_xml(document: Mapping[str, Any], redactor: Redactor) -> str:
                 "timestamp": str(document.get("started_at", "")),
             },
         )
-        element.append(_fleet_properties(document))
+        element.append(_fleet_properties(document))  # one <properties>: the fleet, and an interrupt
+        _add_interrupted(element, document, checks)
         for check in checks:
             element.append(_case(check, incident_of.get(str(check["nodeid"]))))
         for key in totals:

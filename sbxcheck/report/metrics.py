@@ -1,7 +1,11 @@
 """Prometheus text exposition of a run (``--sbx-metrics FILE``), for node_exporter's textfile
 collector or a push gateway.
 
-Series (every label value passed the redactor; items are named by their stable identity):
+Series (every label value passed the redactor; items are named by their stable identity). Every
+series also carries ``fleet`` (``simulated`` for the embedded fleet, else the inventory's name: its
+file's stem, or its directory's name for a plain ``sbxcheck.toml``); run-level series (incidents and
+``last_run``) also carry ``suite`` (``gate``, ``canary``, ``triage``, or ``canary+gate`` for a run of
+several), so a gate file and a canary file of one fleet never collide in one collector or gateway:
 
 - ``sbxcheck_item_outcome{item, suite, outcome}`` 1 for the item's outcome, 0 for the other three
 - ``sbxcheck_item_duration_seconds{item, suite}``
@@ -10,7 +14,9 @@ Series (every label value passed the redactor; items are named by their stable i
   an uncapped key has no remaining series)
 - ``sbxcheck_incidents_open{classification}`` and ``sbxcheck_incidents_open_total``
 - ``sbxcheck_last_run_timestamp_seconds``, ``sbxcheck_last_run_duration_seconds``
-- ``sbxcheck_last_run_verdict{verdict}`` 1 for the verdict (passed, failed, error, empty), else 0
+- ``sbxcheck_last_run_verdict{verdict}`` 1 for the verdict (passed, failed, error, empty, interrupted),
+  else 0
+- ``sbxcheck_last_run_not_run`` selected items that never ran (an interrupted run)
 - ``sbxcheck_last_run_checks{outcome}`` counts
 """
 
@@ -26,9 +32,25 @@ from sbxcheck.redact import Redactor
 from sbxcheck.report.history import HistoryView, credit_of, item_identity, run_duration_s, verdict_of
 from sbxcheck.results import Outcome, RunReport
 
-__all__ = ["VERDICTS", "build_registry", "write_metrics"]
+__all__ = ["VERDICTS", "build_registry", "fleet_label", "suite_label", "write_metrics"]
 
-VERDICTS = ("passed", "failed", "error", "empty")
+VERDICTS = ("passed", "failed", "error", "empty", "interrupted")
+
+
+def fleet_label(report: RunReport) -> str:
+    """``simulated``, or the inventory's name (``prod`` for ``/srv/prod.toml``, ``ops`` for ``ops/sbxcheck.toml``)."""
+    inventory = report.inventory
+    if inventory.sim:
+        return "simulated"
+    path = Path(inventory.source)
+    if path.suffix == ".toml":
+        return (path.parent.name or path.stem) if path.stem == "sbxcheck" else path.stem
+    return inventory.source or "inventory"
+
+
+def suite_label(report: RunReport) -> str:
+    """The run's suite (``gate``/``canary``/``triage``), several joined by ``+``, ``none`` for no items."""
+    return "+".join(sorted({r.suite for r in report.checks if r.suite})) or "none"
 
 
 def build_registry(
@@ -37,49 +59,52 @@ def build_registry(
     """A registry holding the run's series (see the module doc)."""
     registry = CollectorRegistry()
     r = redactor.redact_text
+    fleet, run_suite = r(fleet_label(report)), r(suite_label(report))
 
     outcome = Gauge(
         "sbxcheck_item_outcome",
         "1 for the item's outcome in the last run, 0 for the others",
-        ["item", "suite", "outcome"],
+        ["item", "suite", "outcome", "fleet"],
         registry=registry,
     )
     duration = Gauge(
         "sbxcheck_item_duration_seconds",
         "how long the item took in the last run",
-        ["item", "suite"],
+        ["item", "suite", "fleet"],
         registry=registry,
     )
     for record in report.checks:
         item, suite = r(item_identity(record)), r(record.suite)
         for value in Outcome:
-            outcome.labels(item, suite, value.value).set(1 if record.outcome is value else 0)
-        duration.labels(item, suite).set(record.duration_s)
+            outcome.labels(item, suite, value.value, fleet).set(1 if record.outcome is value else 0)
+        duration.labels(item, suite, fleet).set(record.duration_s)
     if history is not None:
         flips = Gauge(
             "sbxcheck_item_flaky_flips",
             "pass/fail flips of the item in the history window (flaky at 2 or more)",
-            ["item", "suite"],
+            ["item", "suite", "fleet"],
             registry=registry,
         )
         suites = {item_identity(rec): rec.suite for rec in report.checks}
         for identity, hist in history.items.items():
-            flips.labels(r(identity), r(suites.get(identity, identity.split("/", 1)[0]))).set(hist.flips)
+            flips.labels(r(identity), r(suites.get(identity, identity.split("/", 1)[0])), fleet).set(
+                hist.flips
+            )
 
     remaining = Gauge(
         "sbxcheck_credit_remaining_usd",
         "remaining credit of the runtime key (gate E)",
-        ["key", "run_id"],
+        ["key", "run_id", "fleet"],
         registry=registry,
     )
     floor = Gauge(
         "sbxcheck_credit_floor_usd",
         "the credit floor gate E compares against",
-        ["key", "run_id"],
+        ["key", "run_id", "fleet"],
         registry=registry,
     )
     for point in credit_of(report):
-        labels = (r(point.key), r(point.run_id))
+        labels = (r(point.key), r(point.run_id), fleet)
         if point.remaining_usd is not None:
             remaining.labels(*labels).set(point.remaining_usd)
         if point.floor_usd is not None:
@@ -89,52 +114,66 @@ def build_registry(
     open_by_class = Gauge(
         "sbxcheck_incidents_open",
         "incidents open after the last run, per classification",
-        ["classification"],
+        ["classification", "suite", "fleet"],
         registry=registry,
     )
     for name, count in per_class.items():
-        open_by_class.labels(name).set(count)
-    Gauge("sbxcheck_incidents_open_total", "incidents open after the last run", registry=registry).set(
-        len(report.incidents)
-    )
+        open_by_class.labels(name, run_suite, fleet).set(count)
+    run = {"suite": run_suite, "fleet": fleet}
+    Gauge(
+        "sbxcheck_incidents_open_total", "incidents open after the last run", list(run), registry=registry
+    ).labels(**run).set(len(report.incidents))
 
     finished = _timestamp(report.finished_at)
     if finished is not None:
         Gauge(
-            "sbxcheck_last_run_timestamp_seconds", "when the last run finished (unix time)", registry=registry
-        ).set(finished)
+            "sbxcheck_last_run_timestamp_seconds",
+            "when the last run finished (unix time)",
+            list(run),
+            registry=registry,
+        ).labels(**run).set(finished)
     wall = run_duration_s(report)
     if wall is not None:
-        Gauge("sbxcheck_last_run_duration_seconds", "wall time of the last run", registry=registry).set(wall)
+        Gauge(
+            "sbxcheck_last_run_duration_seconds", "wall time of the last run", list(run), registry=registry
+        ).labels(**run).set(wall)
     verdict = verdict_of(report)
     verdict_gauge = Gauge(
         "sbxcheck_last_run_verdict",
-        "1 for the last run's verdict: passed, failed, error (could not tell), empty",
-        ["verdict"],
+        "1 for the last run's verdict: passed, failed, error (could not tell), empty, interrupted",
+        ["verdict", *run],
         registry=registry,
     )
     for name in VERDICTS:
-        verdict_gauge.labels(name).set(1 if name == verdict else 0)
+        verdict_gauge.labels(name, run_suite, fleet).set(1 if name == verdict else 0)
+    Gauge(
+        "sbxcheck_last_run_not_run",
+        "selected items of the last run that never ran",
+        list(run),
+        registry=registry,
+    ).labels(**run).set(len(report.not_run))
     checks = Gauge(
-        "sbxcheck_last_run_checks", "items of the last run per outcome", ["outcome"], registry=registry
+        "sbxcheck_last_run_checks", "items of the last run per outcome", ["outcome", *run], registry=registry
     )
     for value in Outcome:
-        checks.labels(value.value).set(report.summary.get(value.value, 0))
-    if report.spend:  # issue 21: what the last run spent, and its cap
+        checks.labels(value.value, run_suite, fleet).set(report.summary.get(value.value, 0))
+    if report.spend:  # issue 21: what the last run spent, and its cap (labelled like every run-level series)
         Gauge(
             "sbxcheck_last_run_spend_usd",
             "what the last run's missions reported costing (USD)",
+            list(run),
             registry=registry,
-        ).set(float(report.spend.get("total_usd") or 0.0))
+        ).labels(**run).set(float(report.spend.get("total_usd") or 0.0))
         Gauge(
             "sbxcheck_last_run_spend_unknown_missions",
             "missions of the last run that reported no cost",
+            list(run),
             registry=registry,
-        ).set(int(report.spend.get("missions_cost_unknown") or 0))
+        ).labels(**run).set(int(report.spend.get("missions_cost_unknown") or 0))
         if report.spend.get("cap_usd") is not None:
-            Gauge("sbxcheck_spend_cap_usd", "the --sbx-max-spend cap of the last run", registry=registry).set(
-                float(report.spend["cap_usd"])
-            )
+            Gauge(
+                "sbxcheck_spend_cap_usd", "the --sbx-max-spend cap of the last run", list(run), registry=registry
+            ).labels(**run).set(float(report.spend["cap_usd"]))
     return registry
 
 

@@ -54,8 +54,11 @@ def headline(check: Mapping[str, Any], limit: int = 200) -> str:
     return shorten(f"[{_classification(check)}] {user_text(str(check.get('message') or ''))}", limit)
 
 
-def next_step(check: Mapping[str, Any]) -> str | None:
-    """What to do next for a failed or errored check, never cut; None for passed and skipped."""
+def next_step(check: Mapping[str, Any], inventory_flag: str = "") -> str | None:
+    """What to do next for a failed or errored check, never cut; None for passed and skipped.
+
+    ``inventory_flag`` (``--sbx-inventory=PATH`` of the run) goes into the re-run command it offers.
+    """
     if check.get("outcome") not in ("failed", "error"):
         return None
     text = str(check.get("recommendation") or "").strip()
@@ -70,9 +73,14 @@ def next_step(check: Mapping[str, Any]) -> str | None:
         if classification is Classification.CHECK_FAILED:  # the default speaks of several checks
             text = "read the evidence, fix what it shows, then re-run this item"
         else:
-            text = default_recommendation(classification, [str(check.get("target") or "")])
+            from sbxcheck.report.nextsteps import probe_command
+
+            evidence = check.get("evidence")
+            probe = probe_command(evidence) if isinstance(evidence, Mapping) else None
+            text = default_recommendation(classification, [str(check.get("target") or "")], probe=probe)
         if check.get("nodeid"):
-            text += f" (pytest '{check['nodeid']}')"
+            pytest_cmd = f"pytest {inventory_flag}" if inventory_flag else "pytest"
+            text += f" ({pytest_cmd} '{check['nodeid']}')"
     return user_text(" ".join(text.split()))
 
 

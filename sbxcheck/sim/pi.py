@@ -22,6 +22,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -213,6 +214,12 @@ def ensure_pi(
             cached = _cached(cache, tools)  # another worker may have finished while we waited
             if cached is not None:
                 return cached
+            # the one long silence of a first run: say what it is and how long it may take
+            sys.stderr.write(
+                f"sbxcheck: installing the real pi {PI_VERSION} for the simulated VMs with the {tools.via}'s "
+                f"npm into {cache} (first run only, ~15 s; at most {timeout_s:g} s)\n"
+            )
+            sys.stderr.flush()
             return _install(tools, cache, deadline)
     except TimeoutError:
         raise SimError(f"timed out after {timeout_s:g}s waiting for the pi install lock in {cache}") from None

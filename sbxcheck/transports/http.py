@@ -39,16 +39,57 @@ def map_httpx_error(
     A dropped connection (``RETRYABLE_HTTPX``) is the caller's to retry first; ``attempts`` is how
     many were made when it finally gives up.
     """
+    # what is known decides what may exist: a connect that failed (refused, DNS, TLS, connect timeout)
+    # never sent the request, so it created nothing; a request sent without an answer may have
     if isinstance(exc, httpx.ConnectTimeout):
-        return HostUnreachable(f"{label}: connect to {base_url} timed out")
+        return HostUnreachable(
+            f"{label}: connect to {base_url} timed out", evidence=_sent(base_url, False, "connect timed out")
+        )
     if isinstance(exc, httpx.ConnectError):
-        return HostUnreachable(f"{label}: cannot connect to {base_url}")
+        return HostUnreachable(
+            f"{label}: cannot connect to {base_url}", evidence=_sent(base_url, False, _reason(exc))
+        )
     if isinstance(exc, httpx.TimeoutException):
-        return CommandTimeout(f"{label}: no answer within {timeout_s:g}s")
+        return CommandTimeout(
+            f"{label}: no answer within {timeout_s:g}s", evidence=_sent(base_url, True, "no answer in time")
+        )
     if isinstance(exc, RETRYABLE_HTTPX):
         tried = f" after {attempts} attempt(s)" if attempts is not None else ""
-        return TransportError(f"{label}: connection lost ({type(exc).__name__}){tried}")
-    return TransportError(f"{label}: {type(exc).__name__}")
+        return TransportError(
+            f"{label}: connection lost ({type(exc).__name__}){tried}",
+            evidence=_sent(base_url, True, "connection lost"),
+        )
+    return TransportError(f"{label}: {type(exc).__name__}", evidence=_sent(base_url, True, type(exc).__name__))
+
+
+def _sent(base_url: str, sent: bool, reason: str) -> dict[str, Any]:
+    """Evidence of a failed request: the service, why, and whether it can have had an effect."""
+    return {"service": service_of(base_url), "request_sent": sent, "reason": reason}
+
+
+def service_of(url: str) -> str:
+    """``scheme://host:port`` of a URL: the one name of a service, whatever path its clients use."""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError):
+        return url
+    return f"{parsed.scheme}://{parsed.netloc.decode()}" if parsed.scheme else url
+
+
+def _reason(exc: httpx.HTTPError) -> str:
+    """``connection refused``, ``name not resolved``, ``TLS handshake failed`` or the error's own words."""
+    text = str(exc).lower()
+    for needle, reason in (
+        ("refused", "connection refused"),
+        ("name or service", "name not resolved"),
+        ("nodename", "name not resolved"),
+        ("temporary failure in name", "name not resolved"),
+        ("ssl", "TLS handshake failed"),
+        ("certificate", "TLS certificate refused"),
+    ):
+        if needle in text:
+            return reason
+    return " ".join(str(exc).split())[:120] or type(exc).__name__
 
 
 # ---------------------------------------------------------------- one bounded request, one retry policy

@@ -385,7 +385,9 @@ class _Connector:
                 with contextlib.suppress(Exception):
                     t.close()
             exc.evidence.setdefault("elapsed_s", round(time.monotonic() - t0, 3))
-            base = {"alias": target.alias, "hostname": target.hostname, "port": target.port}
+            base: dict[str, Any] = {"alias": target.alias, "hostname": target.hostname, "port": target.port}
+            if self.settings.config_file is not None:  # the next step's ssh needs it to resolve the alias
+                base["ssh_config"] = str(self.settings.config_file)
             for k, v in base.items():
                 exc.evidence.setdefault(k, v)
             raise

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from gate_harness import CANARY_SUITES, run_canary
+from next_step_harness import next_step_problems
 
 from sbxcheck.sim.fleet import SimFleet
 
@@ -132,6 +133,9 @@ def test_fault_group_turns_exactly_its_items(
     ]
     assert not mismatches, "\n".join(mismatches)
     assert left == [], f"missions left non-terminal: {left}"
+    # issue 19: every next step of every fault is a command that works as printed
+    problems = next_step_problems(outcome.report, fleet.inventory_path)
+    assert not problems, "\n".join(problems)
     if "cp.backend-crash" in group:  # the shared crash is one incident, and the skipped canary names it
         [incident] = [i for i in outcome.report["incidents"] if i["classification"] == "infrastructure"]
         assert len(incident["checks"]) == 2

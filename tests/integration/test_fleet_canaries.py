@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from gate_harness import REPO, run_suite
+from next_step_harness import next_step_problems
 
 from sbxcheck.sim.fleet import SimFleet
 
@@ -102,6 +103,9 @@ def test_fault_turns_exactly_its_items(
         if (e["outcome"], e["classification"]) != want.get(key, ("passed", None))
     ]
     assert not mismatches, "\n".join(mismatches)
+    # issue 19: every next step of every fault is a command that works as printed
+    problems = next_step_problems(outcome.report, fleet.inventory_path)
+    assert not problems, "\n".join(problems)
     if not group:
         machines = outcome.report["machine_inventory"]
         assert {row["name"] for row in machines} >= {"agent-core", "dgx-spark", "exe.dev", "babylon"}

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from gate_harness import ROSTER, expected_items, run_gate
+from next_step_harness import next_step_problems
 
 from sbxcheck.sim.fleet import DEFAULT_SEED, SimFleet, plan_run_ids
 from sbxcheck.sim.sshd import private_tmp_supported
@@ -139,6 +140,9 @@ def test_fault_group_turns_exactly_its_items(
         refused = items[("A_git_integrity", next(iter(faulted)), None)]
         assert "detected dubious ownership" in refused["message"] and "damaged" not in refused["message"]
         assert "safe.directory" in outcome.stdout and "chown -R" in outcome.stdout
+    # issue 19: every next step of every fault is a command that works as printed
+    problems = next_step_problems(outcome.report, fleet.inventory_path)
+    assert not problems, "\n".join(problems)
     if "vm.unreachable" in group:  # the terminal gives the error's own line, not sbxcheck's frames
         assert "E   sbxcheck.errors.HostUnreachable: cannot reach" in outcome.stdout
         assert "sbxcheck/transports/" not in outcome.stdout

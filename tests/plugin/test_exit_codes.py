@@ -63,7 +63,10 @@ def test_exit_codes(pytester: pytest.Pytester) -> None:
     results = _results(pytester)
     assert results["summary"] == {"passed": 0, "failed": 0, "error": 1, "skipped": 0, "total": 1}
     assert all(c["duration_s"] > 0 for c in results["checks"])  # type: ignore[attr-defined]  # the item's own time
-    assert 'sbxcheck_last_run_verdict{verdict="error"} 1.0' in (pytester.path / "m.prom").read_text()
+    assert (
+        'sbxcheck_last_run_verdict{fleet="simulated",suite="gate",verdict="error"} 1.0'
+        in (pytester.path / "m.prom").read_text()
+    )
     interrupted = pytester.inline_run(*QUIET, "-k", "interrupt", no_reraise_ctrlc=True)
     assert interrupted.ret == 2  # interrupted
     assert _run(pytester, "--sbx-teardown", "sometimes").ret == 4  # usage error

@@ -27,8 +27,10 @@ def test_metrics_series_of_a_gate_fault(tmp_path: Path) -> None:
     path = write_metrics(tmp_path / "textfile" / "sbxcheck.prom", report, Redactor())
     samples = _samples(path)
 
+    run = {"suite": "canary+gate", "fleet": "simulated"}  # the scenario holds gate and canary items
+
     def value(name: str, **labels: str) -> float:
-        return samples[(name, tuple(sorted(labels.items())))]
+        return samples[(name, tuple(sorted({"fleet": "simulated", **labels}.items())))]
 
     dirty = "gate/A_git_integrity@charlie"
     assert value("sbxcheck_item_outcome", item=dirty, suite="gate", outcome="failed") == 1
@@ -36,12 +38,12 @@ def test_metrics_series_of_a_gate_fault(tmp_path: Path) -> None:
     assert value("sbxcheck_item_duration_seconds", item=dirty, suite="gate") > 0
     assert value("sbxcheck_credit_remaining_usd", key="alpha", run_id=scenarios.RUNS[0]) == 0.42
     assert value("sbxcheck_credit_floor_usd", key="alpha", run_id=scenarios.RUNS[0]) == 1.0
-    assert value("sbxcheck_incidents_open_total") == len(report.incidents) == 1
-    assert value("sbxcheck_incidents_open", classification="host_key_mismatch") == 1
-    assert value("sbxcheck_last_run_verdict", verdict="failed") == 1
-    assert value("sbxcheck_last_run_verdict", verdict="passed") == 0
-    assert value("sbxcheck_last_run_timestamp_seconds") > 1.7e9
-    assert value("sbxcheck_last_run_checks", outcome="error") == report.summary["error"]
+    assert value("sbxcheck_incidents_open_total", **run) == len(report.incidents) == 1
+    assert value("sbxcheck_incidents_open", classification="host_key_mismatch", **run) == 1
+    assert value("sbxcheck_last_run_verdict", verdict="failed", **run) == 1
+    assert value("sbxcheck_last_run_verdict", verdict="passed", **run) == 0
+    assert value("sbxcheck_last_run_timestamp_seconds", **run) > 1.7e9
+    assert value("sbxcheck_last_run_checks", outcome="error", **run) == report.summary["error"]
     per_item = [k for k in samples if k[0] == "sbxcheck_item_outcome"]
     assert len(per_item) == len(report.checks) * len(Outcome)
 
@@ -56,4 +58,32 @@ def test_metrics_with_history_and_redaction(tmp_path: Path) -> None:
     text = path.read_text(encoding="utf-8")
     assert secret not in text and MASK in text
     samples = _samples(path)
-    assert samples[("sbxcheck_item_flaky_flips", (("item", scenarios.FLAKY_ITEM), ("suite", "canary")))] == 5
+    flips = (
+        "sbxcheck_item_flaky_flips",
+        (("fleet", "simulated"), ("item", scenarios.FLAKY_ITEM), ("suite", "canary")),
+    )
+    assert samples[flips] == 5
+
+
+def test_every_series_names_its_fleet_and_run_level_series_their_suite(tmp_path: Path) -> None:
+    """A gate file and a canary file of one fleet, and two fleets' files, never share a series."""
+    from sbxcheck.results import InventoryInfo
+
+    report = scenarios.gate_fault()
+    gate = report.model_copy(update={"checks": [c for c in report.checks if c.suite == "gate"]})
+    canary = report.model_copy(update={"checks": [c for c in report.checks if c.suite == "canary"]})
+    prod = gate.model_copy(update={"inventory": InventoryInfo(source="/srv/fleets/prod.toml", sim=False)})
+    ops = gate.model_copy(update={"inventory": InventoryInfo(source="/srv/ops/sbxcheck.toml", sim=False)})
+    keys: list[set[tuple[str, tuple[tuple[str, str], ...]]]] = []
+    for n, run in enumerate((gate, canary, prod, ops)):
+        samples = _samples(write_metrics(tmp_path / f"{n}.prom", run, Redactor()))
+        for name, labels in samples:
+            assert "fleet" in dict(labels), name
+            if name.startswith(("sbxcheck_last_run", "sbxcheck_incidents_open")):
+                assert "suite" in dict(labels), name
+        keys.append(set(samples))
+    fleets = [{dict(labels)["fleet"] for _, labels in k} for k in keys]
+    assert fleets == [{"simulated"}, {"simulated"}, {"prod"}, {"ops"}]
+    for a in range(len(keys)):
+        for b in range(a + 1, len(keys)):
+            assert not keys[a] & keys[b], (a, b)

@@ -30,8 +30,17 @@ def test_next_step_is_whole_and_only_for_failures() -> None:
     assert next_step({"outcome": "passed", "recommendation": long}) is None
     lone = next_step({"outcome": "failed", "classification": "check_failed", "nodeid": "g.py::t[x]"})
     assert lone is not None and lone.endswith("(pytest 'g.py::t[x]')")
-    unreachable = next_step({"outcome": "error", "classification": "infra_unreachable", "target": "vm-1"})
-    assert unreachable is not None and "ssh -o ConnectTimeout=10 vm-1 true" in unreachable
+    # issue 19: the probe names the host the check connected to (its ssh alias), never the target
+    evidence = {"alias": "vm-1.exe.xyz", "ssh_config": "/srv/ssh_config"}
+    unreachable = next_step(
+        {"outcome": "error", "classification": "infra_unreachable", "target": "vm-1", "evidence": evidence}
+    )
+    assert (
+        unreachable is not None
+        and "ssh -F /srv/ssh_config -o ConnectTimeout=10 vm-1.exe.xyz true" in unreachable
+    )
+    unknown = next_step({"outcome": "error", "classification": "infra_unreachable", "target": "vm-1"})
+    assert unknown is not None and "<target>" not in unknown and "vm-1 true" not in unknown
 
 
 def test_key_evidence_lists_the_things_not_their_count() -> None:
