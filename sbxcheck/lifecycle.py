@@ -303,9 +303,13 @@ class MissionDispatcher:
         )
 
     def mission_cost(self, mission_id: str, via: str) -> float | None:
-        """The mission's cost from its stored events (bounded: at most 10 pages); None when not reported."""
+        """The mission's cost; None when not reported. The live stream's sum when it saw the mission end
+        without a gap (no read), else the stored events (bounded: at most 10 pages)."""
         from sbxcheck.spend import mission_cost_usd
 
+        seen = self._stream.signal(mission_id) if self._stream is not None else None
+        if seen is not None and seen.status in TERMINAL and not seen.gaps:
+            return round(seen.cost_cents / 100.0, 6) if seen.cost_cents is not None else None
         channel = self.channel_for(via)
         events: list[dict[str, Any]] = []
         cursor = 0

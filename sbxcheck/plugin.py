@@ -1210,7 +1210,7 @@ class ResultCollector:
             return
         from sbxcheck.report.nextsteps import inventory_flag
 
-        flag = inventory_flag(str(sbx.inventory_path), sbx.uses_sim) if sbx.inventory_path else ""
+        flag = inventory_flag(str(sbx.inventory_path)) if sbx.inventory_path and not sbx.uses_sim else ""
         records = []
         for record in _link_triage(list(self.records.values())):
             as_dict = record.model_dump(mode="json")
@@ -1375,7 +1375,9 @@ class ResultCollector:
         sbx_probe = self.config.getoption("sbx_probe", None)
         if sbx_probe:  # issue 21
             tr.write_line(f"probe: one narrow no-push probe of route {sbx_probe}; nothing else was run")
-        if document.get("spend"):  # issue 21
+        from sbxcheck.spend import spend_worth_showing
+
+        if spend_worth_showing(document.get("spend")):  # issue 21
             from sbxcheck.spend import spend_line
 
             tr.write_line(spend_line(document["spend"]))

@@ -69,6 +69,14 @@ def summarize_spend(
     }
 
 
+def spend_worth_showing(spend: Mapping[str, Any] | None) -> bool:
+    """A spend line says something when the run created missions or had a cap (a gate-only run has
+    neither: its pings are not counted, and "$0 on 0 missions" would read as a measurement)."""
+    if not spend:
+        return False
+    return bool(spend.get("missions") or spend.get("cap_usd") is not None)
+
+
 def spend_line(spend: Mapping[str, Any]) -> str:
     """One line for the terminal and the page: what the run spent, and the cap."""
     text = f"spend: ${spend.get('total_usd', 0):.4f} on {spend.get('missions', 0)} mission(s)"

@@ -74,7 +74,7 @@ def next_step_problems(report: dict[str, Any], inventory: Path) -> list[str]:
     flag = f"--sbx-inventory={inventory}"
     problems: list[str] = []
     source = report.get("inventory") or {}
-    offered = inventory_flag(str(source.get("source", "")), bool(source.get("sim")))  # what report.html uses
+    offered = inventory_flag(str(source.get("source", "")))  # what report.html uses
     if offered != flag:
         problems.append(f"the report's re-runs would use {offered!r}, not {flag!r}")
     for where, text, records in _texts(report):

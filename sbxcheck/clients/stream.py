@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import random
 import threading
 import time
@@ -47,6 +48,8 @@ class MissionSignal:
     version: int = 0
     statuses: list[tuple[float, str]] = field(default_factory=list)  # (monotonic, status) as seen
     last_kind: str | None = None
+    cost_cents: float | None = None  # summed over the assistant messages the stream carried
+    gaps: bool = False  # the stream dropped or lagged since this mission's first event: it may have missed some
 
 
 class ControlStream:
@@ -100,7 +103,14 @@ class ControlStream:
             if sig is None:
                 return None
             return MissionSignal(
-                sig.status, sig.evidence, sig.events, sig.version, list(sig.statuses), sig.last_kind
+                sig.status,
+                sig.evidence,
+                sig.events,
+                sig.version,
+                list(sig.statuses),
+                sig.last_kind,
+                sig.cost_cents,
+                sig.gaps,
             )
 
     def wait(self, mission_id: str, version: int, generation: int, timeout_s: float) -> None:
@@ -230,9 +240,11 @@ class ControlStream:
             if not self.live:  # the first event (the status snapshot) proves the subscription
                 self.live = True
                 self.generation += 1
+                self._mark_gaps()  # a reconnect: what happened while down was not seen
             if kind == "error" and not mission_id and LAG_TEXT in str(payload.get("message", "")):
                 self.lags += 1
                 self.generation += 1  # some events were dropped: every follower catches up once
+                self._mark_gaps()
             elif isinstance(mission_id, str) and mission_id:
                 sig = self._signals.get(mission_id)
                 if sig is None:
@@ -244,11 +256,20 @@ class ControlStream:
                 sig.last_kind = kind
                 if kind in EVIDENCE_TYPES:
                     sig.evidence = True
+                if kind == "assistant_message":
+                    cents = payload.get("cost_cents")
+                    if isinstance(cents, int | float) and not isinstance(cents, bool) and math.isfinite(cents):
+                        sig.cost_cents = (sig.cost_cents or 0.0) + float(cents)
                 if kind == "mission_status_changed" and isinstance(payload.get("status"), str):
                     sig.status = payload["status"]
                     if len(sig.statuses) < MAX_STATUSES:
                         sig.statuses.append((now, sig.status))
             self._cond.notify_all()
+
+    def _mark_gaps(self) -> None:
+        """Every mission seen so far may have missed events (called with the lock held)."""
+        for sig in self._signals.values():
+            sig.gaps = True
 
     def _give_up(self, why: str) -> None:
         with self._cond:

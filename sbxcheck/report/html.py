@@ -210,7 +210,7 @@ class _Ctx:
 
     @property
     def inventory_flag(self) -> str:
-        return inventory_flag(self.report.inventory.source, self.report.inventory.sim)
+        return inventory_flag(self.report.inventory.source)
 
     def hist(self, record: CheckRecord) -> ItemHistory | None:
         return self.history.items.get(item_identity(record)) if self.history else None
@@ -250,7 +250,9 @@ def _top(ctx: _Ctx) -> str:
         ("suites", ", ".join(f"{k} ({v})" for k, v in sorted(suites.items())) or "none"),
         ("incidents", str(len(report.incidents))),
     ]
-    if report.spend:  # issue 21
+    from sbxcheck.spend import spend_worth_showing
+
+    if spend_worth_showing(report.spend):  # issue 21
         from sbxcheck.spend import spend_line
 
         meta.append(("spend", spend_line(report.spend).removeprefix("spend: ")))

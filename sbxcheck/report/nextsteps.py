@@ -42,8 +42,9 @@ def fill_probe(text: str, probe: str | None) -> str:
     return _PLACEHOLDER_CLAUSE.sub(f" ({probe})" if probe else "", text).replace("<target>", "the host")
 
 
-def inventory_flag(source: str, sim: bool) -> str:
-    """``--sbx-inventory=PATH`` when the run used an inventory file, else nothing (the embedded fleet)."""
-    if sim or not source.endswith(".toml"):
+def inventory_flag(source: str) -> str:
+    """``--sbx-inventory=PATH`` when the run used an inventory file (a ``sbxcheck sim up`` one too: it
+    is read as any other), else nothing (the embedded fleet has no file to name)."""
+    if not source.endswith(".toml"):
         return ""
     return f"--sbx-inventory={shlex.quote(source)}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -359,7 +360,8 @@ printf 'console.error("{printed}")\\n' > "$pkg/dist/cli.js"
 
 
 def fake_npm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, printed: str = PI_VERSION) -> Path:
-    node = node_toolchain().node
+    # a system node beside the fake npm (the interpreter's own npm counts as the wheel's, issue 18)
+    node = Path(shutil.which("node", path="/usr/local/bin:/usr/bin:/bin") or node_toolchain().node)
     bin_dir = tmp_path / "fakebin"
     bin_dir.mkdir()
     log = tmp_path / "npm-calls.log"

@@ -33,8 +33,8 @@ def test_advice_without_a_probe_drops_the_clause_never_a_placeholder() -> None:
 
 
 def test_inventory_flag_only_for_an_inventory_file() -> None:
-    assert inventory_flag("/srv/prod.toml", False) == "--sbx-inventory=/srv/prod.toml"
-    assert inventory_flag("embedded simulated fleet", True) == ""
+    assert inventory_flag("/srv/prod.toml") == "--sbx-inventory=/srv/prod.toml"
+    assert inventory_flag("embedded simulated fleet") == ""
 
 
 def _report(recommendation: str, next_step: str, inventory: Path) -> dict[str, object]:
