@@ -9,6 +9,7 @@ it classifies and recommends; only ``--sbx-remediate`` runs the one recovery com
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Callable
 
 import pytest
@@ -116,8 +117,14 @@ def test_triage_dgx_routing(
         fix = dgx.remediate_tailscaled(shell, sudo=sbx_dgx.remediation_sudo)
         recheck: dict[str, CheckResult] = {}
         if fix.evidence.get("command_run"):
-            sbx_ssh_pool.forget(sbx_dgx.dgx_host)  # the DGX was unreachable before: connect afresh
-            recheck = run_probes()
+            # the route comes back some seconds after tailscaled starts: re-check within a bounded settle
+            settle_until = time.monotonic() + dgx.ROUTE_SETTLE_S
+            while True:
+                sbx_ssh_pool.forget(sbx_dgx.dgx_host)  # the DGX was unreachable before: connect afresh
+                recheck = run_probes()
+                if not dgx.route_still_settling(recheck) or time.monotonic() >= settle_until:
+                    break
+                time.sleep(dgx.ROUTE_SETTLE_STEP_S)
         incident = dgx.report_remediation(incident, fix, recheck)
         ssh_ok = any(r.check == dgx.CHECK_SSH and r.outcome.value == "passed" for r in recheck.values())
         after = (

@@ -29,6 +29,8 @@ RAW_CONTROL = re.compile(rb"[\x00-\x08\x0b-\x1f\x7f]")  # every byte below 0x20 
 _UUID = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 DOCUMENTED = re.compile(  # the control plane's routes (spec sandboxed-sh.md), ids as UUIDs
     r"/api/(auth/login|auth/status|health|health/fleet|remote-nodes|backends|control/running"
+    r"|control/stream|control/missions/integrity|control/tracks"  # issue 23's stream, issue 21's reads
+    r"|library/agent|backends/[a-z_]+/agents|ai/providers|providers"
     rf"|control/missions(/{_UUID}(/events|/digest|/cancel)?)?"
     rf"|workspaces(/{_UUID}(/exec)?)?|nodes/[A-Za-z0-9_.:-]+/(un)?cordon)"
 )
@@ -94,10 +96,13 @@ def test_hostile_fleet_text_and_a_path_shaped_id(tmp_path: Path) -> None:
     dispatched = checks["test_route_dispatched[gemini-flash]"]
     assert (dispatched["outcome"], dispatched["classification"]) == ("error", "bad_response")
     assert "field 'id' is not a canonical hyphenated UUID" in dispatched["message"]
-    for name in ("codex-verity", "opencode-verity"):  # held by another session: could not tell
-        busy = checks[f"test_workspace_visible[{name}]"]
-        assert (busy["outcome"], busy["classification"]) == ("error", "infrastructure"), busy["message"]
-        assert "busy with session 0ther5e5's live mission" in busy["message"]
+    for name in ("codex-verity", "opencode-verity"):
+        # the workspace's status carries the control characters, so it is not 'ready': issue 21's
+        # readiness keeps the canary back (the busy-workspace 409 is covered by the unit tests), and
+        # the status it shows is neutralised
+        held = checks[f"test_workspace_visible[{name}]"]
+        assert held["outcome"] == "failed" and "not dispatched: workspace_ready[verity]" in held["message"]
+        assert "]52;c;" in held["message"] and RAW_CONTROL.search(held["message"].encode()) is None
     refused = checks["test_route_dispatched[opencode-glm]"]
     assert refused["outcome"] == "failed" and "^[]52;c;" in refused["message"]  # shown, not obeyed
     # control characters in every kind of fleet text: nothing raw in any output

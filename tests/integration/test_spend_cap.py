@@ -34,7 +34,8 @@ def test_a_cap_below_one_routes_cost_stops_dispatching(pytester: pytest.Pytester
     page = (outcome.report_dir / "report.html").read_text(encoding="utf-8")
     assert "$0.0200 on 1 mission(s); cap $0.0100 reached: 9 item(s) not run" in page
     prom = metrics.read_text(encoding="utf-8")
-    assert "sbxcheck_last_run_spend_usd 0.02" in prom and "sbxcheck_spend_cap_usd 0.01" in prom
+    labels = '{fleet="simulated",suite="canary"}'  # every run-level series is labelled (issue 19)
+    assert f"sbxcheck_last_run_spend_usd{labels} 0.02" in prom and f"sbxcheck_spend_cap_usd{labels} 0.01" in prom
 
 
 def test_a_bad_cap_is_a_usage_error(pytester: pytest.Pytester) -> None:

@@ -53,6 +53,8 @@ def client_for() -> Iterator[
     for c in made:
         c.close()
 
+WS_ID = "6f1c2a9e-3b4d-4c5e-8f70-1a2b3c4d5e6f"  # server ids are canonical UUIDs (issue 20)
+
 
 def _answers(*responses: httpx.Response, then: httpx.Response) -> Callable[[httpx.Request], httpx.Response]:
     queue = list(responses)
@@ -89,10 +91,10 @@ def test_pushback_until_the_deadline_is_rate_limited_never_a_check_failure(
         lambda r: httpx.Response(429, text="Too many requests", headers={"retry-after": "1"})
     )
     with pushback_until(time.monotonic() + 3.5), pytest.raises(RateLimited) as info:
-        client.workspace_exec("ws-1", "sha256sum README.md")
+        client.workspace_exec(WS_ID, "sha256sum README.md")
     exc = info.value
     assert exc.classification is Classification.RATE_LIMITED and isinstance(exc, RateLimitedBase)
-    assert "429" in exc.message and "POST /api/workspaces/ws-1/exec" in exc.message
+    assert "429" in exc.message and f"POST /api/workspaces/{WS_ID}/exec" in exc.message
     # the clock is real, the sleeps are not: the budget bounds the count (30 at most), never a loop
     assert 1 <= len(seen) <= 31 and all(s == 1.0 for s in sleeps)
 
