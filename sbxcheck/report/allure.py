@@ -138,10 +138,7 @@ def _history_by_identity(result: CheckResult, params: Mapping[str, Any], redact:
     from sbxcheck.report.history import item_identity
     from sbxcheck.results import CheckRecord
 
-    listener = next(
-        (p for p in allure_commons.plugin_manager.get_plugins() if hasattr(p, "allure_logger")), None
-    )
-    test = listener.allure_logger.get_test(None) if listener is not None else None
+    test = _running_test(allure_commons)
     if test is None:
         return
     for parameter in test.parameters:
@@ -149,6 +146,14 @@ def _history_by_identity(result: CheckResult, params: Mapping[str, Any], redact:
             parameter.excluded = True
     identity = item_identity(CheckRecord(nodeid="", suite="gate", **result.model_dump()))
     test.parameters.append(Parameter(name="identity", value=redact(identity)))
+
+
+def _running_test(allure_commons: Any) -> Any:
+    """The Allure test result allure-pytest is filling right now, or None."""
+    listener = next(
+        (p for p in allure_commons.plugin_manager.get_plugins() if hasattr(p, "allure_logger")), None
+    )
+    return listener.allure_logger.get_test(None) if listener is not None else None
 
 
 def _add_steps(steps: list[tuple[str, float | None]], redact: Any) -> None:
@@ -160,10 +165,7 @@ def _add_steps(steps: list[tuple[str, float | None]], redact: Any) -> None:
         from allure_commons.model2 import Status, TestStepResult
     except ImportError:
         return
-    listener = next(
-        (p for p in allure_commons.plugin_manager.get_plugins() if hasattr(p, "allure_logger")), None
-    )
-    test = listener.allure_logger.get_test(None) if listener is not None else None
+    test = _running_test(allure_commons)
     if test is None:
         return
     now_ms = int(time.time() * 1000)
