@@ -14,20 +14,13 @@ from typing import Any
 import pytest
 from gate_harness import CANARY_SUITES, REPO, run_suite
 
+from sbxcheck.checks.hygiene import SIGNALS
 from sbxcheck.sim.faults import FAULTS
 from sbxcheck.sim.fleet import SimFleet
 
 pytestmark = pytest.mark.slow  # end-to-end: child sessions against a fleet
 
 SUITES = tuple(REPO / "canaries" / f"test_{n}.py" for n in ("hygiene", "readiness", "contracts", "spend"))
-SIGNALS = (
-    "auth_error",
-    "rate_limited",
-    "capacity_limited",
-    "context_limit",
-    "network_error",
-    "suspected_loop",
-)
 ROUTES = (
     "codex-terra",
     "codex-terra-mcp",
