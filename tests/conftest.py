@@ -33,7 +33,22 @@ def healthy_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimFleet
 # this session's own plugins are already loaded when a test runs. pytest's unraisableexception
 # runs gc.collect() five times at exit (0.1-0.5 s in a child that served a fleet) to find warnings
 # no test reads in a child's output; this session keeps it.
-CHILD_BLOCKED_PLUGINS = ("hypothesispytest", "anyio", "benchmark", "xdist.looponfail", "unraisableexception")
+CHILD_BLOCKED_PLUGINS = (
+    "hypothesispytest", "anyio", "benchmark", "xdist.looponfail", "unraisableexception", "timeout",
+)  # fmt: skip
+
+# A test that hangs (a blocking open() of a FIFO, a child that never exits) fails with its stack after
+# this long instead of holding CI to its own limit with no output. No test comes near it.
+TEST_TIMEOUT_S = 900
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test without its own ``timeout`` marker gets TEST_TIMEOUT_S (when pytest-timeout is there)."""
+    if not config.pluginmanager.hasplugin("timeout"):
+        return
+    for item in items:
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(TEST_TIMEOUT_S))
 
 
 @pytest.fixture(autouse=True)

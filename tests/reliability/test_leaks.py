@@ -22,7 +22,6 @@ import pytest
 from gate_harness import run_gate
 from secret_seeds import SELF_IDENTIFYING, in_context, seeded_secrets
 
-import sbxcheck
 from sbxcheck.sim.fleet import SimFleet
 
 PROBE = """
@@ -98,15 +97,9 @@ def _scan(texts: dict[str, str], seeds: dict[str, str], fleet_secrets: list[str]
     return hits
 
 
-def _optional_reporting_args(tmp_path: Path) -> list[str]:
-    """--sbx-history / --sbx-metrics when this sbxcheck has them (they are scanned like the rest)."""
-    source = "".join(p.read_text() for p in Path(sbxcheck.__file__).parent.rglob("plugin*.py"))
-    args = []
-    if "--sbx-history" in source:
-        args += ["--sbx-history", str(tmp_path / "history")]
-    if "--sbx-metrics" in source:
-        args += ["--sbx-metrics", str(tmp_path / "metrics.json")]
-    return args
+def _reporting_args(tmp_path: Path) -> list[str]:
+    """--sbx-history / --sbx-metrics: their files are scanned like the rest."""
+    return ["--sbx-history", str(tmp_path / "history"), "--sbx-metrics", str(tmp_path / "metrics.prom")]
 
 
 @pytest.mark.slow
@@ -145,7 +138,7 @@ def test_no_seeded_secret_reaches_any_artifact(
             str(allure_dir),
             "--junitxml",
             str(tmp_path / "pytest-junit.xml"),
-            *_optional_reporting_args(tmp_path),
+            *_reporting_args(tmp_path),
             timeout=300,
         )
         fleet_secrets = fleet.secrets()
@@ -165,12 +158,11 @@ def test_no_seeded_secret_reaches_any_artifact(
         for path in sorted(root.rglob("*")):
             if path.is_file() and "fleet" not in path.relative_to(root).parts[:1] and path.suffix != ".py":
                 texts[str(path)] = path.read_text(encoding="utf-8", errors="replace")
-    # the state dir follows the child's rootdir (the common ancestor of its paths): look everywhere under basetemp
-    for ledger in {
-        *tmp_path.rglob("ledger.jsonl"),
-        *pytester.path.parent.rglob(".sbxcheck/state/ledger.jsonl"),
-    }:
-        texts[str(ledger)] = ledger.read_text(encoding="utf-8", errors="replace")
+    # the ledger sits beside the inventory (under the fleet dir, skipped above); only this test's own
+    # dirs are searched, and only regular files are read: a sibling test's FIFO ledger would block open()
+    for ledger in {*tmp_path.rglob("ledger.jsonl"), *pytester.path.rglob("ledger.jsonl")}:
+        if ledger.is_file() and not ledger.is_symlink():
+            texts[str(ledger)] = ledger.read_text(encoding="utf-8", errors="replace")
     scanned = set(texts)
     assert any(p.endswith("results.json") for p in scanned) and any(
         p.endswith("report.html") for p in scanned
