@@ -54,7 +54,7 @@ class _Recorder:
 def gate_commands(inventory: Path) -> dict[str, list[tuple[str, bytes, float | None]]]:
     """Alias -> the (command, stdin, timeout) of every remote gate check, as the check functions build them."""
     from sbxcheck.checks import gate
-    from sbxcheck.session import SbxSession
+    from sbxcheck.plugin.session import SbxSession
 
     session = SbxSession(
         rootdir=REPO, inventory_option=str(inventory), force_sim=False, faults=[], run_ids=[], sim_seed=None

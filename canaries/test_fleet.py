@@ -18,8 +18,8 @@ from sbxcheck.checks import dgx, discovery, fleet, github, orphans
 from sbxcheck.clients.exedev import list_vms
 from sbxcheck.errors import SbxError
 from sbxcheck.inventory import DgxSection, GithubProbeSpec, Inventory
+from sbxcheck.plugin.session import SbxSession
 from sbxcheck.results import CheckResult
-from sbxcheck.session import SbxSession
 from sbxcheck.transports.ssh import SshPool
 
 pytestmark = pytest.mark.canary

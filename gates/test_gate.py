@@ -21,10 +21,10 @@ from sbxcheck.checks.gate import (
 )
 from sbxcheck.checks.records import check_run_record
 from sbxcheck.checks.vm_hygiene import check_vm_hygiene, host_secrets, judge_hygiene
-from sbxcheck.fanout import remote_check
 from sbxcheck.inventory import Inventory
+from sbxcheck.plugin.fanout import remote_check
+from sbxcheck.plugin.session import GateRun
 from sbxcheck.results import CheckResult, Classification
-from sbxcheck.session import GateRun
 
 pytestmark = pytest.mark.gate
 

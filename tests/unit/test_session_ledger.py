@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sbxcheck.session import SbxSession
+from sbxcheck.plugin.session import SbxSession
 
 
 def _session(inventory: str | None, rootdir: Path, invocation: Path, state: str | None = None) -> SbxSession:

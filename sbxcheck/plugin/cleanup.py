@@ -16,7 +16,7 @@ from sbxcheck.errors import SbxError
 
 if TYPE_CHECKING:  # kept light: the plugin imports this module on every run
     from sbxcheck.mounts import Mounted
-    from sbxcheck.session import SbxSession
+    from sbxcheck.plugin.session import SbxSession
 
 
 class WorkerCleanup:

@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from sbxcheck.ledger import LedgerEntry
     from sbxcheck.lifecycle import MissionDispatcher
     from sbxcheck.mounts import Mounted
+    from sbxcheck.plugin.session import GateRun, SbxSession
     from sbxcheck.results import CheckResult
-    from sbxcheck.session import GateRun, SbxSession
     from sbxcheck.transports.ssh import SshHost, SshPool
 
 
@@ -176,7 +176,7 @@ def sbx_github_probe(request: pytest.FixtureRequest) -> Any:
 @pytest.fixture
 def sbx_vm(request: pytest.FixtureRequest, sbx_ssh_pool: SshPool) -> SshHost:
     """The SSH host of the current gate item's run, connected (strict host keys)."""
-    from sbxcheck.fanout import gate_run_of
+    from sbxcheck.plugin.fanout import gate_run_of
 
     found = gate_run_of(request.node)
     if found is None:
@@ -190,13 +190,13 @@ def sbx_vm(request: pytest.FixtureRequest, sbx_ssh_pool: SshPool) -> SshHost:
 def sbx_gate_result(request: pytest.FixtureRequest) -> Callable[[], CheckResult]:
     """Call it for this gate item's CheckResult (its test is marked ``remote_check(check_fn)``).
 
-    The first gate item starts every VM's checks at once (sbxcheck.fanout); setup waits for this
+    The first gate item starts every VM's checks at once (sbxcheck.plugin.fanout); setup waits for this
     item's VM connection (a connect failure errors the item here, as with ``sbx_vm``), the call
     waits for the item's own check. ``[ssh] max_parallel = 0`` runs the check inline instead.
     """
     import time
 
-    from sbxcheck.fanout import assigned_items, plan_item
+    from sbxcheck.plugin.fanout import assigned_items, plan_item
 
     session = _session(request)
     item = request.node

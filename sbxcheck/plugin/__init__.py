@@ -32,10 +32,10 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from sbxcheck.lifecycle import WaitingState
+    from sbxcheck.plugin.session import GateRun, SbxSession
     from sbxcheck.results import CheckRecord, CheckResult
-    from sbxcheck.session import GateRun, SbxSession
 
-pytest_plugins = ["sbxcheck.fixtures"]
+pytest_plugins = ["sbxcheck.plugin.fixtures"]
 
 SUITES = ("gate", "canary", "triage")
 MARKERS = {
@@ -65,13 +65,13 @@ OBJECT_PARAMS = (
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    from sbxcheck import hookspecs
+    from sbxcheck.plugin import hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from sbxcheck.options import SETTINGS, TEARDOWN_CHOICES, add_ini_options
+    from sbxcheck.plugin.options import SETTINGS, TEARDOWN_CHOICES, add_ini_options
 
     group = parser.getgroup("sbxcheck", "sbxcheck: sandbox fleet checks")
     group.addoption(
@@ -253,7 +253,7 @@ def _history_keep(config: pytest.Config) -> int:
 
 def _report_dir(config: pytest.Config) -> Path:
     """--sbx-report (or its env/ini forms, or the default), relative to where pytest was started."""
-    from sbxcheck.options import resolve
+    from sbxcheck.plugin.options import resolve
 
     out_dir = Path(resolve(config, "sbx_report").value or "sbxcheck-report").expanduser()
     return out_dir if out_dir.is_absolute() else Path(str(config.invocation_params.dir)) / out_dir
@@ -261,8 +261,8 @@ def _report_dir(config: pytest.Config) -> Path:
 
 def _check_outputs(config: pytest.Config) -> None:
     """Every output option names something sbxcheck can write: one usage-error line per wrong one."""
-    from sbxcheck.options import resolve
-    from sbxcheck.outputs import output_problems
+    from sbxcheck.plugin.options import resolve
+    from sbxcheck.plugin.outputs import output_problems
 
     state = resolve(config, "sbx_state").value
     state_dir = Path(state).expanduser() if state else None
@@ -283,7 +283,7 @@ def _check_outputs(config: pytest.Config) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from sbxcheck.options import resolve
+    from sbxcheck.plugin.options import resolve
 
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
@@ -294,7 +294,7 @@ def pytest_configure(config: pytest.Config) -> None:
         _run_doctor(config)
     if getattr(config, "workerinput", None) is None and not getattr(config.option, "help", False):
         _preflight(config)  # a bad configuration is one usage error, before collection (exit 4)
-    from sbxcheck.options import max_spend_usd
+    from sbxcheck.plugin.options import max_spend_usd
 
     max_spend_usd(config)  # issue 21: a bad cap is a usage error now
     _check_outputs(config)  # issue 20: a wrong output path is exit 4, before anything runs
@@ -306,15 +306,15 @@ def pytest_configure(config: pytest.Config) -> None:
     if workerinput is not None:
         scope_dir = workerinput.get("sbxcheck_scope_dir")
         if scope_dir:
-            # the controller groups by VM with its own scheduler (sbxcheck.xdist_scope): node ids stay
+            # the controller groups by VM with its own scheduler (sbxcheck.plugin.xdist): node ids stay
             # plain even under an explicit --dist loadgroup, which would append "@<group>" to them
-            from sbxcheck.xdist_scope import WorkerGroups
+            from sbxcheck.plugin.xdist import WorkerGroups
 
             config.option.loadgroup = False
             config.pluginmanager.register(
                 WorkerGroups(Path(scope_dir), str(workerinput.get("workerid"))), "sbxcheck-worker-groups"
             )
-        from sbxcheck.cleanup import WorkerCleanup
+        from sbxcheck.plugin.cleanup import WorkerCleanup
 
         config.pluginmanager.register(
             WorkerCleanup(lambda: config.stash.get(SESSION_KEY, None)), "sbxcheck-worker-cleanup"
@@ -351,7 +351,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _preflight(config: pytest.Config) -> None:
     """Raise pytest.UsageError with one message when the configuration cannot give a fleet verdict."""
-    from sbxcheck.options import resolve
+    from sbxcheck.plugin.options import resolve
     from sbxcheck.preflight import REQUIRE_ENV, choose_inventory, configuration_problem, require_flag
 
     max_parallel = config.getoption("sbx_max_parallel")
@@ -385,7 +385,7 @@ def _preflight(config: pytest.Config) -> None:
 def _run_doctor(config: pytest.Config) -> None:
     """--sbx-doctor: the doctor's report instead of a test run (exit 0 or 1), nothing collected."""
     from sbxcheck.doctor import run_doctor
-    from sbxcheck.options import resolve
+    from sbxcheck.plugin.options import resolve
     from sbxcheck.preflight import choose_inventory
 
     setting = resolve(config, "sbx_inventory")
@@ -399,8 +399,8 @@ def get_session(config: pytest.Config) -> SbxSession:
     existing = config.stash.get(SESSION_KEY, None)
     if existing is not None:
         return existing
-    from sbxcheck.options import resolve
-    from sbxcheck.session import SbxSession
+    from sbxcheck.plugin.options import resolve
+    from sbxcheck.plugin.session import SbxSession
 
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
     seed = workerinput.get("sbxcheck_sim_seed") if workerinput else _sim_seed()
@@ -419,7 +419,7 @@ def get_session(config: pytest.Config) -> SbxSession:
     session.mount_names = list(config.getoption("sbx_mount"))
     session.sweep = bool(config.getoption("sbx_sweep"))
     session.max_parallel = config.getoption("sbx_max_parallel")
-    from sbxcheck.options import max_spend_usd
+    from sbxcheck.plugin.options import max_spend_usd
 
     session.max_spend_usd = max_spend_usd(config)  # issue 21
     if workerinput is not None:
@@ -437,7 +437,7 @@ def _wants_mounts(config: pytest.Config) -> bool:
     """--sbx-mount, or an inventory that asks for mounts (checked without loading anything when absent)."""
     if config.getoption("sbx_mount"):
         return True
-    from sbxcheck.options import resolve
+    from sbxcheck.plugin.options import resolve
 
     explicit = resolve(config, "sbx_inventory").value
     if config.getoption("sbx_sim") or config.getoption("sbx_sim_fault"):
@@ -558,14 +558,14 @@ class _XdistNodes:
         """``-n``/``--tx`` with load or loadgroup: one unit per VM / control plane, plain node ids."""
         if self.scope_dir is None:
             return None
-        from sbxcheck.xdist_scope import GroupScopeScheduling
+        from sbxcheck.plugin.xdist import GroupScopeScheduling
 
         return GroupScopeScheduling(config, log, self.scope_dir, self._groups_from_node_ids)
 
     def _groups_from_node_ids(self, nodeids: Sequence[str]) -> dict[str, str]:
         """For workers on other hosts: sbxcheck's groups from the node ids and the inventory."""
         from sbxcheck.errors import SbxError
-        from sbxcheck.xdist_scope import groups_by_parameter
+        from sbxcheck.plugin.xdist import groups_by_parameter
 
         if not any(n.endswith("]") for n in nodeids):
             return {}
@@ -657,7 +657,7 @@ def _gate_runs(config: pytest.Config) -> tuple[list[GateRun], str | None]:
     return runs, None
 
 
-# Under -n a group goes to one worker (sbxcheck.xdist_scope): one SSH connection per VM, one owner of the missions.
+# Under -n a group goes to one worker (sbxcheck.plugin.xdist): one SSH connection per VM, one owner of the missions.
 # The marks ride on the parameters, so they exist before any plugin's collection hooks run.
 CONTROL_PLANE_GROUP = pytest.mark.xdist_group(name="sandboxed-control-plane")
 
@@ -872,7 +872,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def _progress_callback(config: pytest.Config) -> Any:
     """What the dispatcher calls while an item waits on missions: the live status line."""
-    from sbxcheck.progress import ProgressLine, describe_wait
+    from sbxcheck.plugin.progress import ProgressLine, describe_wait
 
     line = ProgressLine(config)
 
@@ -1039,7 +1039,7 @@ def _hide_sbxcheck_frames(excinfo: pytest.ExceptionInfo[BaseException]) -> None:
     import _pytest
     import pluggy
 
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parents[1]  # the sbxcheck package (this is sbxcheck/plugin/)
     runners = (Path(_pytest.__file__).resolve().parent, Path(pluggy.__file__).resolve().parent)
     kept = []
     for entry in excinfo.traceback:
@@ -1095,7 +1095,7 @@ class ResultCollector:
         if self._stale_removed:
             return
         self._stale_removed = True
-        from sbxcheck.outputs import remove_stale_reports
+        from sbxcheck.plugin.outputs import remove_stale_reports
 
         with contextlib.suppress(OSError):  # a report dir we cannot clean was named at configure time
             remove_stale_reports(_report_dir(self.config))
@@ -1104,7 +1104,7 @@ class ResultCollector:
         if not any(suite_of(item) for item in session.items):
             return
         self.remove_stale_reports()
-        from sbxcheck.cleanup import param_id
+        from sbxcheck.plugin.cleanup import param_id
 
         for item in session.items:
             if suite_of(item) is not None:
@@ -1112,7 +1112,7 @@ class ResultCollector:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
-        from sbxcheck.cleanup import param_id, strip_group
+        from sbxcheck.plugin.cleanup import param_id, strip_group
 
         for nodeid in ids:
             plain = strip_group(nodeid)
@@ -1130,7 +1130,7 @@ class ResultCollector:
         if payload is not None:
             self.remove_stale_reports()  # under xdist the first sbxcheck result is the first sign
         if payload is not None and (report.when == "call" or not report.passed):
-            from sbxcheck.cleanup import strip_group
+            from sbxcheck.plugin.cleanup import strip_group
 
             self.reported.add(strip_group(report.nodeid))  # a passed setup alone is not having run
         if isinstance(payload, str):
@@ -1185,15 +1185,15 @@ class ResultCollector:
             return
         self.finished = True
         interrupted = interrupted or self.interrupted
-        from sbxcheck.options import resolve
+        from sbxcheck.plugin.options import resolve
 
         out_dir = _report_dir(self.config)
         stale = interrupted and (out_dir / "results.json").exists()
         sbx = self.config.stash.get(SESSION_KEY, None)
         if sbx is None and not (self.records or stale):
             return  # no sbxcheck item ran and nothing was mounted: an unrelated run gets no report
-        from sbxcheck.cleanup import left_open, mount_cleanup
         from sbxcheck.errors import SbxError
+        from sbxcheck.plugin.cleanup import left_open, mount_cleanup
         from sbxcheck.redact import default_redactor
         from sbxcheck.report import assemble_report
         from sbxcheck.report.present import key_evidence_lines, next_step

@@ -22,10 +22,10 @@ from sbxcheck.checks.gate import GateTarget
 from sbxcheck.clients.roster import RosterSource, roster_from_checkout
 from sbxcheck.clients.runrecords import RunEntry, gate_problem, select_runs
 from sbxcheck.errors import InventoryError, SbxError
-from sbxcheck.interrupts import finish_before_interrupt
 from sbxcheck.inventory import Inventory, find_inventory, load_inventory
 from sbxcheck.ledger import Ledger, LedgerEntry, default_owner
 from sbxcheck.mounts import Mounted, MountManager
+from sbxcheck.plugin.interrupts import finish_before_interrupt
 from sbxcheck.reconcile import RecordFact, Resolution, resolve_mission, resolve_mount
 from sbxcheck.safeio import read_text_file
 from sbxcheck.transports.ssh import SshPool, SshSettings
@@ -59,9 +59,9 @@ if TYPE_CHECKING:  # production runs never import the simulator
     from sbxcheck.clients.mcp import AssistantMcpClient
     from sbxcheck.clients.openrouter import OpenRouterAdmin, OpenRouterKey
     from sbxcheck.clients.sandboxed import SandboxedClient
-    from sbxcheck.fanout import GateFanout
     from sbxcheck.inventory import RouteSpec
     from sbxcheck.lifecycle import MissionDispatcher
+    from sbxcheck.plugin.fanout import GateFanout
     from sbxcheck.results import CheckResult
     from sbxcheck.sim.fleet import SimFleet
 
@@ -280,7 +280,7 @@ class SbxSession:
             max_parallel = ssh.max_parallel if self.max_parallel is None else self.max_parallel
             if max_parallel <= 0:
                 return None
-            from sbxcheck.fanout import GateFanout
+            from sbxcheck.plugin.fanout import GateFanout
 
             self._fanout = GateFanout(self.ssh_pool(), max_parallel, ssh.max_sessions)
         return self._fanout

@@ -27,7 +27,7 @@ import pytest
 from sbxcheck.results import CheckResult
 
 if TYPE_CHECKING:
-    from sbxcheck.session import GateRun
+    from sbxcheck.plugin.session import GateRun
     from sbxcheck.transports.ssh import SshHost, SshPool
 
 GateCheck = Callable[..., CheckResult]
