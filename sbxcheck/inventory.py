@@ -25,7 +25,7 @@ from pydantic import (
 )
 
 from sbxcheck.errors import InventoryError, describe_validation_error
-from sbxcheck.recipes import RecipeTemplates
+from sbxcheck.lifecycle.recipes import RecipeTemplates
 from sbxcheck.redact import default_redactor
 from sbxcheck.safeio import UnsafeInput, read_regular_file
 from sbxcheck.secrets import looks_like_env_name

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from sbxcheck.checks.base import run_check
 from sbxcheck.clients.sandboxed import TrackRow
-from sbxcheck.lifecycle import RouteRun
+from sbxcheck.lifecycle.missions import RouteRun
 from sbxcheck.results import CheckResult, Classification, Outcome
 
 CHECK_CONTRACT: Final = "dispatch_contract"

@@ -56,7 +56,7 @@ from sbxcheck.plugin.stash import (
 )
 
 if TYPE_CHECKING:
-    from sbxcheck.lifecycle import WaitingState
+    from sbxcheck.lifecycle.missions import WaitingState
     from sbxcheck.results import CheckResult
 
 pytest_plugins = ["sbxcheck.plugin.fixtures"]
@@ -441,7 +441,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=dropped)
     probe = config.getoption("sbx_probe", None)
     if probe:  # issue 21: --sbx-probe=ROUTE keeps that route's three items, nothing else
-        from sbxcheck.lifecycle import probe_items
+        from sbxcheck.lifecycle.missions import probe_items
 
         kept, other = probe_items(items, probe)
         if not kept:

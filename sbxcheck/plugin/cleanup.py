@@ -15,7 +15,7 @@ import pytest
 from sbxcheck.errors import SbxError
 
 if TYPE_CHECKING:  # kept light: the plugin imports this module on every run
-    from sbxcheck.mounts import Mounted
+    from sbxcheck.lifecycle.mounts import Mounted
     from sbxcheck.plugin.session import SbxSession
 
 

@@ -250,7 +250,7 @@ class ResultCollector:
     def _gate_outcomes(self) -> dict[str, list[str]]:
         """Gate outcomes per mounted run (a C item's target is <run>-<model>); a selected item that
         never reported counts as ``not-run``."""
-        from sbxcheck.recipes import NOT_RUN
+        from sbxcheck.lifecycle.recipes import NOT_RUN
 
         def of_run(target: str, run_id: str) -> bool:
             return target == run_id or target.startswith(run_id + "-")

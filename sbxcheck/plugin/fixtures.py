@@ -25,9 +25,9 @@ import pytest
 
 if TYPE_CHECKING:
     from sbxcheck.inventory import DgxSection, Inventory
-    from sbxcheck.ledger import LedgerEntry
     from sbxcheck.lifecycle import MissionDispatcher
-    from sbxcheck.mounts import Mounted
+    from sbxcheck.lifecycle.ledger import LedgerEntry
+    from sbxcheck.lifecycle.mounts import Mounted
     from sbxcheck.plugin.session import GateRun, SbxSession
     from sbxcheck.results import CheckResult
     from sbxcheck.transports.ssh import SshHost, SshPool

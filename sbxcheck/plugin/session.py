@@ -23,10 +23,10 @@ from sbxcheck.clients.roster import RosterSource, roster_from_checkout
 from sbxcheck.clients.runrecords import RunEntry, gate_problem, select_runs
 from sbxcheck.errors import InventoryError, SbxError
 from sbxcheck.inventory import Inventory, find_inventory, load_inventory
-from sbxcheck.ledger import Ledger, LedgerEntry, default_owner
-from sbxcheck.mounts import Mounted, MountManager
+from sbxcheck.lifecycle.ledger import Ledger, LedgerEntry, default_owner
+from sbxcheck.lifecycle.mounts import Mounted, MountManager
+from sbxcheck.lifecycle.reconcile import RecordFact, Resolution, resolve_mission, resolve_mount
 from sbxcheck.plugin.interrupts import finish_before_interrupt
-from sbxcheck.reconcile import RecordFact, Resolution, resolve_mission, resolve_mount
 from sbxcheck.safeio import read_text_file
 from sbxcheck.transports.ssh import SshPool, SshSettings
 
@@ -687,7 +687,7 @@ class SbxSession:
                     }
                 )
             if self.probe_route is not None:  # issue 21: one narrow no-push probe of one route
-                from sbxcheck.lifecycle import PROBE_PROMPT
+                from sbxcheck.lifecycle.missions import PROBE_PROMPT
 
                 section = section.model_copy(
                     update={
@@ -770,7 +770,7 @@ class SbxSession:
             self._mcp = None
             self._client = None
             if self._ledger is not None:  # issue 20: owner lock files do not pile up one per session
-                from sbxcheck.ledger import release_owner_locks
+                from sbxcheck.lifecycle.ledger import release_owner_locks
 
                 with contextlib.suppress(OSError):
                     release_owner_locks(self._ledger.state_dir)

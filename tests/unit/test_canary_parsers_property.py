@@ -28,7 +28,7 @@ from sbxcheck.checks.missions import (
 from sbxcheck.clients.channels import Created
 from sbxcheck.clients.sandboxed import FleetHealth
 from sbxcheck.inventory import RouteSpec, WorkspaceCanarySpec
-from sbxcheck.lifecycle import CanaryRun, RouteRun, crash_signature
+from sbxcheck.lifecycle.missions import CanaryRun, RouteRun, crash_signature
 from sbxcheck.results import Outcome
 from sbxcheck.transports.ssh import CommandResult
 

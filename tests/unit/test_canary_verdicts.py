@@ -24,7 +24,8 @@ from sbxcheck.clients.sandboxed import MissionRejected, MissionSpec
 from sbxcheck.clients.sandboxed import RateLimited as SandboxedRateLimited
 from sbxcheck.clients.stream import ControlStream
 from sbxcheck.inventory import RouteSpec, SandboxedSection, WorkspaceCanarySpec
-from sbxcheck.lifecycle import CanaryRun, MissionDispatcher, RouteRun, WaitingState
+from sbxcheck.lifecycle import MissionDispatcher
+from sbxcheck.lifecycle.missions import CanaryRun, RouteRun, WaitingState
 from sbxcheck.results import Classification, Outcome
 
 
@@ -342,7 +343,7 @@ def test_a_lag_makes_one_catch_up_read_that_finds_the_dropped_evidence() -> None
 
 def test_a_stream_that_never_names_the_mission_still_gets_it_read(monkeypatch: pytest.MonkeyPatch) -> None:
     """Another user's stream, a filtering proxy: silence about a mission triggers a read, not a wait to the deadline."""
-    monkeypatch.setattr("sbxcheck.lifecycle.STREAM_SILENCE_S", 0.3)
+    monkeypatch.setattr("sbxcheck.lifecycle.missions.STREAM_SILENCE_S", 0.3)
     started = time.monotonic()
     run, _ = _streamed(FakePlane(), [])
     assert time.monotonic() - started < 3.0 and run.reads == 2

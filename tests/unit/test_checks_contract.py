@@ -10,7 +10,7 @@ from sbxcheck.checks.contract import NOT_ACCEPTANCE, check_dispatch_contract
 from sbxcheck.clients.channels import Created
 from sbxcheck.clients.sandboxed import MissionRejected, TrackRow
 from sbxcheck.inventory import RouteSpec
-from sbxcheck.lifecycle import RouteRun, contract_fields
+from sbxcheck.lifecycle.missions import RouteRun, contract_fields
 from sbxcheck.results import Outcome
 
 ROADMAP = RouteSpec(

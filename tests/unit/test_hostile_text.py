@@ -164,7 +164,7 @@ def test_a_workspace_held_by_another_session_is_could_not_tell_not_a_config_defe
     from sbxcheck.checks.missions import check_workspace_visible
     from sbxcheck.clients.sandboxed import MissionRejected
     from sbxcheck.inventory import RouteSpec, WorkspaceCanarySpec
-    from sbxcheck.lifecycle import CanaryRun, RouteRun
+    from sbxcheck.lifecycle.missions import CanaryRun, RouteRun
     from sbxcheck.results import Classification, Outcome
 
     body = {

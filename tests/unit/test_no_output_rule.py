@@ -10,7 +10,8 @@ from sbxcheck.checks.missions import check_reaches_execution
 from sbxcheck.clients.channels import Created
 from sbxcheck.clients.sandboxed import MissionSpec
 from sbxcheck.inventory import RouteSpec, SandboxedSection
-from sbxcheck.lifecycle import DIRECT_OUTPUT_PROMPT, MissionDispatcher, silent_end
+from sbxcheck.lifecycle import MissionDispatcher
+from sbxcheck.lifecycle.missions import DIRECT_OUTPUT_PROMPT, silent_end
 from sbxcheck.results import Classification, Outcome
 
 IDLE = "OpenCode idle timeout: the model stopped producing output before finishing the turn."

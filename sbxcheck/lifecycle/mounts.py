@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sbxcheck.ledger import Ledger, LedgerEntry
-from sbxcheck.recipes import (
+from sbxcheck.lifecycle.ledger import Ledger, LedgerEntry
+from sbxcheck.lifecycle.recipes import (
     Decision,
     RecipeResult,
     RecipeTemplates,

@@ -27,7 +27,7 @@ from sbxcheck.clients.sandboxed import MissionRejected, MissionSpec, NotFound
 from sbxcheck.clients.stream import ControlStream, MissionSignal
 from sbxcheck.errors import CommandTimeout, RateLimited, SbxError
 from sbxcheck.inventory import RouteSpec, SandboxedSection, WorkspaceCanarySpec
-from sbxcheck.ledger import Ledger
+from sbxcheck.lifecycle.ledger import Ledger
 from sbxcheck.redact import clip
 from sbxcheck.results import CheckResult, Classification
 from sbxcheck.transports.http import pushback_until
@@ -468,7 +468,7 @@ class MissionDispatcher:
         mission: find it by its title in the mission list, then cancel it by id."""
         if not self._unanswered or self.ledger is None:
             return {}
-        from sbxcheck.reconcile import resolve_mission
+        from sbxcheck.lifecycle.reconcile import resolve_mission
 
         outcome: dict[str, str] = {}
         try:
