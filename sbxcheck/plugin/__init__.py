@@ -441,7 +441,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=dropped)
     probe = config.getoption("sbx_probe", None)
     if probe:  # issue 21: --sbx-probe=ROUTE keeps that route's three items, nothing else
-        from sbxcheck.lifecycle.missions import probe_items
+        from sbxcheck.lifecycle.prompts import probe_items
 
         kept, other = probe_items(items, probe)
         if not kept:

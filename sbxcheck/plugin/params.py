@@ -103,7 +103,7 @@ def _sandboxed_params(config: pytest.Config, kind: str) -> list[Any]:
         names += [c.workspace for c in section.canaries]
         params = [pytest.param(n, id=n, marks=CONTROL_PLANE_GROUP) for n in dict.fromkeys(names)]
     else:
-        from sbxcheck.lifecycle.missions import canary_prompt
+        from sbxcheck.lifecycle.prompts import canary_prompt
 
         prompts = [(f"route-{r.label}", r.prompt) for r in section.routes]
         prompts += [(f"canary-{c.label}", canary_prompt(c)) for c in section.canaries]

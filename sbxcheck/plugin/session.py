@@ -687,7 +687,7 @@ class SbxSession:
                     }
                 )
             if self.probe_route is not None:  # issue 21: one narrow no-push probe of one route
-                from sbxcheck.lifecycle.missions import PROBE_PROMPT
+                from sbxcheck.lifecycle.prompts import PROBE_PROMPT
 
                 section = section.model_copy(
                     update={

@@ -20,12 +20,13 @@ from sbxcheck.checks.missions import (
     tool_outcome,
 )
 from sbxcheck.clients.channels import Created
+from sbxcheck.clients.missionruns import CanaryRun, RouteRun
 from sbxcheck.clients.sandboxed import MissionRejected, MissionSpec
 from sbxcheck.clients.sandboxed import RateLimited as SandboxedRateLimited
 from sbxcheck.clients.stream import ControlStream
 from sbxcheck.inventory import RouteSpec, SandboxedSection, WorkspaceCanarySpec
 from sbxcheck.lifecycle import MissionDispatcher
-from sbxcheck.lifecycle.missions import CanaryRun, RouteRun, WaitingState
+from sbxcheck.lifecycle.missions import WaitingState
 from sbxcheck.results import Classification, Outcome
 
 
