@@ -71,7 +71,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sbxcheck.errors import SimError
-from sbxcheck.sim import cp_ops  # issue 21: integrity, catalog and their faults
+from sbxcheck.sim.controlplane import ops as cp_ops  # issue 21: integrity, catalog and their faults
 from sbxcheck.sim.faults import HOSTILE_TEXT
 from sbxcheck.sim.pushback import EVERY_NTH, PUSHBACK_FAULT, PushbackMiddleware
 from sbxcheck.sim.stream import STREAM_FAULTS, StreamHub

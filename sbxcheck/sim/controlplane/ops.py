@@ -1,6 +1,6 @@
 """The simulated control plane's operator surface (issue 21): integrity, catalog, and the faults that bend them.
 
-Routes registered on :class:`~sbxcheck.sim.controlplane.ControlPlaneDouble` through :func:`routes`
+Routes registered on :class:`~sbxcheck.sim.controlplane.missions.ControlPlaneDouble` through :func:`routes`
 (before ``/api/control/missions/{id}``, which would otherwise swallow ``integrity``):
 
 * ``GET /api/control/missions/integrity`` — computed from the double's missions (§3.6): pending
@@ -29,7 +29,7 @@ from starlette.routing import Route
 from sbxcheck.sim.faults import FAULTS as ALL_FAULTS
 
 if TYPE_CHECKING:
-    from sbxcheck.sim.controlplane import ControlPlaneDouble, _Mission
+    from sbxcheck.sim.controlplane.missions import ControlPlaneDouble, _Mission
 
 # the ``ops.*`` faults (named and described in sbxcheck.sim.faults.FAULTS)
 FAULTS: Final[dict[str, str]] = {n: f.summary for n, f in ALL_FAULTS.items() if n.startswith("ops.")}
@@ -310,7 +310,7 @@ def seed_mission(
     live: bool = False,
 ) -> _Mission:
     """A mission some earlier work left on the host workspace, last updated ``age_s`` ago (no agent runs it)."""
-    from sbxcheck.sim.controlplane import NIL_UUID, _Mission
+    from sbxcheck.sim.controlplane.missions import NIL_UUID, _Mission
 
     now = time.time()
     then = now - age_s
@@ -390,6 +390,6 @@ def _event(
 
 
 def _iso(epoch: float) -> str:
-    from sbxcheck.sim.controlplane import _iso as iso
+    from sbxcheck.sim.controlplane.missions import _iso as iso
 
     return iso(epoch)
