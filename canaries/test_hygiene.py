@@ -13,7 +13,7 @@ import pytest
 
 from sbxcheck.checks import hygiene
 from sbxcheck.clients.mcp_auth import auth_refusal
-from sbxcheck.clients.sandboxed import IN_FLIGHT_STATUSES
+from sbxcheck.clients.sandboxed_models import IN_FLIGHT_STATUSES
 from sbxcheck.errors import BadResponseError, SbxError
 from sbxcheck.inventory import Inventory, SandboxedSection
 from sbxcheck.plugin.session import SbxSession

@@ -30,7 +30,8 @@ from sbxcheck.clients.missionruns import (
     crash_signature,
     silent_end,
 )
-from sbxcheck.clients.sandboxed import MissionRejected, MissionSpec, NotFound
+from sbxcheck.clients.sandboxed import MissionRejected, NotFound
+from sbxcheck.clients.sandboxed_models import MissionSpec
 from sbxcheck.clients.stream import ControlStream, MissionSignal
 from sbxcheck.errors import CommandTimeout, RateLimited, SbxError
 from sbxcheck.inventory import RouteSpec, SandboxedSection

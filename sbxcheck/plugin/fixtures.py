@@ -83,7 +83,7 @@ def sbx_mission(request: pytest.FixtureRequest) -> Iterator[Callable[..., dict[s
     Each create carries an idempotency key derived from the session and the item, is written to the
     ledger before it is sent, and is cancelled at teardown (404 = already gone) and marked released.
     """
-    from sbxcheck.clients.sandboxed import MissionSpec
+    from sbxcheck.clients.sandboxed_models import MissionSpec
 
     session = _session(request)
     created: list[tuple[str, str]] = []  # (mission id, ledger entry)

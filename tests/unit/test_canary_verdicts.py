@@ -21,8 +21,9 @@ from sbxcheck.checks.missions import (
 )
 from sbxcheck.clients.channels import Created
 from sbxcheck.clients.missionruns import CanaryRun, RouteRun
-from sbxcheck.clients.sandboxed import MissionRejected, MissionSpec
+from sbxcheck.clients.sandboxed import MissionRejected
 from sbxcheck.clients.sandboxed import RateLimited as SandboxedRateLimited
+from sbxcheck.clients.sandboxed_models import MissionSpec
 from sbxcheck.clients.stream import ControlStream
 from sbxcheck.inventory import RouteSpec, SandboxedSection, WorkspaceCanarySpec
 from sbxcheck.lifecycle import MissionDispatcher

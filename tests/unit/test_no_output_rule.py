@@ -9,7 +9,7 @@ import pytest
 from sbxcheck.checks.missions import check_reaches_execution
 from sbxcheck.clients.channels import Created
 from sbxcheck.clients.missionruns import silent_end
-from sbxcheck.clients.sandboxed import MissionSpec
+from sbxcheck.clients.sandboxed_models import MissionSpec
 from sbxcheck.inventory import RouteSpec, SandboxedSection
 from sbxcheck.lifecycle import MissionDispatcher
 from sbxcheck.lifecycle.prompts import DIRECT_OUTPUT_PROMPT

@@ -13,7 +13,7 @@ import pytest
 from secret_seeds import in_context, seeded_secrets
 
 from sbxcheck.checks.base import trim
-from sbxcheck.clients.sandboxed import Workspace
+from sbxcheck.clients.sandboxed_models import Workspace
 from sbxcheck.errors import InventoryError, SbxError
 from sbxcheck.inventory import load_inventory
 from sbxcheck.lifecycle.ledger import Ledger
