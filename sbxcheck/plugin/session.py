@@ -28,7 +28,8 @@ from sbxcheck.lifecycle.mounts import Mounted, MountManager
 from sbxcheck.lifecycle.reconcile import RecordFact, Resolution, resolve_mission, resolve_mount
 from sbxcheck.plugin.interrupts import finish_before_interrupt
 from sbxcheck.safeio import read_text_file
-from sbxcheck.transports.ssh import SshPool, SshSettings
+from sbxcheck.transports.ssh import SshPool
+from sbxcheck.transports.ssh_connect import SshSettings
 
 _T = TypeVar("_T")
 RECORD_MAX_BYTES = 1 << 20  # a run record is a dozen fields; anything larger is not one
