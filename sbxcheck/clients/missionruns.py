@@ -15,6 +15,7 @@ from typing import Any
 
 from sbxcheck.clients.channels import Created
 from sbxcheck.clients.sandboxed import MissionRejected
+from sbxcheck.clients.stream import MissionSignal
 from sbxcheck.errors import SbxError
 from sbxcheck.inventory import RouteSpec, WorkspaceCanarySpec
 from sbxcheck.redact import clip
@@ -136,3 +137,23 @@ def silent_end(events: list[dict[str, Any]]) -> bool:
 def adapter_crash_cause(backend: str, signature: str) -> str:
     """The shared cause string of a shared adapter crash (items with it form one incident)."""
     return f"adapter-crash:{backend}:{signature}"
+
+
+def settles(status: str | None, has_evidence: bool, to_end: bool) -> bool:
+    """A route settles at evidence while active, a terminal state or awaiting_user; a canary
+    (``to_end``) only at a terminal state or awaiting_user."""
+    if status in TERMINAL or status == "awaiting_user":
+        return True
+    return status == "active" and has_evidence and not to_end
+
+
+def stream_says_settle(sig: MissionSignal | None, to_end: bool) -> bool:
+    """Whether the stream's word says the stored rows may now settle the mission. A stream that
+    carries no status changes still triggers a read at evidence (routes) or a reply (canaries)."""
+    if sig is None:
+        return False
+    if settles(sig.status, sig.evidence, to_end):
+        return True
+    if sig.status is None:
+        return (sig.evidence and not to_end) or sig.last_kind == "assistant_message"
+    return False

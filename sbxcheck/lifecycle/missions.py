@@ -28,11 +28,13 @@ from sbxcheck.clients.missionruns import (
     RouteRun,
     adapter_crash_cause,
     crash_signature,
+    settles,
     silent_end,
+    stream_says_settle,
 )
 from sbxcheck.clients.sandboxed import MissionRejected, NotFound
 from sbxcheck.clients.sandboxed_models import MissionSpec
-from sbxcheck.clients.stream import ControlStream, MissionSignal
+from sbxcheck.clients.stream import ControlStream
 from sbxcheck.errors import CommandTimeout, RateLimited, SbxError
 from sbxcheck.inventory import RouteSpec, SandboxedSection
 from sbxcheck.lifecycle.ledger import Ledger
@@ -610,7 +612,7 @@ class MissionDispatcher:
                     read = (
                         # a lag or reconnect since the last read: catch up, at most at the polling pace
                         (generation != synced and now >= next_poll)
-                        or (_ready(sig, to_end) and now >= recheck_at)
+                        or (stream_says_settle(sig, to_end) and now >= recheck_at)
                         or (sig is None and now >= silence_at)  # a stream that never names it
                     )
                 if read or at_deadline:
@@ -618,7 +620,7 @@ class MissionDispatcher:
                         assert stream is not None
                         synced = stream.generation
                     cursor, status, has_evidence = self._read(run, channel, mission_id, cursor)
-                    if _settles(status, has_evidence, to_end):
+                    if settles(status, has_evidence, to_end):
                         return
                     if at_deadline:
                         if to_end:
@@ -642,7 +644,7 @@ class MissionDispatcher:
                 wake = run.deadline_at
                 if not live or generation != synced:
                     wake = min(wake, next_poll)
-                if live and _ready(sig, to_end):
+                if live and stream_says_settle(sig, to_end):
                     wake = min(wake, recheck_at)
                 elif live and sig is None:
                     wake = min(wake, silence_at)
@@ -784,24 +786,4 @@ class MissionDispatcher:
             if canary.run is not None:
                 canary.run.done.set()
             canary.done.set()
-
-
-def _settles(status: str | None, has_evidence: bool, to_end: bool) -> bool:
-    """A route settles at evidence while active, a terminal state or awaiting_user; a canary
-    (``to_end``) only at a terminal state or awaiting_user."""
-    if status in TERMINAL or status == "awaiting_user":
-        return True
-    return status == "active" and has_evidence and not to_end
-
-
-def _ready(sig: MissionSignal | None, to_end: bool) -> bool:
-    """Whether the stream's word says the stored rows may now settle the mission. A stream that
-    carries no status changes still triggers a read at evidence (routes) or a reply (canaries)."""
-    if sig is None:
-        return False
-    if _settles(sig.status, sig.evidence, to_end):
-        return True
-    if sig.status is None:
-        return (sig.evidence and not to_end) or sig.last_kind == "assistant_message"
-    return False
 
