@@ -53,8 +53,8 @@ class _Recorder:
 
 def gate_commands(inventory: Path) -> dict[str, list[tuple[str, bytes, float | None]]]:
     """Alias -> the (command, stdin, timeout) of every remote gate check, as the check functions build them."""
-    from sbxcheck.checks import gate
-    from sbxcheck.session import SbxSession
+    from sbxcheck.checks import gate, gate_model
+    from sbxcheck.plugin.session import SbxSession
 
     session = SbxSession(
         rootdir=REPO, inventory_option=str(inventory), force_sim=False, faults=[], run_ids=[], sim_seed=None
@@ -64,15 +64,15 @@ def gate_commands(inventory: Path) -> dict[str, list[tuple[str, bytes, float | N
         gate.check_git_integrity,
         gate.check_pi_models,
         gate.check_roster_matches,
-        gate.check_cost_reported,
-        gate.check_credit_remaining,
+        gate_model.check_cost_reported,
+        gate_model.check_credit_remaining,
     ]
     for run in session.gate_runs():
         target = run.target
         if target is None:
             continue
         calls: list[tuple[Any, tuple[str, ...]]] = [(c, ()) for c in checks]
-        calls += [(gate.check_model_answers, (m,)) for m in target.roster]
+        calls += [(gate_model.check_model_answers, (m,)) for m in target.roster]
         for check, args in calls:
             shell = _Recorder(target.host)
             with contextlib.suppress(_Sent):

@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _child import foreign_plugins
 
-from sbxcheck import ledger as ledger_module
+from sbxcheck.lifecycle import ledger as ledger_module
 
 ITEM = """
 import pytest

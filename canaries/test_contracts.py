@@ -13,8 +13,8 @@ import pytest
 
 from sbxcheck.checks.contract import check_dispatch_contract
 from sbxcheck.lifecycle import MissionDispatcher
+from sbxcheck.plugin.session import SbxSession
 from sbxcheck.results import CheckResult
-from sbxcheck.session import SbxSession
 
 pytestmark = pytest.mark.canary
 

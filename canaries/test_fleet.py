@@ -14,12 +14,12 @@ from collections.abc import Callable
 
 import pytest
 
-from sbxcheck.checks import dgx, discovery, fleet, github, orphans
+from sbxcheck.checks import dgx, dgx_remediate, discovery, fleet, github, orphans
 from sbxcheck.clients.exedev import list_vms
 from sbxcheck.errors import SbxError
 from sbxcheck.inventory import DgxSection, GithubProbeSpec, Inventory
+from sbxcheck.plugin.session import SbxSession
 from sbxcheck.results import CheckResult
-from sbxcheck.session import SbxSession
 from sbxcheck.transports.ssh import SshPool
 
 pytestmark = pytest.mark.canary
@@ -114,18 +114,18 @@ def test_triage_dgx_routing(
             update={"evidence": {**incident.evidence, "sentinel": sentinel.message}}
         )
     if sbx_session.remediate and incident.cause == dgx.DGX_CAUSE:
-        fix = dgx.remediate_tailscaled(shell, sudo=sbx_dgx.remediation_sudo)
+        fix = dgx_remediate.remediate_tailscaled(shell, sudo=sbx_dgx.remediation_sudo)
         recheck: dict[str, CheckResult] = {}
         if fix.evidence.get("command_run"):
             # the route comes back some seconds after tailscaled starts: re-check within a bounded settle
-            settle_until = time.monotonic() + dgx.ROUTE_SETTLE_S
+            settle_until = time.monotonic() + dgx_remediate.ROUTE_SETTLE_S
             while True:
                 sbx_ssh_pool.forget(sbx_dgx.dgx_host)  # the DGX was unreachable before: connect afresh
                 recheck = run_probes()
-                if not dgx.route_still_settling(recheck) or time.monotonic() >= settle_until:
+                if not dgx_remediate.route_still_settling(recheck) or time.monotonic() >= settle_until:
                     break
-                time.sleep(dgx.ROUTE_SETTLE_STEP_S)
-        incident = dgx.report_remediation(incident, fix, recheck)
+                time.sleep(dgx_remediate.ROUTE_SETTLE_STEP_S)
+        incident = dgx_remediate.report_remediation(incident, fix, recheck)
         ssh_ok = any(r.check == dgx.CHECK_SSH and r.outcome.value == "passed" for r in recheck.values())
         after = (
             _fleet_view(sbx_dgx, sbx_ssh_pool, sbx_session)[1]
@@ -133,7 +133,7 @@ def test_triage_dgx_routing(
             else None
         )
         if sbx_dgx.sentinel_command:  # remediate -> strict SSH -> a silent sentinel run -> resolved
-            incident = dgx.close_dgx_loop(incident, fix, recheck, after)
+            incident = dgx_remediate.close_dgx_loop(incident, fix, recheck, after)
     sbx_verdict(incident)
 
 

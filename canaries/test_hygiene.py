@@ -13,11 +13,11 @@ import pytest
 
 from sbxcheck.checks import hygiene
 from sbxcheck.clients.mcp_auth import auth_refusal
-from sbxcheck.clients.sandboxed import IN_FLIGHT_STATUSES
+from sbxcheck.clients.sandboxed_models import IN_FLIGHT_STATUSES
 from sbxcheck.errors import BadResponseError, SbxError
 from sbxcheck.inventory import Inventory, SandboxedSection
+from sbxcheck.plugin.session import SbxSession
 from sbxcheck.results import CheckResult
-from sbxcheck.session import SbxSession
 
 pytestmark = [pytest.mark.canary, pytest.mark.xdist_group(name="sandboxed-control-plane")]
 

@@ -13,8 +13,8 @@ import pytest
 
 from sbxcheck.checks.catalog import check_catalog, check_workspace_ready
 from sbxcheck.inventory import Inventory
+from sbxcheck.plugin.session import SbxSession
 from sbxcheck.results import CheckResult
-from sbxcheck.session import SbxSession
 
 pytestmark = pytest.mark.canary
 

@@ -8,8 +8,8 @@ import pytest
 
 from sbxcheck.checks.spend import check_credits
 from sbxcheck.inventory import Inventory
+from sbxcheck.plugin.session import SbxSession
 from sbxcheck.results import CheckResult
-from sbxcheck.session import SbxSession
 
 pytestmark = pytest.mark.canary
 

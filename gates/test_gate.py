@@ -11,20 +11,14 @@ from collections.abc import Callable
 
 import pytest
 
-from sbxcheck.checks.gate import (
-    check_cost_reported,
-    check_credit_remaining,
-    check_git_integrity,
-    check_model_answers,
-    check_pi_models,
-    check_roster_matches,
-)
+from sbxcheck.checks.gate import check_git_integrity, check_pi_models, check_roster_matches
+from sbxcheck.checks.gate_model import check_cost_reported, check_credit_remaining, check_model_answers
 from sbxcheck.checks.records import check_run_record
 from sbxcheck.checks.vm_hygiene import check_vm_hygiene, host_secrets, judge_hygiene
-from sbxcheck.fanout import remote_check
 from sbxcheck.inventory import Inventory
+from sbxcheck.plugin.fanout import remote_check
+from sbxcheck.plugin.session import GateRun
 from sbxcheck.results import CheckResult, Classification
-from sbxcheck.session import GateRun
 
 pytestmark = pytest.mark.gate
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sbxcheck.ledger import LedgerEntry
+from sbxcheck.lifecycle.ledger import LedgerEntry
+from sbxcheck.plugin.session import SbxSession
 from sbxcheck.results import CheckResult, Classification, Outcome
-from sbxcheck.session import SbxSession
 
 
 def test_ledger_leaked(

@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "history":
             return _history(args.dir, args.keep)
         if args.command == "ledger":
-            from sbxcheck.ledger import Ledger
+            from sbxcheck.lifecycle.ledger import Ledger
 
             print(for_display(Ledger(args.state_dir).compact().describe()))
             return 0

@@ -220,7 +220,7 @@ def _aliases(inv: Inventory) -> list[str]:
 
 
 def _ssh_settings(inv: Inventory) -> Any:
-    from sbxcheck.transports.ssh import SshSettings
+    from sbxcheck.transports.ssh_connect import SshSettings
 
     return SshSettings(
         config_file=inv.ssh.config,
@@ -232,7 +232,7 @@ def _ssh_settings(inv: Inventory) -> Any:
 
 def _resolved_hosts(inv: Inventory) -> list[tuple[str, Any]]:
     from sbxcheck.errors import SbxError
-    from sbxcheck.transports.ssh import SshConfigFile, resolve_host
+    from sbxcheck.transports.ssh_connect import SshConfigFile, resolve_host
 
     settings = _ssh_settings(inv)
     try:

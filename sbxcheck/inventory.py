@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
+import string
 import tomllib
 from collections import Counter
 from pathlib import Path
@@ -18,6 +20,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PositiveFloat,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -25,7 +28,6 @@ from pydantic import (
 )
 
 from sbxcheck.errors import InventoryError, describe_validation_error
-from sbxcheck.recipes import RecipeTemplates
 from sbxcheck.redact import default_redactor
 from sbxcheck.safeio import UnsafeInput, read_regular_file
 from sbxcheck.secrets import looks_like_env_name
@@ -84,6 +86,85 @@ class SshSection(_Strict):
     machines: list[str] = Field(
         default_factory=list, description="SSH aliases listed in the machine inventory"
     )
+
+
+# ------------------------------------------------------------------ just sbx recipe templates ([sssf.recipes])
+# The configuration of lifecycle/recipes.py (which runs them), kept here: the inventory is the core.
+
+RecipeName = Literal["mount", "teardown", "harvest", "list", "reap"]
+RECIPES: tuple[RecipeName, ...] = ("mount", "teardown", "harvest", "list", "reap")
+NEEDS_RUN_ID = frozenset({"mount", "teardown", "harvest"})
+_SHELL_TOKENS = frozenset({";", "&", "&&", "|", "||", ">", ">>", "<", "<<", "2>", "2>&1", "`"})
+_PROBE = "sbx probe ';\"$x"  # a value that only survives templating as one whole token
+
+
+class RecipeTimeouts(BaseModel):
+    """Seconds each recipe may run before its process group is killed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mount: PositiveFloat = 600.0
+    teardown: PositiveFloat = 300.0
+    harvest: PositiveFloat = 120.0
+    list: PositiveFloat = 60.0
+    reap: PositiveFloat = 60.0
+
+
+class RecipeTemplates(BaseModel):
+    """Command templates for the recipes sbxcheck may run, and where to run them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mount: str = "just sbx mount {run_id}"
+    teardown: str = "just sbx lifecycle teardown {run_id}"
+    harvest: str = "just sbx manage harvest {run_id}"
+    list: str = "just sbx manage list"
+    reap: str = "just sbx manage reap"
+    cwd: Path | None = None  # the SSSF checkout; None: the current directory
+    timeout_s: RecipeTimeouts = RecipeTimeouts()
+
+    @model_validator(mode="after")
+    def _check_templates(self) -> RecipeTemplates:
+        for name in RECIPES:
+            _validate_template(name, getattr(self, name))
+        return self
+
+    def template(self, name: RecipeName) -> str:
+        if name not in RECIPES:
+            raise ValueError(f"unknown recipe {name!r}; expected one of {', '.join(RECIPES)}")
+        value: str = getattr(self, name)
+        return value
+
+    def timeout(self, name: RecipeName) -> float:
+        value: float = getattr(self.timeout_s, name)
+        return value
+
+
+def _validate_template(name: str, template: str) -> None:
+    if "--yes" in template.lower():
+        raise ValueError(f"recipe {name!r}: '--yes' is never allowed; sbxcheck only runs reap as a dry run")
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise ValueError(f"recipe {name!r}: bad template braces ({exc})") from None
+    fields = {(fname, spec, conv) for _, fname, spec, conv in parsed if fname is not None}
+    if fields - {("run_id", "", None)}:
+        raise ValueError(f"recipe {name!r}: the only placeholder allowed is {{run_id}}")
+    if name in NEEDS_RUN_ID and not fields:
+        raise ValueError(f"recipe {name!r}: the template must contain {{run_id}}")
+    if name not in NEEDS_RUN_ID and fields:
+        raise ValueError(f"recipe {name!r}: takes no run id; remove {{run_id}}")
+    try:
+        argv = shlex.split(template.format(run_id=shlex.quote(_PROBE)))
+    except ValueError as exc:
+        raise ValueError(f"recipe {name!r}: cannot split the template ({exc})") from None
+    if not argv:
+        raise ValueError(f"recipe {name!r}: the template is empty")
+    shellish = sorted(set(argv) & _SHELL_TOKENS)
+    if shellish:
+        raise ValueError(f"recipe {name!r}: runs without a shell, so {' '.join(shellish)} would be literal")
+    if fields and not any(_PROBE in token for token in argv):
+        raise ValueError(f"recipe {name!r}: put {{run_id}} outside quotes; it is quoted for you")
 
 
 class SssfSection(_Strict):

@@ -41,7 +41,7 @@ class InventoryChoice:
 def choose_inventory(value: str | None, source: str, rootdir: Path, *, force_sim: bool) -> InventoryChoice:
     """The inventory a session would use: the resolved setting, else ``<rootdir>/sbxcheck.toml``, else none.
 
-    ``value``/``source`` come from :func:`sbxcheck.options.resolve` (CLI > env > ini). Mirrors
+    ``value``/``source`` come from :func:`sbxcheck.plugin.options.resolve` (CLI > env > ini). Mirrors
     :func:`sbxcheck.inventory.find_inventory` without importing the inventory model.
     """
     if force_sim:

@@ -6,6 +6,7 @@ These are the shapes written to ``results.json`` (schema 1, see design.md §5).
 from __future__ import annotations
 
 import enum
+import hashlib
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -118,6 +119,12 @@ class CheckRecord(CheckResult):
     next_step: str | None = None  # the recommendation as shown to people (or the classification's default)
     key_evidence: list[str] = Field(default_factory=list)  # the evidence lines a person needs to act
     wait_s: float | None = None  # share of duration_s spent waiting (e.g. for a shared connection)
+
+
+def incident_id(classification: Classification, key: str, *, kind: str = "cause") -> str:
+    """Stable, readable incident id: ``INC-`` + 8 hex of SHA-1 over (classification, kind, key)."""
+    digest = hashlib.sha1(f"{classification.value}\x00{kind}\x00{key}".encode(), usedforsecurity=False)
+    return "INC-" + digest.hexdigest()[:8]
 
 
 class Incident(BaseModel):

@@ -20,7 +20,7 @@ from typing import Any
 
 from gate_harness import REPO
 
-from sbxcheck.ledger import Ledger, LedgerEntry
+from sbxcheck.lifecycle.ledger import Ledger, LedgerEntry
 from sbxcheck.sim.fleet import SimFleet
 
 LEDGER_SUITE = REPO / "gates" / "test_gate_ledger.py"

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from sbxcheck.checks.base import run_check
-from sbxcheck.clients.sandboxed import NIL_UUID, AiProvider, BackendInfo, CatalogProvider, Workspace
+from sbxcheck.clients.sandboxed_models import NIL_UUID, AiProvider, BackendInfo, CatalogProvider, Workspace
 from sbxcheck.errors import SbxError
 from sbxcheck.inventory import RouteSpec, WorkspaceExpectation
 from sbxcheck.results import CheckResult, Classification, Outcome

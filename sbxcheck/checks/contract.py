@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from sbxcheck.checks.base import run_check
-from sbxcheck.clients.sandboxed import TrackRow
-from sbxcheck.lifecycle import RouteRun
+from sbxcheck.clients.missionruns import RouteRun
+from sbxcheck.clients.sandboxed_models import TrackRow
 from sbxcheck.results import CheckResult, Classification, Outcome
 
 CHECK_CONTRACT: Final = "dispatch_contract"

@@ -29,7 +29,8 @@ from pydantic import ValidationError
 
 from sbxcheck.checks.base import run_check
 from sbxcheck.clients.mcp_auth import auth_refusal
-from sbxcheck.clients.sandboxed import Workspace, _validation_summary, excerpt
+from sbxcheck.clients.sandboxed import _validation_summary, excerpt
+from sbxcheck.clients.sandboxed_models import Workspace
 from sbxcheck.errors import BadResponseError, SbxError
 from sbxcheck.results import CheckResult, Classification
 from sbxcheck.safeio import loads_bounded

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
 from sbxcheck.checks.base import run_check
-from sbxcheck.clients.sandboxed import FleetHealth, HealthInfo, RemoteFleet, RemoteNode
+from sbxcheck.clients.sandboxed_models import FleetHealth, HealthInfo, RemoteFleet, RemoteNode
 from sbxcheck.errors import SbxError
 from sbxcheck.results import CheckResult, Classification, Outcome
 

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from sbxcheck.checks.base import run_check
 from sbxcheck.clients.mcp_auth import auth_refusal
-from sbxcheck.clients.sandboxed import ExecResult, excerpt
+from sbxcheck.clients.sandboxed import excerpt
+from sbxcheck.clients.sandboxed_models import ExecResult
 from sbxcheck.errors import BadResponseError
 from sbxcheck.inventory import GITHUB_HOST_RE, credential_free_remote
 from sbxcheck.results import CheckResult, Classification

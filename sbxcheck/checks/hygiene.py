@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from sbxcheck.checks.base import run_check
-from sbxcheck.clients.sandboxed import (
+from sbxcheck.clients.sandboxed_models import (
     TERMINAL_STATUSES,
     IntegrityGroup,
     Mission,

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sbxcheck.checks.base import trim
+from sbxcheck.clients.missionruns import TERMINAL, CanaryRun, RouteRun, adapter_crash_cause, crash_signature
 from sbxcheck.errors import SbxError
-from sbxcheck.lifecycle import TERMINAL, CanaryRun, RouteRun, adapter_crash_cause, crash_signature
 from sbxcheck.results import CheckResult, Classification, Outcome
 from sbxcheck.safeio import loads_bounded
 
@@ -289,7 +289,7 @@ def _evidence_events(run: RouteRun) -> list[dict[str, Any]]:
 
 def no_usable_answer(check: str, target: str, run: RouteRun, retry: RouteRun) -> CheckResult:
     """Issue 21 (§8.9): the first mission ended silent; judge the one direct-output retry of the same route."""
-    from sbxcheck.lifecycle import assistant_content
+    from sbxcheck.clients.missionruns import assistant_content
 
     model = run.route.model_override or "(default model)"
     first_errors = [

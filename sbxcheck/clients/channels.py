@@ -17,13 +17,13 @@ from sbxcheck.clients.mcp import AssistantMcpClient, McpToolResult
 from sbxcheck.clients.mcp_auth import auth_refusal
 from sbxcheck.clients.sandboxed import (
     MissionRejected,
-    MissionSpec,
     NotFound,
     SandboxedClient,
     parse_error_text,
     parse_supported_efforts,
     parse_valid_models,
 )
+from sbxcheck.clients.sandboxed_models import MissionSpec
 from sbxcheck.errors import AuthFailed, BadResponseError, RateLimited, TransportError
 from sbxcheck.ids import check_id
 from sbxcheck.transports.http import pushback_deadline

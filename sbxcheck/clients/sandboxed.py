@@ -27,27 +27,42 @@ kept, values are dropped while parsing.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import re
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Final, TypeVar
 
 import httpx
 from pydantic import (
     BaseModel,
-    ConfigDict,
-    Field,
     JsonValue,
     ValidationError,
-    field_validator,
-    model_validator,
 )
 
 from sbxcheck import errors
+from sbxcheck.clients.sandboxed_models import (
+    AiProvider,
+    AuthStatus,
+    BackendInfo,
+    CatalogProvider,
+    CordonResult,
+    CreateOutcome,
+    EventPage,
+    ExecResult,
+    FleetHealth,
+    HealthInfo,
+    Mission,
+    MissionsIntegrity,
+    MissionSpec,
+    ProviderCatalog,
+    RemoteFleet,
+    RunningEntry,
+    StoredEvent,
+    TrackRow,
+    Workspace,
+)
 from sbxcheck.errors import (
     AuthFailed,
     BadResponseError,
@@ -58,19 +73,14 @@ from sbxcheck.errors import (
 from sbxcheck.ids import check_id, path_segment
 from sbxcheck.redact import default_redactor
 from sbxcheck.safeio import UnsafeInput, loads_bounded
-from sbxcheck.secrets import classify
 from sbxcheck.transports.http import RetryPolicy, send, service_of
 
-NIL_UUID: Final = "00000000-0000-0000-0000-000000000000"
-TERMINAL_STATUSES: Final = frozenset({"completed", "failed", "blocked", "not_feasible", "interrupted"})
-IN_FLIGHT_STATUSES: Final = frozenset({"active", "pending", "awaiting_user", "blocked"})
 EFFORT_LADDER: Final = ("max", "xhigh", "high", "medium", "low")
 MAX_SEQUENCE: Final = 9223372036854775807
 
 _EXCERPT_CHARS: Final = 160
 _REASON_CHARS: Final = 600
 _EXEC_GRACE_S: Final = 15.0
-_CREDENTIAL_MARKERS: Final = ("BEGIN OPENSSH PRIVATE KEY", "BEGIN PGP PRIVATE KEY", "<encrypted")
 _MODEL_NOT_FOUND_RE: Final = re.compile(r"Model '([^']*)' not found in (\S+) catalog", re.IGNORECASE)
 _SUPPORTED_RE: Final = re.compile(r"Supported values:\s*(.+)", re.IGNORECASE | re.DOTALL)
 _ID_TOKEN_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]*")
@@ -138,395 +148,6 @@ class RateLimited(ServerError, errors.RateLimited):
 
 
 # ---- wire models ----------------------------------------------------------------------------
-
-
-class _Wire(BaseModel):
-    """Base of every response model: unknown fields are kept (the API grows)."""
-
-    model_config = ConfigDict(extra="allow")
-
-
-class HistoryEntry(_Wire):
-    role: str
-    content: str = ""
-
-
-class MissionExecution(_Wire):
-    """The latest-run projection on a mission (§3.1); key set varies between versions."""
-
-    run_id: str | None = None
-    mission_id: str | None = None
-    generation: int | None = None
-    execution_state: str | None = None
-    owner_actor_id: str | None = None
-    started_at: str | None = None
-    heartbeat_at: str | None = None
-    stopping_at: str | None = None
-    ended_at: str | None = None
-    terminal_reason: str | None = None
-
-
-class Mission(_Wire):
-    """A mission record (§3.1). Optional fields are usually omitted by the server."""
-
-    id: str
-    status: str
-    title: str | None = None
-    short_description: str | None = None
-    workspace_id: str = NIL_UUID
-    workspace_name: str | None = None
-    agent: str | None = None
-    backend: str = "claudecode"
-    model_override: str | None = None
-    model_effort: str | None = None
-    fast_mode: bool = False
-    config_profile: str | None = None
-    history: list[HistoryEntry] = Field(default_factory=list)
-    created_at: str | None = None
-    updated_at: str | None = None
-    interrupted_at: str | None = None
-    paused_at: str | None = None
-    resumable: bool = False
-    session_id: str | None = None
-    terminal_reason: str | None = None
-    terminal_evidence: JsonValue = None
-    parent_mission_id: str | None = None
-    working_directory: str | None = None
-    requires_local_disk: bool = True
-    mission_mode: str | None = None
-    goal_mode: bool = False
-    goal_objective: str | None = None
-    priority: int = 0
-    not_before: str | None = None
-    deadline: str | None = None
-    project: str | None = None
-    track: str | None = None
-    intent: str | None = None
-    github_pr: str | None = None
-    desired_state: str | None = None
-    next_check_at: str | None = None
-    tags: list[str] = Field(default_factory=list)
-    last_status_change_at: str | None = None
-    last_agent_event_at: str | None = None
-    last_output_at: str | None = None
-    last_activity_at: str | None = None
-    idle_seconds: float | None = None
-    idle_for: str | None = None
-    health_verdict: str | None = None
-    awaiting_kind: str | None = None
-    origin: str | None = None
-    origin_session_id: str | None = None
-    execution: MissionExecution | None = None
-    cross_tenant: bool = False
-    read_only: bool = False
-
-    @property
-    def is_terminal(self) -> bool:
-        """True for completed, failed, blocked, not_feasible and interrupted (§3.2)."""
-        return self.status in TERMINAL_STATUSES
-
-
-class StoredEvent(_Wire):
-    """One stored mission event (§3.7); payloads are folded into ``content`` and ``metadata``."""
-
-    id: int | str | None = None
-    mission_id: str | None = None
-    sequence: int
-    event_type: str
-    timestamp: str | None = None
-    event_id: str | None = None
-    tool_call_id: str | None = None
-    tool_name: str | None = None
-    content: str = ""
-    metadata: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("content", mode="before")
-    @classmethod
-    def _content_text(cls, value: object) -> object:
-        if value is None:
-            return ""
-        if isinstance(value, dict | list | int | float | bool):
-            return json.dumps(value)
-        return value
-
-    @field_validator("metadata", mode="before")
-    @classmethod
-    def _metadata_map(cls, value: object) -> object:
-        return {} if value is None else value
-
-
-def credential_class(value: str, name: str | None = None) -> str | None:
-    """The credential class of ``value`` held by variable ``name`` (the redactor's table), or None."""
-    if any(m in value for m in _CREDENTIAL_MARKERS):
-        return "private-key" if "PRIVATE KEY" in value else "encrypted-value"
-    return classify(value, name)
-
-
-def is_credential_like(value: str, name: str | None = None) -> bool:
-    """True when ``value`` has the shape of a credential (see :mod:`sbxcheck.secrets`)."""
-    return credential_class(value, name) is not None
-
-
-class Workspace(BaseModel):
-    """A workspace reduced at the source (§8.11): env-var names only, never their values.
-
-    Unknown fields are ignored, not kept: a workspace record is secret-bearing, and the free-form
-    ``init_script`` body and ``config`` are dropped for the same reason. ``env_values_present``
-    says whether the server sent any non-empty, unredacted value; ``credential_like_env_names``
-    names the variables whose value looked like a credential (the exposure class, not the value).
-    """
-
-    model_config = ConfigDict(extra="ignore")
-
-    id: str
-    name: str
-    status: str | None = None
-    workspace_type: str | None = None
-    path: str | None = None
-    error_message: str | None = None
-    created_at: str | None = None
-    distro: str | None = None
-    template: str | None = None
-    config_profile: str | None = None
-    skills: list[str] = Field(default_factory=list)
-    plugins: list[str] = Field(default_factory=list)
-    init_scripts: list[str] = Field(default_factory=list)
-    mcps: list[str] = Field(default_factory=list)
-    shared_network: bool | None = None
-    tailscale_mode: str | None = None
-    env_var_names: list[str] = Field(default_factory=list)
-    env_values_present: bool = False
-    credential_like_env_names: list[str] = Field(default_factory=list)
-    credential_classes: dict[str, str] = Field(
-        default_factory=dict, description="env-var name -> credential class of its dropped value"
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _reduce_at_source(cls, data: object) -> object:
-        if not isinstance(data, dict):
-            return data
-        reduced = {k: v for k, v in data.items() if not (isinstance(k, str) and k.lower() == "env_vars")}
-        reduced.pop("init_script", None)
-        reduced.pop("config", None)
-        envs = [v for k, v in data.items() if isinstance(k, str) and k.lower() == "env_vars"]
-        names: list[str] = []
-        classes: dict[str, str] = {}
-        present = False
-        for env in envs:
-            if isinstance(env, dict):
-                for name, value in env.items():
-                    names.append(str(name))
-                    if isinstance(value, str) and value and value.lower() != "[redacted]":
-                        present = True
-                        found = credential_class(value, str(name))
-                        if found is not None:
-                            classes[str(name)] = found
-            elif env not in (None, "[redacted]"):
-                present = True
-        reduced["env_var_names"] = sorted(set(names))
-        reduced["env_values_present"] = present
-        reduced["credential_like_env_names"] = sorted(classes)
-        reduced["credential_classes"] = dict(sorted(classes.items()))
-        return reduced
-
-
-@dataclass(frozen=True)
-class ExecResult:
-    """What ``POST /api/workspaces/:id/exec`` returned (§4). The repr shows sizes, not output."""
-
-    exit_code: int
-    stdout: str
-    stderr: str
-    timed_out: bool = False
-
-    @property
-    def ok(self) -> bool:
-        """Exit code 0 and not timed out."""
-        return self.exit_code == 0 and not self.timed_out
-
-    def __repr__(self) -> str:
-        return (
-            f"ExecResult(exit_code={self.exit_code}, timed_out={self.timed_out}, "
-            f"stdout={len(self.stdout)} chars, stderr={len(self.stderr)} chars)"
-        )
-
-
-class _ExecBody(BaseModel):
-    exit_code: int | None = None
-    stdout: str = ""
-    stderr: str = ""
-    timed_out: bool = False
-
-
-class HealthInfo(_Wire):
-    """``GET /api/health`` (public, §6)."""
-
-    status: str
-    version: str | None = None
-    dev_mode: bool = False
-    auth_required: bool | None = None
-    auth_mode: str | None = None
-    max_iterations: int | None = None
-    library_remote: str | None = None
-    github_enabled: bool | None = None
-    dashboard_github_login_enabled: bool | None = None
-
-
-class AuthStatus(_Wire):
-    """``GET /api/auth/status`` (§2)."""
-
-    auth_mode: str | None = None
-    password_source: str | None = None
-    password_changed_at: str | None = None
-    dev_mode: bool = False
-
-
-class MissionCounts(_Wire):
-    total: int = 0
-    active: int = 0
-    completed: int = 0
-    failed: int = 0
-    acknowledged: int = 0
-
-
-class FleetHealth(_Wire):
-    """``GET /api/health/fleet`` (§6). HTTP 200 even when ``status`` is ``degraded``."""
-
-    status: str
-    version: str | None = None
-    control_responsive: bool | None = None
-    running: int | None = None
-    queue_depth: int | None = None
-    missions: MissionCounts | None = None
-    webhook_forwarder_configured: bool | None = None
-    offload_configured: bool | None = None
-    disk_used: int | None = None
-    disk_total: int | None = None
-    disk_percent: float | None = None
-    disk_level: str | None = None
-    disk_path: str | None = None
-    disk_filesystem: str | None = None
-    disk_free_gib: float | None = None
-    disk_required_gib: float | None = None
-
-
-class RemoteNode(_Wire):
-    """One node of ``GET /api/remote-nodes`` (§6). ``token_env`` is an env-var *name*."""
-
-    id: str
-    status: str
-    base_url: str | None = None
-    token_env: str | None = None
-    labels: list[str] = Field(default_factory=list)
-    version: str | None = None
-    protocol_version: int | str | None = None
-    capacity_total: int | None = None
-    capacity_available: int | None = None
-    active_leases: int | None = None
-    active_jobs: int | None = None
-    queued_jobs: int | None = None
-    cpu_total: int | None = None
-    mem_total_bytes: int | None = None
-    mem_available_bytes: int | None = None
-    disk_total_bytes: int | None = None
-    disk_available_bytes: int | None = None
-    cached_toolchains: list[str] = Field(default_factory=list)
-    lean_runtime_ready: bool | None = None
-    last_seen: str | None = None
-    error: str | None = None
-    cordoned: bool = False
-
-
-class RemoteFleet(_Wire):
-    """``GET /api/remote-nodes``: ``{enabled, nodes, recent_jobs, ...}``."""
-
-    enabled: bool
-    nodes: list[RemoteNode] = Field(default_factory=list)
-    recent_jobs: list[JsonValue] = Field(default_factory=list)
-    spark_offload: dict[str, JsonValue] | None = None
-    remote_launch: dict[str, JsonValue] | None = None
-
-
-class CordonResult(_Wire):
-    """``POST /api/nodes/:name/(un)cordon``."""
-
-    node: str
-    cordoned: bool
-    changed: bool
-
-
-class RunningEntry(_Wire):
-    """One row of ``GET /api/control/running`` (§3.6)."""
-
-    mission_id: str
-    state: str
-    queue_len: int | None = None
-    history_len: int | None = None
-    seconds_since_activity: float | None = None
-    health: dict[str, JsonValue] | None = None
-
-
-class _LoginBody(BaseModel):
-    token: str
-    exp: int | None = None
-
-
-@dataclass(frozen=True)
-class EventPage:
-    """A page of events plus the cursor headers (``X-Max-Sequence``, ``X-Total-Events``)."""
-
-    events: list[StoredEvent]
-    max_sequence: int | None
-    total_events: int | None
-
-
-@dataclass(frozen=True)
-class CreateOutcome:
-    """A create's mission plus its headers: ``x-coalesced-with`` and ``x-ignored-fields``."""
-
-    mission: Mission
-    coalesced_with: str | None = None
-    ignored_fields: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class MissionSpec:
-    """The body of ``POST /api/control/missions`` (§3.4); ``None`` fields are not sent."""
-
-    title: str | None = None
-    prompt: str | None = None
-    workspace_id: str | None = None
-    agent: str | None = None
-    backend: str | None = None
-    model_override: str | None = None
-    model_effort: str | None = None
-    fast_mode: bool | None = None
-    config_profile: str | None = None
-    idempotency_key: str | None = None
-    project: str | None = None
-    track: str | None = None
-    tags: Sequence[str] | None = None
-    priority: int | None = None
-    deadline: str | None = None
-    origin: str | None = None
-    origin_session_id: str | None = None
-    estimated_disk_gib: int | None = None
-    remote_node_id: str | None = None
-    remote_requirements: Sequence[str] | None = None
-    extra: Mapping[str, JsonValue] = field(default_factory=dict)
-
-    def body(self) -> dict[str, JsonValue]:
-        """The JSON body: set fields plus ``extra`` (which cannot override a named field)."""
-        out: dict[str, JsonValue] = dict(self.extra)
-        for name in self.__dataclass_fields__:
-            if name == "extra":
-                continue
-            value = getattr(self, name)
-            if value is None:
-                continue
-            out[name] = list(value) if isinstance(value, list | tuple) else value
-        return out
 
 
 # ---- helpers --------------------------------------------------------------------------------
@@ -625,6 +246,34 @@ def _workspace_segment(workspace_id: str) -> str:
 
 
 # ---- the client -----------------------------------------------------------------------------
+
+
+class _ExecBody(BaseModel):
+    exit_code: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False
+
+
+class _LoginBody(BaseModel):
+    token: str
+    exp: int | None = None
+
+
+def _names(doc: Any, key: str, endpoint: str) -> list[str]:
+    """Names from a bare array (or ``{key: [...]}``) of strings or objects with ``id``/``name``."""
+    items = doc.get(key) if isinstance(doc, dict) else doc
+    if not isinstance(items, list):
+        raise BadResponseError(f"{endpoint}: expected a JSON array of {key}", evidence={"endpoint": endpoint})
+    out: list[str] = []
+    for item in items:
+        if isinstance(item, str):
+            out.append(item)
+        elif isinstance(item, dict):
+            value = item.get("id") or item.get("name")
+            if isinstance(value, str):
+                out.append(value)
+    return out
 
 
 class SandboxedClient:
@@ -1147,84 +796,3 @@ class SandboxedClient:
         resp = self._send("GET", path, params={"include_all": "true"})
         return self._parse(f"GET {path}", resp, ProviderCatalog).providers
 
-
-class IntegrityGroup(_Wire):
-    """One group of ``/missions/integrity``: a count and up to 20 missions."""
-
-    count: int
-    missions: list[dict[str, JsonValue]] = Field(default_factory=list)
-
-
-class MissionsIntegrity(_Wire):
-    """``GET /api/control/missions/integrity`` (§3.6); the two groups ``healthy`` rests on are required."""
-
-    generated_at: str | None = None
-    scanned: int | None = None
-    healthy: bool | None = None
-    orphaned_pending: IntegrityGroup
-    stale_active: IntegrityGroup
-    scheduled_waiting: IntegrityGroup | None = None
-    stale_awaiting_user: IntegrityGroup | None = None
-
-
-class TrackRow(_Wire):
-    """One row of ``GET /api/control/tracks``."""
-
-    project: str
-    track: str
-    total: int = 0
-    active: int = 0
-    pending: int = 0
-    awaiting_user: int = 0
-    last_activity_at: str | None = None
-
-
-class BackendInfo(_Wire):
-    """One row of ``GET /api/backends``."""
-
-    id: str
-    name: str | None = None
-
-
-class AiProvider(_Wire):
-    """One configured provider of ``GET /api/ai/providers``; no key material is modelled."""
-
-    id: str
-    provider_type: str
-    name: str | None = None
-    enabled: bool = True
-    status: dict[str, JsonValue] | None = None
-    use_for_backends: list[str] = Field(default_factory=list)
-
-
-class CatalogModel(_Wire):
-    id: str
-    name: str | None = None
-
-
-class CatalogProvider(_Wire):
-    """One provider of the static catalog and its model ids."""
-
-    id: str
-    name: str | None = None
-    models: list[CatalogModel] = Field(default_factory=list)
-
-
-class ProviderCatalog(_Wire):
-    providers: list[CatalogProvider]
-
-
-def _names(doc: Any, key: str, endpoint: str) -> list[str]:
-    """Names from a bare array (or ``{key: [...]}``) of strings or objects with ``id``/``name``."""
-    items = doc.get(key) if isinstance(doc, dict) else doc
-    if not isinstance(items, list):
-        raise BadResponseError(f"{endpoint}: expected a JSON array of {key}", evidence={"endpoint": endpoint})
-    out: list[str] = []
-    for item in items:
-        if isinstance(item, str):
-            out.append(item)
-        elif isinstance(item, dict):
-            value = item.get("id") or item.get("name")
-            if isinstance(value, str):
-                out.append(value)
-    return out

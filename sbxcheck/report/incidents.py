@@ -27,14 +27,13 @@ classification apply. A recommendation that proposes a destructive action is nev
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from sbxcheck.redact import default_redactor
-from sbxcheck.results import CheckRecord, Classification, Incident, Outcome
+from sbxcheck.results import CheckRecord, Classification, Incident, Outcome, incident_id
 
 __all__ = [
     "DEFAULT_RECOMMENDATIONS",
@@ -171,12 +170,6 @@ def default_recommendation(
 
     text = DEFAULT_RECOMMENDATIONS.get(classification, DEFAULT_RECOMMENDATIONS[C.CHECK_FAILED])
     return fill_probe(text, probe)
-
-
-def incident_id(classification: Classification, key: str, *, kind: str = "cause") -> str:
-    """Stable, readable incident id: ``INC-`` + 8 hex of SHA-1 over (classification, kind, key)."""
-    digest = hashlib.sha1(f"{classification.value}\x00{kind}\x00{key}".encode(), usedforsecurity=False)
-    return "INC-" + digest.hexdigest()[:8]
 
 
 def _classification_of(record: CheckRecord) -> Classification:

@@ -136,7 +136,7 @@ FAULTS: dict[str, Fault] = {
             "vm.provisioning-key-planted",
             "the host's provisioning key sits in ~/.config/openrouter/credentials on the VM",
         ),
-        # issue 21: mission hygiene, readiness and catalog faults of the control plane (sim/cp_ops.py)
+        # issue 21: mission hygiene, readiness and catalog faults of the control plane (sim/controlplane/ops.py)
         Fault(
             "ops.orphaned-pending", "a pending mission without a deferred goal, 40 min old (never dispatched)"
         ),

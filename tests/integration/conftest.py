@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from sbxcheck.sim.ports import PortReservations
-from sbxcheck.transports.ssh import SshSettings
+from sbxcheck.transports.ssh_connect import SshSettings
 
 SSHD = Path("/usr/sbin/sshd")
 SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"

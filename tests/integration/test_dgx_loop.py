@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from gate_harness import REPO, run_suite
 
-from sbxcheck.checks import dgx
+from sbxcheck.checks import dgx, dgx_remediate
 from sbxcheck.errors import HostUnreachable
 from sbxcheck.results import CheckResult, Outcome
 from sbxcheck.sim.faults import FAULTS
@@ -162,10 +162,11 @@ def test_no_dgx_fault_ever_recommends_an_old_agent_tunnel(tmp_path: Path, fault:
     if incident is not None:
         seen.append(incident)
         if incident.cause == dgx.DGX_CAUSE:
-            fix = dgx.remediate_tailscaled(shell, timeout_s=10)
+            fix = dgx_remediate.remediate_tailscaled(shell, timeout_s=10)
             recheck = probes() if fix.evidence.get("command_run") else {}
             after = dgx.check_sentinel(shell, "disk-sentinel --once", known)
-            closed = dgx.close_dgx_loop(dgx.report_remediation(incident, fix, recheck), fix, recheck, after)
+            reported = dgx_remediate.report_remediation(incident, fix, recheck)
+            closed = dgx_remediate.close_dgx_loop(reported, fix, recheck, after)
             seen += [fix, *recheck.values(), after, closed]
     for result in seen:
         for text in (result.message, result.recommendation or ""):

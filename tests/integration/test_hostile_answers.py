@@ -19,7 +19,7 @@ import pytest
 import xmlschema
 from gate_harness import CANARY_SUITES, GATE_SUITE, REPO
 
-from sbxcheck.ledger import LEDGER_FILE
+from sbxcheck.lifecycle.ledger import LEDGER_FILE
 from sbxcheck.sim.controlplane import PATH_SHAPED_ID
 from sbxcheck.sim.fleet import SimFleet
 

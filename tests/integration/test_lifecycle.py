@@ -19,7 +19,7 @@ import pytest
 from gate_harness import GATE_SUITE
 from lifecycle_harness import LEDGER_SUITE, child_argv, teardown_by_hand
 
-from sbxcheck.ledger import Ledger
+from sbxcheck.lifecycle.ledger import Ledger
 from sbxcheck.sim.fleet import SimFleet
 from sbxcheck.sim.sssf_recipes import clear_knob, set_knob
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sbxcheck.ledger import Ledger
+from sbxcheck.lifecycle.ledger import Ledger
 from sbxcheck.sim.fleet import SimFleet
 
 pytestmark = pytest.mark.slow  # end-to-end: a child session against its own fleet

@@ -9,15 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sbxcheck.clients.sandboxed import (
-    Mission,
-    MissionRejected,
-    MissionSpec,
-    NotFound,
-    SandboxedClient,
-    ServerError,
-    StoredEvent,
-)
+from sbxcheck.clients.sandboxed import MissionRejected, NotFound, SandboxedClient, ServerError
+from sbxcheck.clients.sandboxed_models import Mission, MissionSpec, StoredEvent
 from sbxcheck.errors import AuthFailed, SbxError, SimError
 from sbxcheck.redact import Redactor
 from sbxcheck.sim.controlplane import CONTROLPLANE_FAULTS, NIL_UUID, ControlPlaneDouble

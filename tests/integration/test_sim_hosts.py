@@ -13,9 +13,9 @@ from sbxcheck.checks.dgx import (
     check_tailscale_ping,
     check_tailscaled_active,
     check_tailscaled_enabled,
-    remediate_tailscaled,
     triage_dgx,
 )
+from sbxcheck.checks.dgx_remediate import remediate_tailscaled
 from sbxcheck.clients.exedev import ExeDevCommandFailed, list_vms
 from sbxcheck.errors import BadResponseError, CommandTimeout
 from sbxcheck.results import CheckResult, Classification, Outcome

@@ -21,7 +21,7 @@ import httpx
 import pytest
 from gate_harness import run_gate
 
-from sbxcheck.recipes import (
+from sbxcheck.lifecycle.recipes import (
     RecipeTemplates,
     RecipeTimeouts,
     parse_harvest_output,

@@ -24,7 +24,8 @@ from sbxcheck.errors import (
     TransportError,
 )
 from sbxcheck.transports.known_hosts import fingerprint_sha256
-from sbxcheck.transports.ssh import SshPool, SshSettings
+from sbxcheck.transports.ssh import SshPool
+from sbxcheck.transports.ssh_connect import SshSettings
 
 if TYPE_CHECKING:
     from conftest import Sshd

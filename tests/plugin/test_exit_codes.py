@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import sbxcheck.fixtures  # imported once here: pytester drops modules a run imports itself
+import sbxcheck.plugin.fixtures  # imported once here: pytester drops modules a run imports itself
 import sbxcheck.report.metrics  # noqa: F401
 
 SUITE = """

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import sbxcheck.fixtures  # noqa: F401  imported once here: pytester drops modules a run imports itself
-from sbxcheck.outputs import output_path_problem
+import sbxcheck.plugin.fixtures  # noqa: F401  imported once here: pytester drops modules a run imports itself
+from sbxcheck.plugin.outputs import output_path_problem
 
 REPO = Path(__file__).resolve().parents[2]
 

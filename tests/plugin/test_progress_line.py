@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from gate_harness import run_canary
 
-from sbxcheck.progress import ProgressLine, describe_wait
+from sbxcheck.plugin.progress import ProgressLine, describe_wait
 from sbxcheck.sim.fleet import SimFleet
 
 

@@ -303,7 +303,7 @@ def test_unrelated_run_pays_nothing(pytester: pytest.Pytester) -> None:
 
         def test_nothing_heavy_and_no_handler():
             assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
-            heavy = [m for m in ("mcp", "paramiko", "asyncssh", "sbxcheck.session",
+            heavy = [m for m in ("mcp", "paramiko", "asyncssh", "sbxcheck.plugin.session",
                                  "sbxcheck.sim", "sbxcheck.results", "sbxcheck.inventory") if m in sys.modules]
             assert heavy == []
         """

@@ -1,6 +1,6 @@
 """Under ``-n`` node ids stay plain: a printed failure can be pasted back, ``--lf`` works without ``-n``.
 
-sbxcheck groups a VM's items on one worker with xdist's scheduler hook (``sbxcheck.xdist_scope``),
+sbxcheck groups a VM's items on one worker with xdist's scheduler hook (``sbxcheck.plugin.xdist``),
 not with loadgroup's ``@group`` suffix.
 """
 
@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 from gate_harness import GATE_SUITE
 
-from sbxcheck.sim.fleet import DEFAULT_SEED, SimFleet, plan_run_ids
-from sbxcheck.xdist_scope import (
+from sbxcheck.plugin.xdist import (
     GroupScopeScheduling,
     groups_by_parameter,
     item_groups,
     scope_file,
     write_groups,
 )
+from sbxcheck.sim.fleet import DEFAULT_SEED, SimFleet, plan_run_ids
 
 pytestmark = pytest.mark.slow  # child sessions against a fleet of its own
 

@@ -28,7 +28,7 @@ from sbxcheck.clients.runrecords import discover_runs, gate_problem, read_run_re
 from sbxcheck.clients.sandboxed import SandboxedClient
 from sbxcheck.errors import BadResponseError, CommandTimeout, InventoryError, SbxError
 from sbxcheck.inventory import load_inventory
-from sbxcheck.ledger import Ledger
+from sbxcheck.lifecycle.ledger import Ledger
 from sbxcheck.safeio import MAX_JSON_DEPTH, UnsafeInput, loads_bounded, read_regular_file
 
 CORPUS = Path(__file__).parent / "corpus"

@@ -16,7 +16,7 @@ from gate_harness import CANARY_SUITES
 from lifecycle_harness import child_argv, interrupt, start_child, suites_dir, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
-from sbxcheck.ledger import Ledger
+from sbxcheck.lifecycle.ledger import Ledger
 from sbxcheck.report.history import HistoryStore, analyse
 from sbxcheck.sim.fleet import SimFleet
 

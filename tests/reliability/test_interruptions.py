@@ -33,7 +33,7 @@ from lifecycle_harness import (
     wait_until_no_process,
 )
 
-from sbxcheck.ledger import Ledger
+from sbxcheck.lifecycle.ledger import Ledger
 from sbxcheck.sim.fleet import SimFleet
 
 pytestmark = [

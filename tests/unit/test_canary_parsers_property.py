@@ -26,9 +26,9 @@ from sbxcheck.checks.missions import (
     tool_outcome,
 )
 from sbxcheck.clients.channels import Created
-from sbxcheck.clients.sandboxed import FleetHealth
+from sbxcheck.clients.missionruns import CanaryRun, RouteRun, crash_signature
+from sbxcheck.clients.sandboxed_models import FleetHealth
 from sbxcheck.inventory import RouteSpec, WorkspaceCanarySpec
-from sbxcheck.lifecycle import CanaryRun, RouteRun, crash_signature
 from sbxcheck.results import Outcome
 from sbxcheck.transports.ssh import CommandResult
 

@@ -20,11 +20,14 @@ from sbxcheck.checks.missions import (
     tool_outcome,
 )
 from sbxcheck.clients.channels import Created
-from sbxcheck.clients.sandboxed import MissionRejected, MissionSpec
+from sbxcheck.clients.missionruns import CanaryRun, RouteRun
+from sbxcheck.clients.sandboxed import MissionRejected
 from sbxcheck.clients.sandboxed import RateLimited as SandboxedRateLimited
+from sbxcheck.clients.sandboxed_models import MissionSpec
 from sbxcheck.clients.stream import ControlStream
 from sbxcheck.inventory import RouteSpec, SandboxedSection, WorkspaceCanarySpec
-from sbxcheck.lifecycle import CanaryRun, MissionDispatcher, RouteRun, WaitingState
+from sbxcheck.lifecycle import MissionDispatcher
+from sbxcheck.lifecycle.missions import WaitingState
 from sbxcheck.results import Classification, Outcome
 
 
@@ -342,7 +345,7 @@ def test_a_lag_makes_one_catch_up_read_that_finds_the_dropped_evidence() -> None
 
 def test_a_stream_that_never_names_the_mission_still_gets_it_read(monkeypatch: pytest.MonkeyPatch) -> None:
     """Another user's stream, a filtering proxy: silence about a mission triggers a read, not a wait to the deadline."""
-    monkeypatch.setattr("sbxcheck.lifecycle.STREAM_SILENCE_S", 0.3)
+    monkeypatch.setattr("sbxcheck.lifecycle.missions.STREAM_SILENCE_S", 0.3)
     started = time.monotonic()
     run, _ = _streamed(FakePlane(), [])
     assert time.monotonic() - started < 3.0 and run.reads == 2

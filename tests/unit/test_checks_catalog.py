@@ -16,7 +16,7 @@ from sbxcheck.checks.catalog import (
 )
 from sbxcheck.checks.missions import check_dispatched, check_record_echoes_request
 from sbxcheck.clients.channels import Created
-from sbxcheck.clients.sandboxed import AiProvider, BackendInfo, CatalogProvider, MissionSpec, Workspace
+from sbxcheck.clients.sandboxed_models import AiProvider, BackendInfo, CatalogProvider, MissionSpec, Workspace
 from sbxcheck.errors import HostUnreachable
 from sbxcheck.inventory import RouteSpec, SandboxedSection, WorkspaceExpectation
 from sbxcheck.lifecycle import MissionDispatcher

@@ -8,9 +8,11 @@ import pytest
 
 from sbxcheck.checks.contract import NOT_ACCEPTANCE, check_dispatch_contract
 from sbxcheck.clients.channels import Created
-from sbxcheck.clients.sandboxed import MissionRejected, TrackRow
+from sbxcheck.clients.missionruns import RouteRun
+from sbxcheck.clients.sandboxed import MissionRejected
+from sbxcheck.clients.sandboxed_models import TrackRow
 from sbxcheck.inventory import RouteSpec
-from sbxcheck.lifecycle import RouteRun, contract_fields
+from sbxcheck.lifecycle.prompts import contract_fields
 from sbxcheck.results import Outcome
 
 ROADMAP = RouteSpec(

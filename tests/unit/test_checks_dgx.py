@@ -16,10 +16,9 @@ from sbxcheck.checks.dgx import (
     check_tailscale_ping,
     check_tailscaled_active,
     check_tailscaled_enabled,
-    remediate_tailscaled,
-    report_remediation,
     triage_dgx,
 )
+from sbxcheck.checks.dgx_remediate import remediate_tailscaled, report_remediation
 from sbxcheck.errors import CommandTimeout, HostKeyMismatch, HostUnreachable
 from sbxcheck.results import CheckResult, Classification, Outcome
 from sbxcheck.transports.ssh import CommandResult

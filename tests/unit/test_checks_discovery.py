@@ -23,7 +23,8 @@ from sbxcheck.checks.discovery import (
 )
 from sbxcheck.checks.github import check_github_auth, mcp_exec, probe_script, rest_exec
 from sbxcheck.clients.mcp import McpToolResult
-from sbxcheck.clients.sandboxed import ExecResult, SandboxedClient
+from sbxcheck.clients.sandboxed import SandboxedClient
+from sbxcheck.clients.sandboxed_models import ExecResult
 from sbxcheck.errors import BadResponseError, SbxError
 from sbxcheck.results import CheckResult, Classification, Outcome
 

@@ -18,7 +18,8 @@ from sbxcheck.checks.fleet import (
     check_remote_node,
     machine_inventory,
 )
-from sbxcheck.clients.sandboxed import FleetHealth, HealthInfo, RemoteFleet, RemoteNode, SandboxedClient
+from sbxcheck.clients.sandboxed import SandboxedClient
+from sbxcheck.clients.sandboxed_models import FleetHealth, HealthInfo, RemoteFleet, RemoteNode
 from sbxcheck.errors import HostUnreachable
 from sbxcheck.results import Classification, Outcome
 

@@ -18,7 +18,7 @@ from sbxcheck.checks.hygiene import (
     scan_signals,
     verdict_for,
 )
-from sbxcheck.clients.sandboxed import Mission, MissionsIntegrity, RunningEntry
+from sbxcheck.clients.sandboxed_models import Mission, MissionsIntegrity, RunningEntry
 from sbxcheck.errors import AuthFailed, BadResponseError, HostUnreachable
 from sbxcheck.inventory import HygieneSection
 from sbxcheck.report.incidents import build_incidents

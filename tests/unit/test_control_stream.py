@@ -11,7 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sbxcheck.clients.sandboxed import MissionSpec, SandboxedClient
+from sbxcheck.clients.sandboxed import SandboxedClient
+from sbxcheck.clients.sandboxed_models import MissionSpec
 from sbxcheck.clients.stream import ControlStream, describe
 from sbxcheck.sim.controlplane import ControlPlaneDouble
 from sbxcheck.sim.httpserver import BackgroundServer

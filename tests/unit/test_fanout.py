@@ -12,9 +12,9 @@ import pytest
 from sbxcheck.checks.gate import GateTarget
 from sbxcheck.clients.runrecords import RunEntry
 from sbxcheck.errors import CommandTimeout, HostUnreachable
-from sbxcheck.fanout import GateFanout, Planned
+from sbxcheck.plugin.fanout import GateFanout, Planned
+from sbxcheck.plugin.session import GateRun
 from sbxcheck.results import CheckResult
-from sbxcheck.session import GateRun
 
 
 def _run(run_id: str) -> GateRun:

@@ -11,7 +11,7 @@ import pytest
 from gate_harness import REPO
 
 from sbxcheck.checks.github import check_github_auth, probe_script, remote_for
-from sbxcheck.clients.sandboxed import ExecResult, FleetHealth, HealthInfo
+from sbxcheck.clients.sandboxed_models import ExecResult, FleetHealth, HealthInfo
 from sbxcheck.errors import InventoryError
 from sbxcheck.inventory import DgxSection, GithubProbeSpec, load_inventory
 from sbxcheck.results import CheckResult

@@ -99,7 +99,8 @@ def test_ssh_host_reads_only_the_commands_output_from_a_lived_in_vm(tmp_path: Pa
     """Through the real transport and the sim's sshd (which reads ~/.bashrc as Debian's bash does)."""
     from sbxcheck.sim.hosts import write_lived_in_shell
     from sbxcheck.sim.sshd import SimHost, SimSshServer, generate_keypair
-    from sbxcheck.transports.ssh import SshPool, SshSettings
+    from sbxcheck.transports.ssh import SshPool
+    from sbxcheck.transports.ssh_connect import SshSettings
 
     host_pub = generate_keypair(tmp_path / "host_key", "sim-host")
     client_pub = generate_keypair(tmp_path / "client_key", "sim-client")

@@ -11,19 +11,21 @@ import pytest
 from sbxcheck.checks.gate import (
     GateScript,
     GateTarget,
-    check_cost_reported,
-    check_credit_remaining,
     check_git_integrity,
-    check_model_answers,
     check_pi_models,
     check_roster_matches,
-    cost_script,
-    credit_script,
     git_integrity_script,
-    model_answers_script,
     parse_list_models,
     pi_models_script,
     roster_script,
+)
+from sbxcheck.checks.gate_model import (
+    check_cost_reported,
+    check_credit_remaining,
+    check_model_answers,
+    cost_script,
+    credit_script,
+    model_answers_script,
 )
 from sbxcheck.errors import CommandTimeout
 from sbxcheck.results import Outcome

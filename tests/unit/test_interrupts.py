@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from sbxcheck.interrupts import finish_before_interrupt
+from sbxcheck.plugin.interrupts import finish_before_interrupt
 
 
 def _signal_self(signum: int = signal.SIGINT) -> None:

@@ -13,7 +13,7 @@ from sbxcheck.checks.discovery import check_discovery_mcp
 from sbxcheck.checks.github import mcp_exec
 from sbxcheck.clients.mcp import McpToolResult
 from sbxcheck.clients.mcp_auth import auth_refusal
-from sbxcheck.clients.sandboxed import FleetHealth, RemoteFleet
+from sbxcheck.clients.sandboxed_models import FleetHealth, RemoteFleet
 from sbxcheck.errors import AuthFailed, HostUnreachable
 from sbxcheck.inventory import Inventory
 from sbxcheck.results import CheckResult, Classification, Outcome

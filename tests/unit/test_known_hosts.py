@@ -22,7 +22,7 @@ from sbxcheck.transports.known_hosts import (
     host_key_algorithms,
     match_host_patterns,
 )
-from sbxcheck.transports.ssh import ResolvedHost, SshSettings, parse_jump_spec, resolve_host
+from sbxcheck.transports.ssh_connect import ResolvedHost, SshSettings, parse_jump_spec, resolve_host
 
 
 def _ed25519() -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sbxcheck.ledger import Ledger, LedgerEntry, LedgerError, OwnerLock, default_owner
+from sbxcheck.lifecycle.ledger import Ledger, LedgerEntry, LedgerError, OwnerLock, default_owner
 
 _CTX = multiprocessing.get_context("fork")
 
@@ -262,7 +262,7 @@ def _mount_entry(
 
 
 def test_resolve_mount_by_name_prefix_and_window() -> None:
-    from sbxcheck.reconcile import RecordFact, resolve_mount
+    from sbxcheck.lifecycle.reconcile import RecordFact, resolve_mount
 
     records = [
         RecordFact("demo-aaaaaa", "2026-01-01T10:00:03Z", None),
@@ -285,7 +285,7 @@ def test_resolve_mount_by_name_prefix_and_window() -> None:
 
 
 def test_resolve_mount_with_a_known_run_id_reads_its_record() -> None:
-    from sbxcheck.reconcile import RecordFact, resolve_mount
+    from sbxcheck.lifecycle.reconcile import RecordFact, resolve_mount
 
     entry = _mount_entry("2026-01-01T10:00:01Z", state="created", ident="demo-aaaaaa")
     closed = [RecordFact("demo-aaaaaa", "2026-01-01T10:00:03Z", "2026-01-01T11:00:00Z")]
@@ -297,7 +297,7 @@ def test_resolve_mount_with_a_known_run_id_reads_its_record() -> None:
 def test_resolve_mission_by_title_then_id() -> None:
     # mission ids are UUIDs (issue 20: a listed id of another shape is never acted on)
     m_old, m_new, m_other, m_k, m_twin = (f"00000000-0000-4000-8000-00000000000{c}" for c in "abcde")
-    from sbxcheck.reconcile import resolve_mission
+    from sbxcheck.lifecycle.reconcile import resolve_mission
 
     entry = LedgerEntry(
         id="e2",

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sbxcheck import ledger as ledger_module
-from sbxcheck.ledger import LEDGER_FILE, OWNERS_DIR, Ledger, LedgerError, release_owner_locks
+from sbxcheck.lifecycle import ledger as ledger_module
+from sbxcheck.lifecycle.ledger import LEDGER_FILE, OWNERS_DIR, Ledger, LedgerError, release_owner_locks
 
 
 def test_a_fifo_at_the_ledger_is_one_clear_error_at_once(tmp_path: Path) -> None:

@@ -8,9 +8,11 @@ import pytest
 
 from sbxcheck.checks.missions import check_reaches_execution
 from sbxcheck.clients.channels import Created
-from sbxcheck.clients.sandboxed import MissionSpec
+from sbxcheck.clients.missionruns import silent_end
+from sbxcheck.clients.sandboxed_models import MissionSpec
 from sbxcheck.inventory import RouteSpec, SandboxedSection
-from sbxcheck.lifecycle import DIRECT_OUTPUT_PROMPT, MissionDispatcher, silent_end
+from sbxcheck.lifecycle import MissionDispatcher
+from sbxcheck.lifecycle.prompts import DIRECT_OUTPUT_PROMPT
 from sbxcheck.results import Classification, Outcome
 
 IDLE = "OpenCode idle timeout: the model stopped producing output before finishing the turn."

@@ -16,12 +16,14 @@ from hypothesis import strategies as st
 from sbxcheck.checks.gate import (
     GateTarget,
     ScriptRun,
-    judge_cost_reported,
-    judge_credit_remaining,
     judge_git_integrity,
-    judge_model_answers,
     judge_pi_models,
     parse_list_models,
+)
+from sbxcheck.checks.gate_model import (
+    judge_cost_reported,
+    judge_credit_remaining,
+    judge_model_answers,
     parse_pi_events,
     split_http,
 )

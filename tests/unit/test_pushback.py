@@ -13,7 +13,8 @@ from fake_time import patch_module_time
 
 from sbxcheck.clients.channels import McpChannel
 from sbxcheck.clients.mcp import McpToolResult
-from sbxcheck.clients.sandboxed import MissionSpec, RateLimited, SandboxedClient, ServerError
+from sbxcheck.clients.sandboxed import RateLimited, SandboxedClient, ServerError
+from sbxcheck.clients.sandboxed_models import MissionSpec
 from sbxcheck.errors import RateLimited as RateLimitedBase
 from sbxcheck.results import Classification
 from sbxcheck.transports.http import pushback_until

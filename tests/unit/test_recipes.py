@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from sbxcheck.recipes import (
+from sbxcheck.lifecycle.recipes import (
     RecipeTemplates,
     build_command,
     decide_teardown,

@@ -10,7 +10,6 @@ import httpx
 import pytest
 from fake_time import patch_module_time
 
-import sbxcheck.clients.sandboxed as sandboxed
 from sbxcheck.clients.sandboxed import (
     ApiRejected,
     MissionRejected,
@@ -19,6 +18,7 @@ from sbxcheck.clients.sandboxed import (
     ServerError,
     parse_valid_models,
 )
+from sbxcheck.clients.sandboxed_models import MissionSpec
 from sbxcheck.errors import AuthFailed, BadResponseError, CommandTimeout, HostUnreachable, TransportError
 
 BASE = "http://cp.test"
@@ -197,7 +197,7 @@ def test_create_body_and_headers(make: Callable[..., tuple[SandboxedClient, Reco
     headers = {"x-coalesced-with": MID, "x-ignored-fields": "foo,bar"}
     client, rec = make(lambda r: httpx.Response(200, json=mission(), headers=headers))
     outcome = client.submit_mission(
-        sandboxed.MissionSpec(
+        MissionSpec(
             title="t", prompt="p", backend="codex", tags=["a"], extra={"foo": 1, "bar": True}
         )
     )

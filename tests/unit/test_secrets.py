@@ -13,10 +13,10 @@ import pytest
 from secret_seeds import in_context, seeded_secrets
 
 from sbxcheck.checks.base import trim
-from sbxcheck.clients.sandboxed import Workspace
+from sbxcheck.clients.sandboxed_models import Workspace
 from sbxcheck.errors import InventoryError, SbxError
 from sbxcheck.inventory import load_inventory
-from sbxcheck.ledger import Ledger
+from sbxcheck.lifecycle.ledger import Ledger
 from sbxcheck.redact import MASK, RedactingFilter, Redactor, clip, redact_report
 from sbxcheck.report.junit import trim_json
 from sbxcheck.secrets import classify, looks_like_env_name

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sbxcheck.session import SbxSession
+from sbxcheck.plugin.session import SbxSession
 
 
 def _session(inventory: str | None, rootdir: Path, invocation: Path, state: str | None = None) -> SbxSession:
@@ -70,7 +70,7 @@ def _dead_intent(state: Path, name: str) -> None:
     import multiprocessing
 
     def write() -> None:
-        from sbxcheck.ledger import Ledger
+        from sbxcheck.lifecycle.ledger import Ledger
 
         Ledger(state, session="gone").record_intent("mount", name, run_id=None)
         os._exit(0)
@@ -81,7 +81,7 @@ def _dead_intent(state: Path, name: str) -> None:
 
 
 def test_review_skips_a_live_owner_and_reports_an_unmatched_intent_once(tmp_path: Path) -> None:
-    from sbxcheck.ledger import Ledger
+    from sbxcheck.lifecycle.ledger import Ledger
 
     inventory = _fleet_inventory(tmp_path)
     session = _session(str(inventory), tmp_path, tmp_path)
@@ -103,7 +103,7 @@ def test_review_resolves_a_killed_mount_by_its_run_record(tmp_path: Path) -> Non
     import json
     import time
 
-    from sbxcheck.ledger import Ledger
+    from sbxcheck.lifecycle.ledger import Ledger
 
     inventory = _fleet_inventory(tmp_path)
     session = _session(str(inventory), tmp_path, tmp_path)

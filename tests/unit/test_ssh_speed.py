@@ -11,7 +11,8 @@ import pytest
 
 from sbxcheck.errors import CommandTimeout, HostUnreachable
 from sbxcheck.sim.ports import PortReservations
-from sbxcheck.transports.ssh import CommandResult, SshHost, SshPool, SshSettings
+from sbxcheck.transports.ssh import CommandResult, SshHost, SshPool
+from sbxcheck.transports.ssh_connect import SshSettings
 
 
 def test_ssh_config_is_parsed_once_per_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,17 +1,17 @@
-"""The simulated control plane's operator surface (issue 21): integrity, catalog, and the faults that bend them.
+"""The simulated control plane's operator surface (issue 21): integrity, tracks, and the faults that bend them.
 
-Routes registered on :class:`~sbxcheck.sim.controlplane.ControlPlaneDouble` through :func:`routes`
+Routes registered on :class:`~sbxcheck.sim.controlplane.double.ControlPlaneDouble` through :func:`routes`
 (before ``/api/control/missions/{id}``, which would otherwise swallow ``integrity``):
 
 * ``GET /api/control/missions/integrity`` — computed from the double's missions (§3.6): pending
   older than 15 min is ``scheduled_waiting`` with a deferred goal, else ``orphaned_pending``;
   active not updated for 24 h is ``stale_active``; awaiting_user older than 72 h ``stale_awaiting_user``.
-* ``GET /api/library/agent``, ``GET /api/backends/{id}/agents``, ``GET /api/ai/providers``,
-  ``GET /api/providers`` — the agent library, backends' agents, configured providers and the
-  static catalog, derived from the double's backends and agents.
+* ``GET /api/control/tracks`` — one row per (project, track) of the user's missions.
 
-Faults (``ops.*``) change the world the way a live fleet drifts — missions left behind by earlier
-work, a refused provider credential, a workspace still building — and never say what to conclude.
+The agent library, backends' agents, configured providers and the static catalog are in
+:mod:`sbxcheck.sim.controlplane.providers`. Faults (``ops.*``) change the world the way a live
+fleet drifts — missions left behind by earlier work, a refused provider credential, a workspace
+still building — and never say what to conclude.
 """
 
 from __future__ import annotations
@@ -26,13 +26,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from sbxcheck.sim.faults import FAULTS as ALL_FAULTS
+from sbxcheck.sim.controlplane.model import NIL_UUID, _iso, _Mission
 
 if TYPE_CHECKING:
-    from sbxcheck.sim.controlplane import ControlPlaneDouble, _Mission
-
-# the ``ops.*`` faults (named and described in sbxcheck.sim.faults.FAULTS)
-FAULTS: Final[dict[str, str]] = {n: f.summary for n, f in ALL_FAULTS.items() if n.startswith("ops.")}
+    from sbxcheck.sim.controlplane.base import DoubleBase
+    from sbxcheck.sim.controlplane.double import ControlPlaneDouble
 
 IDLE_TIMEOUT: Final = "OpenCode idle timeout: the model stopped producing output before finishing the turn."
 ORPHAN_AGE_S: Final = 40 * 60
@@ -45,28 +43,12 @@ GROUP_LIMIT: Final = 20
 
 
 def routes(double: ControlPlaneDouble) -> list[Route]:
-    """The routes this module serves, each behind the double's bearer guard."""
+    """The routes this module serves, each behind the double's bearer guard (the catalog's:
+    :func:`sbxcheck.sim.controlplane.providers.routes`)."""
     guard = double._guard
 
     async def integrity(request: Request, user: str) -> Response:
         return JSONResponse(integrity_report(double, user))
-
-    async def library_agents(request: Request, user: str) -> Response:
-        return JSONResponse([{"name": a, "description": f"{a} agent"} for a in double.agents])
-
-    async def backend_agents(request: Request, user: str) -> Response:
-        backend = request.path_params["id"]
-        if backend not in double.backends:
-            return JSONResponse({"error": f"unknown backend {backend}"}, status_code=404)
-        if backend == "codex":  # §5: codex answers a single default agent
-            return JSONResponse([{"id": "default", "name": "Codex Agent"}])
-        return JSONResponse([{"id": a, "name": a} for a in double.agents])
-
-    async def ai_providers(request: Request, user: str) -> Response:
-        return JSONResponse(provider_rows(double))
-
-    async def catalog(request: Request, user: str) -> Response:
-        return JSONResponse({"providers": catalog_rows(double)})
 
     async def tracks(request: Request, user: str) -> Response:
         return JSONResponse(track_rows(double, user, request.query_params.get("project")))
@@ -74,17 +56,13 @@ def routes(double: ControlPlaneDouble) -> list[Route]:
     return [
         Route("/api/control/missions/integrity", guard(integrity), methods=["GET"]),
         Route("/api/control/tracks", guard(tracks), methods=["GET"]),
-        Route("/api/library/agent", guard(library_agents), methods=["GET"]),
-        Route("/api/backends/{id}/agents", guard(backend_agents), methods=["GET"]),
-        Route("/api/ai/providers", guard(ai_providers), methods=["GET"]),
-        Route("/api/providers", guard(catalog), methods=["GET"]),
     ]
 
 
 # ---- tracks ----------------------------------------------------------------------------------
 
 
-def track_rows(double: ControlPlaneDouble, user: str, project: str | None) -> list[dict[str, Any]]:
+def track_rows(double: DoubleBase, user: str, project: str | None) -> list[dict[str, Any]]:
     """``GET /tracks?project``: one row per (project, track) the user's missions are bound to."""
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     with double._lock:
@@ -102,76 +80,15 @@ def track_rows(double: ControlPlaneDouble, user: str, project: str | None) -> li
     return [rows[k] for k in sorted(rows)]
 
 
-def ignores_key(double: ControlPlaneDouble, body: dict[str, Any]) -> bool:
+def ignores_key(double: DoubleBase, body: dict[str, Any]) -> bool:
     """``ops.track-key-ignored``: a create bound to a track ignores its idempotency_key (lease not consulted)."""
     return "ops.track-key-ignored" in double.faults and bool(str(body.get("track") or "").strip())
-
-
-# ---- catalog ---------------------------------------------------------------------------------
-
-
-def _provider_models(double: ControlPlaneDouble) -> dict[str, tuple[list[str], list[str]]]:
-    """provider -> (model ids, backends that reach it), from the double's backend catalogs.
-
-    opencode's ids are ``provider/model`` (the providers it routes to); every other backend is
-    locked to its own provider (§5: opencode is the superset router).
-    """
-    out: dict[str, tuple[list[str], list[str]]] = {}
-    for spec in double.backends.values():
-        for model in spec.models:
-            provider, _, bare = (
-                model.partition("/") if spec.provider_qualified else (spec.provider, "", model)
-            )
-            models, backends = out.setdefault(provider, ([], []))
-            if bare not in models:
-                models.append(bare)
-            if spec.id not in backends:
-                backends.append(spec.id)
-    return out
-
-
-def provider_rows(double: ControlPlaneDouble) -> list[dict[str, Any]]:
-    """``GET /api/ai/providers``: one configured provider per catalog provider, with its backends."""
-    rows = []
-    for provider, (_, backends) in sorted(_provider_models(double).items()):
-        rows.append(
-            {
-                "id": str(uuid.uuid5(uuid.NAMESPACE_URL, f"sbxcheck-sim-provider:{provider}")),
-                "provider_type": provider,
-                "provider_type_name": provider.title(),
-                "name": provider.title(),
-                "has_api_key": True,
-                "has_oauth": False,
-                "enabled": True,
-                "is_default": False,
-                "uses_oauth": False,
-                "auth_methods": ["api_key"],
-                "status": {"type": "connected"},
-                "use_for_backends": backends,
-                "created_at": "2026-06-01T00:00:00Z",
-                "updated_at": "2026-06-01T00:00:00Z",
-            }
-        )
-    return rows
-
-
-def catalog_rows(double: ControlPlaneDouble) -> list[dict[str, Any]]:
-    """``GET /api/providers``: the static catalog (every provider, ``include_all`` or not)."""
-    return [
-        {
-            "id": provider,
-            "name": provider.title(),
-            "billing": "pay-per-token",
-            "models": [{"id": m, "name": m} for m in models],
-        }
-        for provider, (models, _) in sorted(_provider_models(double).items())
-    ]
 
 
 # ---- integrity -------------------------------------------------------------------------------
 
 
-def integrity_report(double: ControlPlaneDouble, user: str) -> dict[str, Any]:
+def integrity_report(double: DoubleBase, user: str) -> dict[str, Any]:
     """``GET /missions/integrity`` for ``user``'s missions, now."""
     now = time.time()
     groups: dict[str, list[dict[str, Any]]] = {
@@ -207,7 +124,7 @@ def integrity_report(double: ControlPlaneDouble, user: str) -> dict[str, Any]:
 # ---- faults ----------------------------------------------------------------------------------
 
 
-def apply_fault(double: ControlPlaneDouble, name: str) -> None:
+def apply_fault(double: DoubleBase, name: str) -> None:
     """Bend the world for an ``ops.*`` fault (called by :meth:`ControlPlaneDouble.inject`)."""
     _apply_readiness_fault(double, name)
     if name == "ops.orphaned-pending":
@@ -282,7 +199,7 @@ PENDING_WORKSPACE: Final = "verity"
 INIT_SCRIPT_WORKSPACE: Final = ("lean-lab", "bun-mcp")
 
 
-def _apply_readiness_fault(double: ControlPlaneDouble, name: str) -> None:
+def _apply_readiness_fault(double: DoubleBase, name: str) -> None:
     if name == "ops.workspace-pending":
         double.set_workspace_status(PENDING_WORKSPACE, "pending")
     elif name == "ops.missing-init-script":
@@ -300,7 +217,7 @@ def _apply_readiness_fault(double: ControlPlaneDouble, name: str) -> None:
 
 
 def seed_mission(
-    double: ControlPlaneDouble,
+    double: DoubleBase,
     *,
     title: str,
     status: str,
@@ -310,8 +227,6 @@ def seed_mission(
     live: bool = False,
 ) -> _Mission:
     """A mission some earlier work left on the host workspace, last updated ``age_s`` ago (no agent runs it)."""
-    from sbxcheck.sim.controlplane import NIL_UUID, _Mission
-
     now = time.time()
     then = now - age_s
     mid = str(uuid.uuid4())
@@ -358,7 +273,7 @@ def seed_mission(
 
 
 def _event(
-    double: ControlPlaneDouble,
+    double: DoubleBase,
     m: _Mission,
     event_type: str,
     content: str,
@@ -387,9 +302,3 @@ def _event(
         )
         m.last_event_epoch = max(m.last_event_epoch or 0.0, stamp_epoch)
         m.last_agent_event_at = _iso(m.last_event_epoch)
-
-
-def _iso(epoch: float) -> str:
-    from sbxcheck.sim.controlplane import _iso as iso
-
-    return iso(epoch)

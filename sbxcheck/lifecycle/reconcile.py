@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sbxcheck.ids import is_valid_id
-from sbxcheck.ledger import LedgerEntry
+from sbxcheck.lifecycle.ledger import LedgerEntry
 
 CLOCK_SLACK_S = 2.0  # the ledger and the records are stamped to the second, by different processes
 

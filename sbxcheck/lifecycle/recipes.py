@@ -18,7 +18,6 @@ import os
 import re
 import shlex
 import signal
-import string
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -26,9 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, PositiveFloat, model_validator
-
 from sbxcheck.clients.runrecords import RUN_ID_RE
+from sbxcheck.inventory import NEEDS_RUN_ID, RecipeName, RecipeTemplates, RecipeTimeouts
 from sbxcheck.redact import clip, default_redactor
 
 __all__ = [
@@ -48,82 +46,8 @@ __all__ = [
     "run_recipe",
 ]
 
-RecipeName = Literal["mount", "teardown", "harvest", "list", "reap"]
-RECIPES: tuple[RecipeName, ...] = ("mount", "teardown", "harvest", "list", "reap")
-_NEEDS_RUN_ID = frozenset({"mount", "teardown", "harvest"})
-_SHELL_TOKENS = frozenset({";", "&", "&&", "|", "||", ">", ">>", "<", "<<", "2>", "2>&1", "`"})
-_PROBE = "sbx probe ';\"$x"  # a value that only survives templating as one whole token
 MAX_OUTPUT_CHARS = 200_000
 KILL_GRACE_S = 2.0
-
-
-class RecipeTimeouts(BaseModel):
-    """Seconds each recipe may run before its process group is killed."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    mount: PositiveFloat = 600.0
-    teardown: PositiveFloat = 300.0
-    harvest: PositiveFloat = 120.0
-    list: PositiveFloat = 60.0
-    reap: PositiveFloat = 60.0
-
-
-class RecipeTemplates(BaseModel):
-    """Command templates for the recipes sbxcheck may run, and where to run them."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    mount: str = "just sbx mount {run_id}"
-    teardown: str = "just sbx lifecycle teardown {run_id}"
-    harvest: str = "just sbx manage harvest {run_id}"
-    list: str = "just sbx manage list"
-    reap: str = "just sbx manage reap"
-    cwd: Path | None = None  # the SSSF checkout; None: the current directory
-    timeout_s: RecipeTimeouts = RecipeTimeouts()
-
-    @model_validator(mode="after")
-    def _check_templates(self) -> RecipeTemplates:
-        for name in RECIPES:
-            _validate_template(name, getattr(self, name))
-        return self
-
-    def template(self, name: RecipeName) -> str:
-        if name not in RECIPES:
-            raise ValueError(f"unknown recipe {name!r}; expected one of {', '.join(RECIPES)}")
-        value: str = getattr(self, name)
-        return value
-
-    def timeout(self, name: RecipeName) -> float:
-        value: float = getattr(self.timeout_s, name)
-        return value
-
-
-def _validate_template(name: str, template: str) -> None:
-    if "--yes" in template.lower():
-        raise ValueError(f"recipe {name!r}: '--yes' is never allowed; sbxcheck only runs reap as a dry run")
-    try:
-        parsed = list(string.Formatter().parse(template))
-    except ValueError as exc:
-        raise ValueError(f"recipe {name!r}: bad template braces ({exc})") from None
-    fields = {(fname, spec, conv) for _, fname, spec, conv in parsed if fname is not None}
-    if fields - {("run_id", "", None)}:
-        raise ValueError(f"recipe {name!r}: the only placeholder allowed is {{run_id}}")
-    if name in _NEEDS_RUN_ID and not fields:
-        raise ValueError(f"recipe {name!r}: the template must contain {{run_id}}")
-    if name not in _NEEDS_RUN_ID and fields:
-        raise ValueError(f"recipe {name!r}: takes no run id; remove {{run_id}}")
-    try:
-        argv = shlex.split(template.format(run_id=shlex.quote(_PROBE)))
-    except ValueError as exc:
-        raise ValueError(f"recipe {name!r}: cannot split the template ({exc})") from None
-    if not argv:
-        raise ValueError(f"recipe {name!r}: the template is empty")
-    shellish = sorted(set(argv) & _SHELL_TOKENS)
-    if shellish:
-        raise ValueError(f"recipe {name!r}: runs without a shell, so {' '.join(shellish)} would be literal")
-    if fields and not any(_PROBE in token for token in argv):
-        raise ValueError(f"recipe {name!r}: put {{run_id}} outside quotes; it is quoted for you")
 
 
 def _check_value(run_id: str) -> None:
@@ -138,7 +62,7 @@ def _check_value(run_id: str) -> None:
 def build_command(templates: RecipeTemplates, name: RecipeName, run_id: str | None = None) -> list[str]:
     """The argv a recipe would run (``run_id`` quoted in, then split; no shell)."""
     template = templates.template(name)
-    if name in _NEEDS_RUN_ID:
+    if name in NEEDS_RUN_ID:
         if run_id is None:
             raise ValueError(f"recipe {name!r} needs a run id")
         _check_value(run_id)

@@ -45,7 +45,8 @@ Liveness: a process that writes an intent holds an exclusive ``flock`` on
 removed: :func:`release_owner_locks`) or it exits (the kernel drops the lock then, even on
 SIGKILL). An entry's owner is alive while that lock is held; nothing of a live owner is ever
 treated as leaked. Without a lock file (an older ledger), a pid that no longer runs on this host
-is the only proof of death; an owner on another host then counts as alive.
+is the only proof of death; an owner on another host then counts as alive. The owner locks live in
+:mod:`sbxcheck.lifecycle.owners`.
 """
 
 from __future__ import annotations
@@ -59,17 +60,28 @@ import os
 import re
 import socket
 import stat
-import threading
 import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Literal
 
 from sbxcheck.errors import LedgerError
+from sbxcheck.lifecycle.owners import (
+    _HELD_OWNER_LOCKS,
+    _OWNER_LOCKS_GUARD,
+    OWNERS_DIR,
+    OwnerLock,
+    _flock,
+    _is_zombie,
+    _lock_is_held,
+    _proc_start,
+    default_owner,
+    owner_lock_name,
+    release_owner_locks,
+)
 from sbxcheck.redact import default_redactor
 from sbxcheck.results import Classification
 from sbxcheck.safeio import loads_bounded
@@ -96,8 +108,6 @@ _READ_CHUNK = 1 << 20
 _REOPEN_TRIES = 1000  # re-opens after compactions replaced the file (also bounded by the lock wait)
 _MAX_WARNINGS = 50
 _SHORT_LINE = 2048
-_POLL_S = 0.02
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 EntryKind = Literal["mount", "mission"]
 EntryState = Literal["open", "created", "released", "kept", "abandoned", "unmatched"]
@@ -109,46 +119,12 @@ _STATUS_OPS: dict[str, EntryState] = {
     "unmatched": "unmatched",
 }
 CLOSED_STATES: frozenset[str] = frozenset({"released", "unmatched"})
-OWNERS_DIR = "owners"
-_HELD_OWNER_LOCKS: dict[tuple[str, int], OwnerLock] = {}  # (state dir, pid) -> this process's lock
-_OWNER_LOCKS_GUARD = threading.Lock()
 
 log = logging.getLogger(__name__)
 
 
-def default_owner() -> str:
-    """``<pid>@<hostname>`` of this process."""
-    return f"{os.getpid()}@{socket.gethostname()}"
-
-
-def _proc_start(pid: int) -> str | None:
-    """The kernel's start tick of ``pid`` (Linux ``/proc``), or None when unknown."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    fields = stat[stat.rfind(")") + 2 :].split()
-    # after "pid (comm) ", field 3 (state) is index 0, so starttime (field 22) is index 19
-    return fields[19] if len(fields) > 19 else None
-
-
 def _utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def _flock(fd: int, op: int, timeout_s: float, what: str) -> None:
-    """Take ``op`` (LOCK_EX or LOCK_SH) on ``fd``: try at once, then poll until the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            fcntl.flock(fd, op | fcntl.LOCK_NB)
-            return
-        except OSError as exc:
-            if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                raise
-        if time.monotonic() >= deadline:
-            raise LedgerError(f"{what}: lock not free after {timeout_s:.1f}s")
-        time.sleep(_POLL_S)
 
 
 @dataclass
@@ -434,52 +410,6 @@ class Ledger:
         return _pid_alive(entry)
 
 
-def release_owner_locks(state_dir: Path | None = None) -> list[Path]:
-    """At session end: drop this process's owner lock(s) and remove their files (of ``state_dir``, or all).
-
-    Owner-lock names are unique to one process, so no one else ever waits on the file: removing it
-    (before the lock is dropped) cannot race. A later intent of this process takes a new one.
-    """
-    wanted = None if state_dir is None else str(Path(state_dir).resolve())
-    removed = []
-    with _OWNER_LOCKS_GUARD:
-        for key in [k for k in _HELD_OWNER_LOCKS if k[1] == os.getpid() and wanted in (None, k[0])]:
-            lock = _HELD_OWNER_LOCKS.pop(key)
-            with contextlib.suppress(FileNotFoundError):
-                lock.path.unlink()
-                removed.append(lock.path)
-            lock.release()
-    return removed
-
-
-def owner_lock_name(owner: str, start: str | None) -> str:
-    """The owner-lock file stem of ``<pid>@<host>`` started at ``start`` (safe characters only)."""
-    pid, _, host = owner.partition("@")
-    stem = f"{pid}-{start or 0}-{host}"
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", stem)[:100]
-
-
-def _lock_is_held(path: Path) -> bool | None:
-    """Whether someone holds ``flock`` on ``path``; None when there is no such file."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return None
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-            return True
-        return None
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    finally:
-        os.close(fd)
-
-
 def _pid_alive(entry: LedgerEntry) -> bool:
     pid_text, sep, host = entry.owner.partition("@")
     if not sep or not pid_text.isdigit() or host != socket.gethostname():
@@ -495,15 +425,6 @@ def _pid_alive(entry: LedgerEntry) -> bool:
     if entry.owner_start is not None and start is not None and start != entry.owner_start:
         return False  # the pid was reused by a later process
     return not _is_zombie(pid)
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return False
-    rest = stat[stat.rfind(")") + 2 :]
-    return rest[:1] in ("Z", "X")
 
 
 def _opt_str(value: Any) -> str | None:
@@ -808,79 +729,3 @@ class CompactResult:
             f"(the previous file is {LEDGER_FILE}.old)"
         )
 
-
-class OwnerLock:
-    """An exclusive ``flock`` on ``state_dir/<name>.lock``: one process owns creation/teardown.
-
-    The lock dies with its process (the kernel drops it), so a crashed owner never blocks the
-    next session. The file itself is never deleted (deleting lock files races); while held
-    it contains the holder's ``<pid>@<host>`` for diagnostics.
-    """
-
-    def __init__(self, state_dir: Path, name: str, *, timeout_s: float = 30.0) -> None:
-        if not _NAME_RE.match(name):
-            raise LedgerError(f"lock name {name!r}: expected [A-Za-z0-9_.-], at most 100 characters")
-        self.path = Path(state_dir) / f"{name}.lock"
-        self.timeout_s = timeout_s
-        self._fd: int | None = None
-
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
-    def acquire(self, timeout_s: float | None = None) -> bool:
-        """Try at once, then wait at most ``timeout_s``; True when this object holds the lock."""
-        if self._fd is not None:
-            return True
-        wait = self.timeout_s if timeout_s is None else max(0.0, timeout_s)
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            raise LedgerError(f"{self.path}: cannot open lock file ({exc.strerror})") from None
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise LedgerError(f"{self.path}: is not a regular file; move it away")
-        try:
-            _flock(fd, fcntl.LOCK_EX, wait, str(self.path))
-        except LedgerError:
-            os.close(fd)
-            return False
-        except OSError as exc:
-            os.close(fd)
-            raise LedgerError(f"{self.path}: cannot lock ({exc.strerror})") from None
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, (default_owner() + "\n").encode(), 0)
-        self._fd = fd
-        return True
-
-    def release(self) -> None:
-        """Drop the lock (a no-op when not held)."""
-        fd, self._fd = self._fd, None
-        if fd is None:
-            return
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, 0)
-        os.close(fd)  # closing the only descriptor drops the flock
-
-    def holder(self) -> str:
-        """Who last announced holding the lock (``<pid>@<host>``), or "" when nobody did."""
-        try:
-            return self.path.read_text(encoding="utf-8", errors="replace").strip()
-        except OSError:
-            return ""
-
-    def __enter__(self) -> OwnerLock:
-        if not self.acquire():
-            who = self.holder() or "another process"
-            raise LedgerError(f"{self.path}: held by {who}; not free after {self.timeout_s:.1f}s")
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.release()

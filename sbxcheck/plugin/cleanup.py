@@ -15,8 +15,8 @@ import pytest
 from sbxcheck.errors import SbxError
 
 if TYPE_CHECKING:  # kept light: the plugin imports this module on every run
-    from sbxcheck.mounts import Mounted
-    from sbxcheck.session import SbxSession
+    from sbxcheck.lifecycle.mounts import Mounted
+    from sbxcheck.plugin.session import SbxSession
 
 
 class WorkerCleanup:

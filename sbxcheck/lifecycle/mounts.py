@@ -12,10 +12,10 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from sbxcheck.ledger import Ledger, LedgerEntry
-from sbxcheck.recipes import (
+from sbxcheck.lifecycle.ledger import Ledger, LedgerEntry
+from sbxcheck.lifecycle.recipes import (
     Decision,
     RecipeResult,
     RecipeTemplates,
@@ -28,8 +28,25 @@ from sbxcheck.recipes import (
 )
 from sbxcheck.redact import clip
 
-if TYPE_CHECKING:
-    from sbxcheck.checks.revocation import RevocationVerifier
+
+class RevocationFinding(Protocol):
+    """What a revocation proof tells a teardown (``checks.revocation.RevocationProof``)."""
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def message(self) -> str: ...
+
+    def evidence(self) -> dict[str, Any]: ...
+
+
+class Revocations(Protocol):
+    """Proves each revoke against GET /keys (``checks.revocation.RevocationVerifier``; the session wires it)."""
+
+    def snapshot(self, run_id: str) -> None: ...
+
+    def prove(self, run_id: str) -> RevocationFinding: ...
 
 
 @dataclass
@@ -73,7 +90,7 @@ class MountManager:
         self.ledger = ledger
         self.vm_suffix = vm_suffix
         self.mounts: list[Mounted] = []
-        self.revocation: RevocationVerifier | None = None  # issue 22: GET /keys proves each revoke
+        self.revocation: Revocations | None = None  # issue 22: GET /keys proves each revoke
 
     def mount(self, name: str) -> Mounted:
         """Run the mount recipe for ``name``; the ledger entry is written before anything exists."""

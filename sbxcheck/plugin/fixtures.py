@@ -25,16 +25,16 @@ import pytest
 
 if TYPE_CHECKING:
     from sbxcheck.inventory import DgxSection, Inventory
-    from sbxcheck.ledger import LedgerEntry
     from sbxcheck.lifecycle import MissionDispatcher
-    from sbxcheck.mounts import Mounted
+    from sbxcheck.lifecycle.ledger import LedgerEntry
+    from sbxcheck.lifecycle.mounts import Mounted
+    from sbxcheck.plugin.session import GateRun, SbxSession
     from sbxcheck.results import CheckResult
-    from sbxcheck.session import GateRun, SbxSession
     from sbxcheck.transports.ssh import SshHost, SshPool
 
 
 def _session(request: pytest.FixtureRequest) -> SbxSession:
-    from sbxcheck.plugin import get_session
+    from sbxcheck.plugin.stash import get_session
 
     return get_session(request.config)
 
@@ -83,7 +83,7 @@ def sbx_mission(request: pytest.FixtureRequest) -> Iterator[Callable[..., dict[s
     Each create carries an idempotency key derived from the session and the item, is written to the
     ledger before it is sent, and is cancelled at teardown (404 = already gone) and marked released.
     """
-    from sbxcheck.clients.sandboxed import MissionSpec
+    from sbxcheck.clients.sandboxed_models import MissionSpec
 
     session = _session(request)
     created: list[tuple[str, str]] = []  # (mission id, ledger entry)
@@ -120,7 +120,7 @@ def sbx_mission(request: pytest.FixtureRequest) -> Iterator[Callable[..., dict[s
 
 def _target(request: pytest.FixtureRequest) -> Any:
     """The object behind this item's stable parameter key (run id, host, ledger entry id)."""
-    from sbxcheck.plugin import param_object
+    from sbxcheck.plugin.stash import param_object
 
     key = getattr(request, "param", None)
     if key is None:
@@ -176,7 +176,7 @@ def sbx_github_probe(request: pytest.FixtureRequest) -> Any:
 @pytest.fixture
 def sbx_vm(request: pytest.FixtureRequest, sbx_ssh_pool: SshPool) -> SshHost:
     """The SSH host of the current gate item's run, connected (strict host keys)."""
-    from sbxcheck.fanout import gate_run_of
+    from sbxcheck.plugin.gateitems import gate_run_of
 
     found = gate_run_of(request.node)
     if found is None:
@@ -190,13 +190,14 @@ def sbx_vm(request: pytest.FixtureRequest, sbx_ssh_pool: SshPool) -> SshHost:
 def sbx_gate_result(request: pytest.FixtureRequest) -> Callable[[], CheckResult]:
     """Call it for this gate item's CheckResult (its test is marked ``remote_check(check_fn)``).
 
-    The first gate item starts every VM's checks at once (sbxcheck.fanout); setup waits for this
+    The first gate item starts every VM's checks at once (sbxcheck.plugin.fanout); setup waits for this
     item's VM connection (a connect failure errors the item here, as with ``sbx_vm``), the call
     waits for the item's own check. ``[ssh] max_parallel = 0`` runs the check inline instead.
     """
     import time
 
-    from sbxcheck.fanout import assigned_items, plan_item
+    from sbxcheck.plugin.fanout import assigned_items
+    from sbxcheck.plugin.gateitems import plan_item
 
     session = _session(request)
     item = request.node
@@ -234,7 +235,7 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Ctrl-C: cancel the gate checks still queued or in flight before the report is written."""
-    from sbxcheck.plugin import SESSION_KEY
+    from sbxcheck.plugin.stash import SESSION_KEY
 
     state = session.config.stash.get(SESSION_KEY, None)
     if state is not None and exitstatus == pytest.ExitCode.INTERRUPTED:
@@ -252,7 +253,7 @@ def sbx_verdict(request: pytest.FixtureRequest) -> Callable[[CheckResult], None]
 
     def verdict(result: CheckResult) -> None:
         __tracebackhide__ = True
-        from sbxcheck.plugin import RESULT_KEY
+        from sbxcheck.plugin.stash import RESULT_KEY
         from sbxcheck.redact import default_redactor
         from sbxcheck.results import CheckResult, Outcome
 
@@ -278,7 +279,7 @@ def _attach_allure(request: pytest.FixtureRequest, result: CheckResult) -> None:
         return
     import time
 
-    from sbxcheck.plugin import CALL_START_KEY, suite_of
+    from sbxcheck.plugin.stash import CALL_START_KEY, suite_of
     from sbxcheck.report.allure import annotate
 
     params = getattr(getattr(request.node, "callspec", None), "params", {})

@@ -15,128 +15,40 @@ from __future__ import annotations
 import concurrent.futures as cf
 import hashlib
 import random
-import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-from sbxcheck.clients.channels import Created, MissionChannel
-from sbxcheck.clients.sandboxed import MissionRejected, MissionSpec, NotFound
-from sbxcheck.clients.stream import ControlStream, MissionSignal
+from sbxcheck.clients.channels import MissionChannel
+from sbxcheck.clients.missionruns import (
+    TERMINAL,
+    CanaryRun,
+    RouteRun,
+    adapter_crash_cause,
+    crash_signature,
+    settles,
+    silent_end,
+    stream_says_settle,
+)
+from sbxcheck.clients.sandboxed import MissionRejected, NotFound
+from sbxcheck.clients.sandboxed_models import MissionSpec
+from sbxcheck.clients.stream import ControlStream
 from sbxcheck.errors import CommandTimeout, RateLimited, SbxError
-from sbxcheck.inventory import RouteSpec, SandboxedSection, WorkspaceCanarySpec
-from sbxcheck.ledger import Ledger
+from sbxcheck.inventory import RouteSpec, SandboxedSection
+from sbxcheck.lifecycle.ledger import Ledger
+from sbxcheck.lifecycle.prompts import DIRECT_OUTPUT_PROMPT, canary_prompt, contract_fields, effort_fallbacks
 from sbxcheck.redact import clip
-from sbxcheck.results import CheckResult, Classification
+from sbxcheck.results import CheckResult, Classification, incident_id
 from sbxcheck.transports.http import pushback_until
 
-TERMINAL = frozenset({"completed", "failed", "blocked", "not_feasible", "interrupted"})
 EVIDENCE_EVENTS = frozenset({"tool_call", "tool_result", "assistant_message"})
-EFFORT_LADDER = ("max", "xhigh", "high")
 MAX_POLL_S = 10.0  # polling backoff ceiling (without the live stream)
 RECHECK_S = 1.0  # the stream said "settled" but the stored rows did not yet: read again after this
 STREAM_SILENCE_S = 15.0  # the stream showed nothing of a mission this long after dispatch: read (doubling)
 EVENT_PAGE = 100  # the events endpoint's default page: a full page means more may follow
 MAX_EVENT_PAGES = 50
-CANARY_STEPS_HEADER = (
-    "sbxcheck workspace-visibility canary. Read-only: change nothing. Carry out exactly these steps, "
-    "in order, with your tools, and report each output verbatim."
-)
-
-
-def effort_fallbacks(effort: str | None) -> list[str | None]:
-    """The efforts to try in order: the requested one, then one step down at a time (§8.5)."""
-    if effort not in EFFORT_LADDER:
-        return [effort]
-    return list(EFFORT_LADDER[EFFORT_LADDER.index(effort) :])
-
-
-def crash_signature(events: list[dict[str, Any]]) -> str | None:
-    """The error text of a mission that ended before any tool call, normalised (ids and numbers removed)."""
-    if any(e.get("event_type") in ("tool_call", "tool_result") for e in events):
-        return None
-    errors = [str(e.get("content") or "") for e in events if e.get("event_type") == "error"]
-    if not errors:
-        return None
-    lines = errors[-1].strip().splitlines()
-    if not lines:  # an error event with no text has no signature to share
-        return None
-    text = re.sub(r"[0-9a-f]{8}-[0-9a-f-]{27,}|\b\d+\b", "#", lines[0])
-    return clip(text, 120, "")
-
-
-@dataclass
-class RouteRun:
-    """Everything the session saw of one route's mission."""
-
-    route: RouteSpec
-    title: str
-    idempotency_key: str
-    requested: dict[str, str | None]
-    effort_attempts: list[dict[str, Any]] = field(default_factory=list)
-    created: Created | None = None
-    rejection: MissionRejected | None = None
-    error: SbxError | None = None
-    record: dict[str, Any] | None = None
-    last: dict[str, Any] | None = None
-    events: list[dict[str, Any]] = field(default_factory=list)
-    timeline: list[tuple[float, str]] = field(default_factory=list)
-    waited_s: float = 0.0  # seconds from dispatch (the first create sent) until following stopped
-    deadline_s: float = 0.0  # the one budget of this mission, counted from dispatch
-    dispatched_at: float | None = None  # monotonic clock when the first create was sent
-    skipped_incident: str | None = None
-    settled_s: float | None = None  # seconds from the session's first dispatch until this run settled
-    retry: Created | None = None
-    retry_rejection: MissionRejected | None = None
-    first_status_at_retry: str | None = None  # the first mission's status when the retry made a second
-    check_idempotency: bool = True
-    not_dispatched: CheckResult | None = None  # issue 21: the readiness failure that kept it back
-    output_retry: RouteRun | None = None  # issue 21: the one direct-output retry of a silent model
-    stream_generation: int = -1  # the live stream's generation when the create was sent (-1: not live)
-    followed_by: str | None = None  # "stream" or "polling (why)"
-    reads: int = 0  # record and event reads made to follow it
-    done: threading.Event = field(default_factory=threading.Event)
-
-    @property
-    def mission_id(self) -> str | None:
-        return str(self.created.mission["id"]) if self.created is not None else None
-
-    @property
-    def accepted_effort(self) -> str | None:
-        accepted = [a["effort"] for a in self.effort_attempts if a["accepted"]]
-        return accepted[-1] if accepted else None
-
-    @property
-    def deadline_at(self) -> float:
-        """The one deadline of this mission: dispatch + ``deadline_s`` (never restarted by a later phase)."""
-        start = self.dispatched_at if self.dispatched_at is not None else time.monotonic()
-        return start + self.deadline_s
-
-    def elapsed_s(self) -> float:
-        """Seconds since dispatch (0 before it)."""
-        return 0.0 if self.dispatched_at is None else time.monotonic() - self.dispatched_at
-
-    @property
-    def status(self) -> str | None:
-        source = self.last or (self.created.mission if self.created else None)
-        return str(source.get("status")) if source and source.get("status") else None
-
-
-@dataclass
-class CanaryRun:
-    """A workspace-visibility canary mission and what it showed."""
-
-    spec: WorkspaceCanarySpec
-    workspace_id: str | None = None
-    run: RouteRun | None = None
-    exec_sha256: str | None = None
-    exec_error: str | None = None
-    skipped_incident: str | None = None
-    error: SbxError | None = None
-    not_dispatched: CheckResult | None = None  # issue 21: the readiness failure that kept it back
-    done: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass(frozen=True)
@@ -148,15 +60,6 @@ class WaitingState:
     elapsed_s: float  # the longest wait since dispatch among them
     deadline_s: float  # that run's deadline, counted from its dispatch
     followed_by: str  # "stream" or "polling"
-
-
-def canary_prompt(spec: WorkspaceCanarySpec) -> str:
-    """Explicit, checkable, read-only steps; their outputs (not the agent's summary) are the evidence."""
-    steps = [f"STEP: ls -d {spec.checkout}", f"STEP: git -C {spec.checkout} rev-parse HEAD"]
-    if spec.pin_file:
-        steps.append(f"STEP: cat {spec.checkout}/{spec.pin_file}")
-    steps.append(f"STEP: mcp read_file {spec.checkout}/{spec.mcp_file}")
-    return "\n".join([CANARY_STEPS_HEADER, *steps])
 
 
 class MissionDispatcher:
@@ -468,7 +371,7 @@ class MissionDispatcher:
         mission: find it by its title in the mission list, then cancel it by id."""
         if not self._unanswered or self.ledger is None:
             return {}
-        from sbxcheck.reconcile import resolve_mission
+        from sbxcheck.lifecycle.reconcile import resolve_mission
 
         outcome: dict[str, str] = {}
         try:
@@ -709,7 +612,7 @@ class MissionDispatcher:
                     read = (
                         # a lag or reconnect since the last read: catch up, at most at the polling pace
                         (generation != synced and now >= next_poll)
-                        or (_ready(sig, to_end) and now >= recheck_at)
+                        or (stream_says_settle(sig, to_end) and now >= recheck_at)
                         or (sig is None and now >= silence_at)  # a stream that never names it
                     )
                 if read or at_deadline:
@@ -717,7 +620,7 @@ class MissionDispatcher:
                         assert stream is not None
                         synced = stream.generation
                     cursor, status, has_evidence = self._read(run, channel, mission_id, cursor)
-                    if _settles(status, has_evidence, to_end):
+                    if settles(status, has_evidence, to_end):
                         return
                     if at_deadline:
                         if to_end:
@@ -741,7 +644,7 @@ class MissionDispatcher:
                 wake = run.deadline_at
                 if not live or generation != synced:
                     wake = min(wake, next_poll)
-                if live and _ready(sig, to_end):
+                if live and stream_says_settle(sig, to_end):
                     wake = min(wake, recheck_at)
                 elif live and sig is None:
                     wake = min(wake, silence_at)
@@ -824,8 +727,6 @@ class MissionDispatcher:
         signature = self.blocked_backends.get(backend)
         if signature is None:
             return None
-        from sbxcheck.report import incident_id
-
         return incident_id(Classification.INFRASTRUCTURE, adapter_crash_cause(backend, signature))
 
     # ------------------------------------------------------------------ canaries
@@ -886,84 +787,3 @@ class MissionDispatcher:
                 canary.run.done.set()
             canary.done.set()
 
-
-PROBE_PROMPT = (
-    "sbxcheck repair-validation probe (no push): change nothing, commit nothing, push nothing. Run "
-    "`echo ok` once with your shell tool, then reply with the word ok."
-)
-PROBE_ITEMS = ("test_route_dispatched", "test_route_record_echoes_request", "test_route_reaches_execution")
-
-
-def probe_items(items: list[Any], route: str) -> tuple[list[Any], list[Any]]:
-    """Issue 21 (--sbx-probe): the selected items of ``route``'s three route checks, and all the others."""
-    kept: list[Any] = []
-    other: list[Any] = []
-    for item in items:
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        name = getattr(item, "originalname", "")
-        (kept if name in PROBE_ITEMS and params.get("sbx_route") == route else other).append(item)
-    return kept, other
-
-
-DIRECT_OUTPUT_PROMPT = (
-    "sbxcheck direct-output retry. Do not use any tool, file or the web. Reply at once with exactly "
-    "one line of at most 12 words, of the form `answer: <your one-line answer>`, to: what is 2 + 2?"
-)
-_NO_OUTPUT_RE = re.compile(
-    r"idle timeout|stopped producing output|produced no (?:output|content)|no output|empty (?:response|completion)",
-    re.IGNORECASE,
-)
-
-
-def assistant_content(events: list[dict[str, Any]]) -> bool:
-    """True when any assistant message carries non-blank content."""
-    return any(
-        e.get("event_type") in ("assistant_message", "assistant_message_canonical")
-        and str(e.get("content") or "").strip()
-        for e in events
-    )
-
-
-def silent_end(events: list[dict[str, Any]]) -> bool:
-    """Issue 21: the mission ended on a no-output error (idle timeout, stall) without assistant content."""
-    if assistant_content(events):
-        return False
-    return any(
-        e.get("event_type") == "error" and _NO_OUTPUT_RE.search(str(e.get("content") or "")) for e in events
-    )
-
-
-def contract_fields(route: RouteSpec) -> dict[str, Any]:
-    """Issue 21: the create fields of a route's dispatch contract (none for an ordinary route)."""
-    if route.contract == "roadmap":
-        return {
-            "project": route.project,
-            "track": route.track,
-            "extra": {"acceptance_criteria": list(route.acceptance_criteria)},
-        }
-    if route.contract == "conversational":
-        return {"origin": "hermes", "origin_session_id": route.origin_session_id}
-    return {}
-def _settles(status: str | None, has_evidence: bool, to_end: bool) -> bool:
-    """A route settles at evidence while active, a terminal state or awaiting_user; a canary
-    (``to_end``) only at a terminal state or awaiting_user."""
-    if status in TERMINAL or status == "awaiting_user":
-        return True
-    return status == "active" and has_evidence and not to_end
-
-
-def _ready(sig: MissionSignal | None, to_end: bool) -> bool:
-    """Whether the stream's word says the stored rows may now settle the mission. A stream that
-    carries no status changes still triggers a read at evidence (routes) or a reply (canaries)."""
-    if sig is None:
-        return False
-    if _settles(sig.status, sig.evidence, to_end):
-        return True
-    if sig.status is None:
-        return (sig.evidence and not to_end) or sig.last_kind == "assistant_message"
-    return False
-
-
-def adapter_crash_cause(backend: str, signature: str) -> str:
-    """The shared cause string of a shared adapter crash (items with it form one incident)."""
-    return f"adapter-crash:{backend}:{signature}"

@@ -1,0 +1,657 @@
+"""The pytest plugin (entry point ``sbxcheck.plugin``): its hooks (options, markers, collection, results).
+
+The rest of the pytest layer sits beside it: :mod:`.stash` (config.stash keys, ``get_session``),
+:mod:`.params` (parametrization from the inventory), :mod:`.collector` (outcomes -> RunReport,
+terminal summary), :mod:`.handoff` and :mod:`.xdist` (workers), :mod:`.fixtures`, :mod:`.session`.
+
+Thin by design (like pytest-xdist's): loading it imports only pytest and the standard library; the
+session, inventory, transports and simulator are imported and built when an sbxcheck item needs
+them. A run that selects no sbxcheck item gets no header, no signal handler and no report.
+Reports are written only on the xdist controller (or the single process without xdist).
+
+How sbxcheck's verdicts meet pytest's own output:
+
+- pytest's ``longrepr`` is kept (assertion rewriting, the short summary, ``--junitxml``'s message);
+  sbxcheck adds a report section "sbxcheck" (classification, message, key evidence, next step).
+- An sbxcheck ``error`` (we could not tell: unreachable, timed out, bad response) is a pytest
+  *error*, also when it is found in the call phase: :func:`pytest_report_teststatus` files it under
+  "error" (the hook pytest-rerunfailures uses for "rerun"), so pytest's summary line and
+  sbxcheck's counts agree. pytest's own ``--junitxml`` still writes a call-phase error as
+  ``<failure>`` (it decides by phase); sbxcheck's junit.xml says ``error`` in the failure's type.
+- A plain ``assert`` in a user's sbxcheck-marked test is ``failed``/``check_failed``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from sbxcheck.plugin.collector import ResultCollector
+from sbxcheck.plugin.handoff import XdistNodes
+from sbxcheck.plugin.options import (
+    add_first_contact_options,
+    add_history_options,
+    history_keep,
+    report_dir,
+    resolved_path,
+)
+from sbxcheck.plugin.params import NOTHING_LEAKED, parametrize
+from sbxcheck.plugin.stash import (
+    CALL_START_KEY,
+    COLLECTOR_KEY,
+    PARAMS_KEY,
+    PYTEST_SESSION_KEY,
+    RESULT_KEY,
+    SESSION_KEY,
+    SESSION_TAG_KEY,
+    get_session,
+    plain_nodeid,
+    simulated_fleet,
+    suite_of,
+)
+
+if TYPE_CHECKING:
+    from sbxcheck.lifecycle.missions import WaitingState
+    from sbxcheck.results import CheckResult
+
+pytest_plugins = ["sbxcheck.plugin.fixtures"]
+
+MARKERS = {
+    "gate": "SSSF setup-gate assertions A–E, run over SSH inside each VM (pytest -m gate)",
+    "canary": "nightly fleet canaries (pytest -m canary)",
+    "triage": "incident runbooks: classify and recommend, never act destructively (pytest -m triage)",
+}
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from sbxcheck.plugin import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    from sbxcheck.plugin.options import SETTINGS, TEARDOWN_CHOICES, add_ini_options
+
+    group = parser.getgroup("sbxcheck", "sbxcheck: sandbox fleet checks")
+    group.addoption(
+        "--sbx-inventory",
+        metavar="PATH",
+        default=None,
+        help=SETTINGS["sbx_inventory"].help + "; write --sbx-inventory=PATH (the space form lets pytest "
+        "take PATH for a test path when it picks the rootdir); also $SBXCHECK_INVENTORY, ini sbx_inventory",
+    )
+    group.addoption(
+        "--sbx-sim",
+        action="store_true",
+        default=False,
+        help="use the embedded simulated fleet even if an inventory exists",
+    )
+    group.addoption(
+        "--sbx-sim-fault",
+        action="append",
+        default=[],
+        metavar="NAME[@RUN]",
+        help="inject a named fault into the embedded fleet (repeatable; sbxcheck sim faults lists them)",
+    )
+    group.addoption(
+        "--sbx-run-id",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="gate only this run (repeatable; default: every open run)",
+    )
+    group.addoption(
+        "--sbx-remediate",
+        action="store_true",
+        default=False,
+        help="let the DGX triage run its one recovery command (systemctl enable --now tailscaled); "
+        "off by default: triage only classifies and recommends",
+    )
+    group.addoption(
+        "--sbx-mount",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="mount a sandbox with the inventory's mount recipe (just sbx mount NAME) before the gate (repeatable)",
+    )
+    group.addoption(
+        "--sbx-teardown",
+        choices=TEARDOWN_CHOICES,
+        default=None,
+        help=SETTINGS["sbx_teardown"].help + "; a failed gate always keeps its VM; "
+        "also $SBXCHECK_TEARDOWN, ini sbx_teardown",
+    )
+    group.addoption(
+        "--sbx-sweep",
+        action="store_true",
+        default=False,
+        help="release what earlier sessions left open in the ledger, through the same recipes / cancel calls",
+    )
+    group.addoption(
+        "--sbx-state",
+        metavar="DIR",
+        default=None,
+        help="ledger directory (default: the inventory's [state] dir, else .sbxcheck/state beside the "
+        "inventory file; relative to where pytest was started); also $SBXCHECK_STATE_DIR, ini sbx_state_dir",
+    )
+    group.addoption(  # issue 21
+        "--sbx-probe",
+        metavar="ROUTE",
+        default=None,
+        help="validate a repair: run exactly one narrow no-push probe mission of ROUTE (its dispatched, "
+        "echo and execution items) and nothing else",
+    )
+    group.addoption(
+        "--sbx-max-parallel",
+        type=int,
+        default=None,
+        metavar="N",
+        help="VMs gated at once (default: the inventory's [ssh] max_parallel, 32); 0 = no fan-out",
+    )
+    group.addoption(
+        "--sbx-report",
+        metavar="DIR",
+        default=None,
+        help=SETTINGS["sbx_report"].help + "; also $SBXCHECK_REPORT_DIR, ini sbx_report_dir",
+    )
+    add_ini_options(parser)
+    add_history_options(parser, group)
+    add_first_contact_options(parser, group)
+
+
+def _check_outputs(config: pytest.Config) -> None:
+    """Every output option names something sbxcheck can write: one usage-error line per wrong one."""
+    from sbxcheck.plugin.options import resolve
+    from sbxcheck.plugin.outputs import output_problems
+
+    state = resolve(config, "sbx_state").value
+    state_dir = Path(state).expanduser() if state else None
+    if state_dir is not None and not state_dir.is_absolute():
+        state_dir = Path(str(config.invocation_params.dir)) / state_dir
+    allure = config.getoption("allure_report_dir", None)
+    problems = output_problems(
+        [
+            ("--sbx-report", report_dir(config), "dir"),
+            ("--sbx-history", resolved_path(config, "sbx_history", "sbx_history"), "dir"),
+            ("--sbx-metrics", resolved_path(config, "sbx_metrics", "sbx_metrics"), "file"),
+            ("--sbx-state", state_dir, "dir"),
+            ("--alluredir", Path(str(allure)).expanduser() if allure else None, "dir"),
+        ]
+    )
+    if problems:
+        raise pytest.UsageError("; ".join(problems))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from sbxcheck.plugin.options import resolve
+
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+    for dest in ("sbx_inventory", "sbx_report", "sbx_teardown", "sbx_state"):
+        resolve(config, dest)  # a bad value is a usage error now, naming its source
+    history_keep(config)  # a bad value stops the run before anything is mounted
+    if config.getoption("sbx_doctor"):
+        _run_doctor(config)
+    if getattr(config, "workerinput", None) is None and not getattr(config.option, "help", False):
+        _preflight(config)  # a bad configuration is one usage error, before collection (exit 4)
+    from sbxcheck.plugin.options import max_spend_usd
+
+    max_spend_usd(config)  # issue 21: a bad cap is a usage error now
+    _check_outputs(config)  # issue 20: a wrong output path is exit 4, before anything runs
+    config.stash[PARAMS_KEY] = {}
+    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+    config.stash[SESSION_TAG_KEY] = (
+        workerinput.get("sbxcheck_session_tag") if workerinput else None
+    ) or uuid.uuid4().hex
+    if workerinput is not None:
+        scope_dir = workerinput.get("sbxcheck_scope_dir")
+        if scope_dir:
+            # the controller groups by VM with its own scheduler (sbxcheck.plugin.xdist): node ids stay
+            # plain even under an explicit --dist loadgroup, which would append "@<group>" to them
+            from sbxcheck.plugin.xdist import WorkerGroups
+
+            config.option.loadgroup = False
+            config.pluginmanager.register(
+                WorkerGroups(Path(scope_dir), str(workerinput.get("workerid"))), "sbxcheck-worker-groups"
+            )
+        from sbxcheck.plugin.cleanup import WorkerCleanup
+
+        config.pluginmanager.register(
+            WorkerCleanup(lambda: config.stash.get(SESSION_KEY, None)), "sbxcheck-worker-cleanup"
+        )
+        return
+    _warn_space_form_inventory(config)
+    # registered before any mount, so an interrupted mount still gets its report
+    collector = ResultCollector(config)
+    config.stash[COLLECTOR_KEY] = collector
+    config.pluginmanager.register(collector, "sbxcheck-collector")
+    if not config.getoption("collectonly") and _wants_mounts(config):
+        collector.remove_stale_reports()  # a mount is sbxcheck work: this run writes a report
+        session = get_session(config)
+        _terminate_as_interrupt()
+        try:
+            session.mount_all()
+        except Exception as exc:
+            from sbxcheck.errors import SbxError
+
+            if not isinstance(exc, SbxError):
+                raise
+            session.mount_error = exc.message
+    if config.pluginmanager.hasplugin("xdist"):
+        xdist_nodes = XdistNodes(config)
+        if getattr(config.option, "dist", None) in ("load", "loadgroup") and (
+            getattr(config.option, "numprocesses", None) or getattr(config.option, "tx", None)
+        ):
+            # items of one VM (and of the control plane) go to one worker: one connection, one owner
+            import tempfile
+
+            xdist_nodes.scope_dir = Path(tempfile.mkdtemp(prefix="sbxcheck-xdist-"))
+        config.pluginmanager.register(xdist_nodes, "sbxcheck-xdist")
+
+
+def _preflight(config: pytest.Config) -> None:
+    """Raise pytest.UsageError with one message when the configuration cannot give a fleet verdict."""
+    from sbxcheck.plugin.options import resolve
+    from sbxcheck.preflight import REQUIRE_ENV, choose_inventory, configuration_problem, require_flag
+
+    max_parallel = config.getoption("sbx_max_parallel")
+    if max_parallel is not None and max_parallel < 0:
+        raise pytest.UsageError(
+            f"--sbx-max-parallel: expected 0 (no fan-out) or a number of VMs at once, got {max_parallel}"
+        )
+    setting = resolve(config, "sbx_inventory")
+    faults = list(config.getoption("sbx_sim_fault"))
+    choice = choose_inventory(
+        setting.value,
+        setting.source,
+        Path(str(config.rootpath)),
+        force_sim=bool(config.getoption("sbx_sim") or faults),
+    )
+    try:
+        required = require_flag(
+            bool(config.getoption("sbx_require_inventory")),
+            os.environ.get(REQUIRE_ENV),
+            config.getini("sbx_require_inventory"),
+        )
+    except ValueError as exc:
+        raise pytest.UsageError(f"sbxcheck: {exc}") from None
+    problem = configuration_problem(
+        choice, required=required, faults=faults, markexpr=str(config.getoption("markexpr") or "")
+    )
+    if problem:
+        raise pytest.UsageError(problem)
+
+
+def _run_doctor(config: pytest.Config) -> None:
+    """--sbx-doctor: the doctor's report instead of a test run (exit 0 or 1), nothing collected."""
+    from sbxcheck.doctor import run_doctor
+    from sbxcheck.plugin.options import resolve
+    from sbxcheck.preflight import choose_inventory
+
+    setting = resolve(config, "sbx_inventory")
+    choice = choose_inventory(setting.value, setting.source, Path(str(config.rootpath)), force_sim=False)
+    code = run_doctor(choice)
+    pytest.exit("sbxcheck doctor: all preconditions met" if code == 0 else "sbxcheck doctor: see the ✗ lines", code)
+
+
+def _wants_mounts(config: pytest.Config) -> bool:
+    """--sbx-mount, or an inventory that asks for mounts (checked without loading anything when absent)."""
+    if config.getoption("sbx_mount"):
+        return True
+    from sbxcheck.plugin.options import resolve
+
+    explicit = resolve(config, "sbx_inventory").value
+    if config.getoption("sbx_sim") or config.getoption("sbx_sim_fault"):
+        return False
+    if not explicit and not (Path(str(config.rootpath)) / "sbxcheck.toml").is_file():
+        return False
+    session = get_session(config)
+    if session.uses_sim:
+        return False
+    try:
+        sssf = session.inventory().sssf
+    except Exception:  # an unreadable inventory is reported by the items, not here
+        return False
+    return bool(sssf and sssf.mounts)
+
+
+def _warn_space_form_inventory(config: pytest.Config) -> None:
+    """Say so when ``--sbx-inventory PATH`` (space form) moved pytest's rootdir away from the project.
+
+    pytest picks its rootdir and ini file before it loads plugins, so it cannot know that PATH is an
+    option's value: an existing PATH is taken for a test path and pulls the rootdir towards it.
+    """
+    args = [str(a) for a in config.invocation_params.args]
+    if "--sbx-inventory" not in args:
+        return
+    index = args.index("--sbx-inventory")
+    value = args[index + 1] if index + 1 < len(args) else ""
+    if not value or not Path(value).exists():
+        return
+    invocation = Path(str(config.invocation_params.dir)).resolve()
+    if config.inipath is not None and invocation.is_relative_to(config.rootpath):
+        return
+    config.issue_config_time_warning(
+        pytest.PytestConfigWarning(
+            f"sbxcheck: '--sbx-inventory {value}' (space form) made pytest choose rootdir {config.rootpath} "
+            f"and ini file {config.inipath or 'none'}: pytest decides them before plugins load and takes an "
+            f"existing path for a test path. Write --sbx-inventory={value}."
+        ),
+        stacklevel=2,
+    )
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session = config.stash.get(SESSION_KEY, None)
+    if session is not None:
+        try:
+            collector = config.stash.get(COLLECTOR_KEY, None)
+            if collector is not None and not collector.finished:
+                # interrupted before sessionfinish (e.g. during a mount): the policy still applies,
+                # and the report is still written, marked interrupted
+                collector.finish(interrupted=True)
+        finally:
+            session.close()
+            if session.interrupted_during:
+                _exit_as_interrupted(config)
+    xdist_nodes = config.pluginmanager.get_plugin("sbxcheck-xdist")
+    if isinstance(xdist_nodes, XdistNodes) and xdist_nodes.scope_dir is not None:
+        import shutil
+
+        shutil.rmtree(xdist_nodes.scope_dir, ignore_errors=True)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[PYTEST_SESSION_KEY] = session
+    from sbxcheck.redact import install_log_redaction
+
+    install_log_redaction(session.config.pluginmanager)  # caplog, captured logs, --log-cli-level, --log-file
+
+
+def _exit_as_interrupted(config: pytest.Config) -> None:
+    """An interrupt that let a teardown finish still ends the run as interrupted (exit status 2)."""
+    pytest_session = config.stash.get(PYTEST_SESSION_KEY, None)
+    if pytest_session is not None and pytest_session.exitstatus not in (
+        pytest.ExitCode.INTERRUPTED,
+        pytest.ExitCode.INTERNAL_ERROR,
+    ):
+        pytest_session.exitstatus = pytest.ExitCode.INTERRUPTED
+
+
+def _terminate_as_interrupt() -> None:
+    """SIGTERM ends the session like Ctrl-C: teardowns the policy allows still run, the ledger stays true.
+
+    Installed only once sbxcheck has something to tear down or check (mounts, or selected items).
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    with contextlib.suppress(ValueError, OSError):
+        signal.signal(signal.SIGTERM, interrupt)
+
+
+def pytest_report_collectionfinish(
+    config: pytest.Config, start_path: Path, items: list[pytest.Item]
+) -> list[str]:
+    """Which fleet is checked — only when sbxcheck items were selected (an unrelated run sees nothing)."""
+    if not any(suite_of(item) for item in items):
+        return []
+    session = get_session(config)
+    lines = [f"sbxcheck: inventory: {session.describe_source()}"]
+    if session.uses_sim:
+        from sbxcheck.sim.pi import pi_status
+
+        lines.append(f"sbxcheck: simulated VMs run {pi_status()}")
+    if simulated_fleet(session):
+        lines.append(
+            "sbxcheck: SIMULATED RUN: these verdicts are about a simulated fleet, not yours "
+            "(CI: --sbx-require-inventory makes a lost inventory exit 4)"
+        )
+    return lines
+
+
+# ------------------------------------------------------------------ parametrization
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    parametrize(metafunc)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Drop the "nothing leaked" items (a parameter that stands for nothing to check) as deselected."""
+
+    def placeholder(item: pytest.Item) -> bool:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        return bool(params.get("sbx_ledger_entry") == NOTHING_LEAKED)
+
+    dropped = [item for item in items if placeholder(item)]
+    if dropped:
+        items[:] = [item for item in items if not placeholder(item)]
+        config.hook.pytest_deselected(items=dropped)
+    probe = config.getoption("sbx_probe", None)
+    if probe:  # issue 21: --sbx-probe=ROUTE keeps that route's three items, nothing else
+        from sbxcheck.lifecycle.prompts import probe_items
+
+        kept, other = probe_items(items, probe)
+        if not kept:
+            raise pytest.UsageError(
+                f"sbxcheck: --sbx-probe={probe}: no selected route item has that route (select the route "
+                "suite, canaries/test_routes.py, and give a route name from [[sandboxed.routes]])"
+            )
+        items[:] = kept
+        config.hook.pytest_deselected(items=other)
+        get_session(config).probe_route = probe
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Remember which routes and canaries the selected items need: only those are dispatched."""
+    if not any(suite_of(item) for item in session.items):
+        return
+    _terminate_as_interrupt()
+    state = get_session(session.config)
+    routes: set[str] = set()
+    canaries: set[str] = set()
+    for item in session.items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        for key in ("sbx_route", "sbx_contract"):  # issue 21: a contract item needs its route dispatched
+            if isinstance(params.get(key), str):
+                routes.add(params[key])
+        if isinstance(params.get("sbx_canary"), str):
+            canaries.add(params["sbx_canary"])
+    state.wanted_routes, state.wanted_canaries = routes, canaries
+    state.on_wait = _progress_callback(session.config)
+
+
+def _progress_callback(config: pytest.Config) -> Any:
+    """What the dispatcher calls while an item waits on missions: the live status line."""
+    from sbxcheck.plugin.progress import ProgressLine, describe_wait
+
+    line = ProgressLine(config)
+
+    def on_wait(waiting: WaitingState | None, waited_s: float) -> None:
+        if waiting is None:
+            line.done()
+            return
+        line.update(
+            describe_wait("mission", waiting.by_status, waiting.elapsed_s, waiting.deadline_s), waited_s
+        )
+
+    return on_wait if line.enabled else None
+
+
+# ------------------------------------------------------------------ per-item results
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    """Note when the test body started: a verdict reports its elapsed time to Allure's steps."""
+    if suite_of(item) is not None:
+        import time
+
+        item.stash[CALL_START_KEY] = time.monotonic()
+    return (yield)
+
+
+def _result_from_report(
+    item: pytest.Item, report: pytest.TestReport, call: pytest.CallInfo[None]
+) -> CheckResult:
+    """The CheckResult for an item: the one the test recorded, else one derived from what happened."""
+    from sbxcheck.checks.base import trim
+    from sbxcheck.errors import SbxError
+    from sbxcheck.results import CheckResult, Classification, Outcome
+
+    recorded = item.stash.get(RESULT_KEY, None)
+    name = item.originalname if isinstance(item, pytest.Function) else item.name
+    check = name.removeprefix("test_").removeprefix(f"{suite_of(item)}_")
+    target = item.callspec.id if isinstance(item, pytest.Function) and hasattr(item, "callspec") else ""
+    exc = call.excinfo.value if call.excinfo is not None else None
+    if recorded is not None and report.when == "call":
+        return recorded
+    if isinstance(exc, SbxError):
+        host = exc.evidence.get("alias") or exc.evidence.get("service") or exc.evidence.get("endpoint")
+        cause = f"{exc.classification.value}:{host}" if host else None  # one unreachable host = one incident
+        return CheckResult.errored(
+            check, target, exc.message, exc.classification, dict(exc.evidence), cause=cause
+        )
+    if report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr or "")
+        return CheckResult(
+            check=check, target=target, outcome=Outcome.SKIPPED, message=str(reason).removeprefix("Skipped: ")
+        )
+    if report.failed:
+        text = trim(str(exc) if exc is not None else str(report.longrepr), 1000)
+        if report.when == "call" and isinstance(exc, (AssertionError, pytest.fail.Exception)):
+            # the test's own assertion said no: the system is wrong, not sbxcheck
+            return CheckResult.failed(check, target, text or "assertion failed", {})
+        where = "" if report.when == "call" else f" during {report.when}"
+        return CheckResult.errored(
+            check,
+            target,
+            f"{type(exc).__name__ if exc else 'error'}{where}: {text}",
+            Classification.INTERNAL_ERROR,
+        )
+    return CheckResult.passed(check, target, "passed without recording evidence", {})
+
+
+def _redact_repr(obj: Any, redact: Any, seen: set[int]) -> Any:
+    """Redact every string inside pytest's longrepr objects in place, keeping their structure.
+
+    Keeping the objects (not their text) keeps what pytest derives from them: the short summary's
+    crash line, ``--junitxml``'s failure message, colours and ``--tb`` styles.
+    """
+    if isinstance(obj, str):
+        return redact(obj)
+    if id(obj) in seen or obj is None or isinstance(obj, (int, float, bool)):
+        return obj
+    seen.add(id(obj))
+    if isinstance(obj, list):
+        obj[:] = [_redact_repr(v, redact, seen) for v in obj]
+        return obj
+    if isinstance(obj, tuple):
+        return tuple(_redact_repr(v, redact, seen) for v in obj)
+    if isinstance(obj, dict):
+        return {k: _redact_repr(v, redact, seen) for k, v in obj.items()}
+    if type(obj).__module__.startswith("_pytest."):
+        for key, value in list(vars(obj).items()):
+            with contextlib.suppress(AttributeError, TypeError):
+                object.__setattr__(obj, key, _redact_repr(value, redact, seen))
+    return obj
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    suite = suite_of(item)
+    if suite is not None:
+        from sbxcheck.redact import redact_exception
+
+        redact_exception(call.excinfo)  # before pytest, junit or Allure format it
+        from sbxcheck.display import neutralise_exception
+
+        neutralise_exception(call.excinfo)  # then control characters shown visibly (issue 20)
+    if call.excinfo is not None and not item.config.getoption("fulltrace", False):
+        _hide_sbxcheck_frames(call.excinfo)
+    report: pytest.TestReport = yield
+    if suite is None:
+        return report
+    from sbxcheck.display import display_data, for_display, neutralise_report
+    from sbxcheck.redact import default_redactor, redact_report
+    from sbxcheck.report.present import detail_block
+    from sbxcheck.results import CheckRecord, Classification, Outcome
+
+    redactor = default_redactor()
+    report.longrepr = _redact_repr(report.longrepr, lambda t: for_display(t, redactor), set())
+    redact_report(report, redactor)  # what the structure keeps hidden: -l locals cut short, sections
+    neutralise_report(report)  # redaction first, then control characters shown visibly
+    meaningful = report.when == "call" or report.failed or report.skipped
+    if not meaningful:
+        return report
+    result = _result_from_report(item, report, call)
+    if report.when == "teardown" and report.failed:
+        result = result.model_copy(
+            update={
+                "outcome": Outcome.ERROR,
+                "classification": result.classification or Classification.INTERNAL_ERROR,
+            }
+        )
+    record = CheckRecord(nodeid=plain_nodeid(item), suite=suite, **result.model_dump())
+    if not record.duration_s and report.duration:
+        record.duration_s = round(report.duration, 6)  # the check did not time itself: pytest did
+    wait = record.evidence.get("wait_s")
+    if isinstance(wait, (int, float)) and not isinstance(wait, bool):
+        record.wait_s = float(wait)
+    document = display_data(record.model_dump(mode="json"), redactor)  # redacted, then neutralised
+    # plain attributes travel with the report through xdist (pytest serialises the report's __dict__);
+    # user_properties would also land in --junitxml as <properties> inside <testcase>, which xunit2 forbids
+    report.sbxcheck = CheckRecord.model_validate(document).model_dump_json()  # type: ignore[attr-defined]
+    report.sbxcheck_outcome = record.outcome.value  # type: ignore[attr-defined]
+    if record.outcome in (Outcome.FAILED, Outcome.ERROR):
+        report.sections.append(("sbxcheck", detail_block(document)))
+    return report
+
+
+def _hide_sbxcheck_frames(excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+    """An SbxError's traceback ends where it entered sbxcheck (``--full-trace`` shows it whole).
+
+    The error is sbxcheck's answer about the fleet (unreachable, host key changed, bad inventory),
+    with its message, classification and evidence in the item's sbxcheck section: the frames inside
+    sbxcheck are noise at 3 a.m., and pytest renders each with its source (tenths of a second per
+    item, for every item of an unreachable VM). A user's test frame that called sbxcheck stays.
+    """
+    from sbxcheck.errors import SbxError
+
+    if not isinstance(excinfo.value, SbxError):
+        return  # anything else may be a bug: its whole traceback is the evidence
+    import _pytest
+    import pluggy
+
+    package = Path(__file__).resolve().parents[1]  # the sbxcheck package (this is sbxcheck/plugin/)
+    runners = (Path(_pytest.__file__).resolve().parent, Path(pluggy.__file__).resolve().parent)
+    kept = []
+    for entry in excinfo.traceback:
+        path = entry.path
+        if not isinstance(path, Path):
+            kept.append(entry)
+        elif path.is_relative_to(package):
+            break
+        elif not any(path.is_relative_to(runner) for runner in runners):  # pytest would cut these too
+            kept.append(entry)
+    excinfo.traceback = type(excinfo.traceback)(kept)
+
+
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> tuple[str, str, str] | None:
+    """An sbxcheck ``error`` found in the call phase is a pytest error too: one count in both summaries."""
+    if report.when == "call" and report.failed and getattr(report, "sbxcheck_outcome", None) == "error":
+        return "error", "E", "ERROR"
+    return None
+

@@ -1,0 +1,98 @@
+"""Auth resource of the simulated control plane: login, auth status, the bearer guard (JWT, §2)."""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections.abc import Awaitable, Callable
+
+import jwt
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from sbxcheck.sim.controlplane.base import DoubleBase
+from sbxcheck.sim.controlplane.model import (
+    Handler,
+    _text,
+)
+
+
+class AuthRoutes(DoubleBase):
+    """``/api/auth/*`` and the bearer guard every other route sits behind."""
+
+    @property
+    def auth_mode(self) -> str:
+        """``multi_user`` when users are configured, else ``single_tenant``."""
+        return "multi_user" if self.users else "single_tenant"
+
+    def _authenticate(self, request: Request) -> str | Response:
+        if self.dev_mode:
+            return "dev"
+        header = request.headers.get("authorization", "")
+        token = header[7:] if header.startswith(("Bearer ", "bearer ")) else header
+        if not token.strip():
+            return _text(401, "Missing Authorization header")
+        if "cp.auth-expired" in self.faults:
+            return _text(401, "Invalid or expired token")
+        try:
+            claims = jwt.decode(token, self._jwt_secret, algorithms=["HS256"])
+        except jwt.PyJWTError:
+            return _text(401, "Invalid or expired token")
+        sub = claims.get("sub")
+        if not isinstance(sub, str) or (self.users and sub not in self.users):
+            return _text(401, "Invalid user")
+        return sub
+
+    def _guard(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            who = self._authenticate(request)
+            if isinstance(who, Response):
+                return who
+            return await handler(request, who)
+
+        return endpoint
+
+    async def _login(self, request: Request) -> Response:
+        if not self.jwt_secret_configured:
+            return _text(500, "JWT_SECRET not configured")
+        body = await self._body(request)
+        if isinstance(body, Response):
+            return body
+        password, username = body.get("password"), body.get("username")
+        if not isinstance(password, str):
+            return _text(
+                422, "Failed to deserialize the JSON body into the target type: missing field `password`"
+            )
+        if username is not None and not isinstance(username, str):
+            return _text(
+                422, "Failed to deserialize the JSON body into the target type: username: invalid type"
+            )
+        given = password.strip().encode()
+        if self.users:
+            name = (username or "").strip()
+            if not name:
+                return _text(401, "Username required")
+            expected = self.users.get(name)
+            if expected is None or not hmac.compare_digest(given, expected.encode()):
+                return _text(401, "Invalid username or password")
+            sub = name
+        else:
+            if not hmac.compare_digest(given, self.password.encode()):
+                return _text(401, "Invalid password")
+            sub = self.single_tenant_user_id
+        now = int(time.time())
+        exp = now + self.jwt_ttl_days * 86400
+        token = jwt.encode(
+            {"sub": sub, "usr": sub, "iat": now, "exp": exp}, self._jwt_secret, algorithm="HS256"
+        )
+        return JSONResponse({"token": token, "exp": exp})
+
+    async def _auth_status(self, request: Request) -> Response:
+        return JSONResponse(
+            {
+                "auth_mode": self.auth_mode,
+                "password_source": "environment",
+                "password_changed_at": None,
+                "dev_mode": self.dev_mode,
+            }
+        )

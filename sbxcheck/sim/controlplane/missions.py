@@ -1,0 +1,520 @@
+"""Missions resource of the simulated control plane: create (leases, idempotency, faults), read, list,
+digest, cancel, and the running view (§3)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from sbxcheck.sim.controlplane import ops
+from sbxcheck.sim.controlplane.agent import AgentRunner
+from sbxcheck.sim.controlplane.model import (
+    _STR_FIELDS,
+    BUSY_HOLDER_ID,
+    BUSY_HOLDER_TAG,
+    CANCEL_SLOW_S,
+    DEFAULT_DISK_ESTIMATE_GIB,
+    GOAL_LIMIT,
+    HARNESS_PREFIXES,
+    KNOWN_CREATE_FIELDS,
+    NATIVE_AGENTS,
+    NIL_UUID,
+    PATH_SHAPED_ID,
+    TERMINAL,
+    TITLE_COALESCE_S,
+    _idle_for,
+    _iso,
+    _json_text,
+    _Mission,
+    _text,
+    _uuid_or_none,
+    _Workspace,
+)
+from sbxcheck.sim.faults import HOSTILE_TEXT
+
+
+def _type_error(body: Mapping[str, Any]) -> str | None:
+    """serde-style type errors for the create body (→ 422), or None."""
+    for name in _STR_FIELDS:
+        if body.get(name) is not None and not isinstance(body[name], str):
+            return f"{name}: invalid type, expected a string"
+    for name in ("fast_mode", "writer", "remote_async"):
+        if body.get(name) is not None and not isinstance(body[name], bool):
+            return f"{name}: invalid type, expected a boolean"
+    for name in ("priority", "estimated_disk_gib"):
+        value = body.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            return f"{name}: invalid type, expected an integer"
+    for name in ("tags", "remote_requirements"):
+        value = body.get(name)
+        if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            return f"{name}: invalid type, expected a sequence of strings"
+    for name in ("attachments", "acceptance_criteria"):
+        if body.get(name) is not None and not isinstance(body[name], list):
+            return f"{name}: invalid type, expected a sequence"
+    return None
+
+
+class MissionRoutes(AgentRunner):
+    """``/api/control/missions[/{id}[/digest|/cancel]]`` and ``/api/control/running``."""
+
+    async def _missions_root(self, request: Request, user: str) -> Response:
+        if request.method == "POST":
+            return await self._create(request, user)
+        return self._list(request, user)
+
+    async def _create(self, request: Request, user: str) -> Response:
+        body = await self._body(request)
+        if isinstance(body, Response):
+            return body
+        bad = _type_error(body)
+        if bad is not None:
+            return _text(422, f"Failed to deserialize the JSON body into the target type: {bad}")
+        with self._lock:
+            return self._create_locked(body, user)
+
+    def _create_locked(self, body: dict[str, Any], user: str) -> Response:
+        """§3.4's processing order (the subset the simulator models)."""
+
+        def opt(name: str) -> str | None:
+            value = body.get(name)
+            return value.strip() if isinstance(value, str) and value.strip() else None
+
+        prompt = body.get("prompt")
+        # 1. prompt validation [U: the real validator's text]
+        if isinstance(prompt, str) and not prompt.strip():
+            return _text(400, "prompt must not be empty")
+        # 2. attachments
+        if body.get("attachments") and not opt("project"):
+            return _text(400, "attachments require a project")
+        # 4. unknown keys
+        ignored = [k for k in body if k not in KNOWN_CREATE_FIELDS]
+        headers = {"x-ignored-fields": ",".join(ignored)} if ignored else {}
+        # 5. idempotency coalescing (cp.idempotency-ignored skips only this step)
+        key = opt("idempotency_key")
+        if key and "cp.idempotency-ignored" not in self.faults and not ops.ignores_key(self, body):
+            held = self._missions.get(self._leases.get(f"lease:{key}", ""))
+            if held is not None and held.owner == user and held.status != "failed":
+                return self._coalesced(held, headers)
+        # 6. retry-shaped duplicate coalescing: always on, as upstream (it masks an ignored key for a
+        # retry identical in every field)
+        title = opt("title")
+        if title:
+            now = time.monotonic()
+            for m in reversed(self._missions.values()):
+                if (
+                    m.owner == user
+                    and m.record.get("title") == title
+                    and m.record.get("origin_session_id") == opt("origin_session_id")
+                    and m.status in ("pending", "active", "waiting_background")
+                    and now - m.created_mono < TITLE_COALESCE_S
+                ):
+                    return self._coalesced(m, headers)
+        # workspace [U: the real text for an unknown id]
+        ws_id = NIL_UUID
+        if opt("workspace_id"):
+            parsed = _uuid_or_none(str(opt("workspace_id")))
+            if parsed is None:
+                return _text(
+                    422, "Failed to deserialize the JSON body into the target type: workspace_id: UUID"
+                )
+            if parsed not in self._workspaces:
+                return _text(400, f"Workspace {parsed} not found")
+            ws_id = parsed
+        workspace = self._workspaces[ws_id]
+        # 11. workspace occupied
+        if self._fault_on("cp.workspace-busy", workspace.name, ws_id):  # issue 20: another session holds it
+            return _json_text(
+                409,
+                {
+                    "error": "workspace_occupied",
+                    "mission_id": BUSY_HOLDER_ID,
+                    "title": f"sbxcheck {BUSY_HOLDER_TAG} canary codex-{workspace.name}",
+                    "message": f"Workspace {workspace.name} already has a live mission {BUSY_HOLDER_ID}",
+                },
+            )
+        if ws_id not in self.occupancy_exempt:
+            for m in self._missions.values():
+                if m.record["workspace_id"] == ws_id and m.status not in TERMINAL:
+                    return _json_text(
+                        409,
+                        {
+                            "error": "workspace_occupied",
+                            "mission_id": m.id,
+                            "title": m.record.get("title"),
+                            "message": f"Workspace {workspace.name} already has a live mission {m.id}",
+                        },
+                    )
+        # 13-16. backend selection
+        agent, backend, requested_model = opt("agent"), opt("backend"), opt("model_override")
+        if agent in NATIVE_AGENTS:
+            if backend is None:
+                backend = agent
+            elif backend != agent:
+                return _text(
+                    400, f"Agent '{agent}' selects backend '{agent}', but mission backend is '{backend}'"
+                )
+        model = requested_model
+        if model and "/" in model:
+            prefix, rest = model.split("/", 1)
+            if prefix in HARNESS_PREFIXES and prefix != "opencode":
+                if backend is None:
+                    backend, model = prefix, rest
+                elif backend == prefix:
+                    model = rest
+                elif backend != "opencode":
+                    return _text(
+                        400, f"Model '{model}' selects backend '{prefix}', but mission backend is '{backend}'"
+                    )
+        backend = backend or "claudecode"
+        spec = self.backends.get(backend)
+        # 17. codex /goal
+        goal_objective: str | None = None
+        if backend == "codex" and isinstance(prompt, str) and prompt.lstrip().startswith("/goal "):
+            goal_objective = prompt.lstrip()[len("/goal ") :].strip()
+            if self.goal_limit_at_create and len(goal_objective) > GOAL_LIMIT:
+                return _text(400, f"goal objective must be at most {GOAL_LIMIT} characters")
+        if self._fault_on("cp.control-chars", backend):  # issue 20
+            return _text(400, f"backend {backend} refused the mission: {HOSTILE_TEXT}")
+        # 18. effort: kept and validated only where the backend takes it; silently dropped elsewhere
+        effort = opt("model_effort")
+        if spec is None or spec.efforts is None:
+            effort = None
+        elif effort is not None:
+            effort = effort.lower()
+            supported = [
+                e
+                for e in spec.efforts
+                if not (e == "max" and self._fault_on("cp.effort-reject-max", backend))
+            ]
+            if effort not in supported:
+                return _text(
+                    400,
+                    f"Invalid model_effort for backend '{backend}'. Supported values: {', '.join(supported)}",
+                )
+        # 19. model normalisation
+        if model and spec is not None:
+            if spec.provider_qualified:
+                if "/" not in model:
+                    model = next((m for m in spec.models if m.split("/", 1)[1] == model), model)
+            else:
+                model = model.split("/", 1)[1] if "/" in model else model
+                model = spec.aliases.get(model, model)
+        # 21. agent validation (library agents; native harnesses skip it)
+        if agent and spec is not None and spec.validates_agent and agent not in self.agents:
+            return _text(
+                400, f"Agent '{agent}' not found in library. Available agents: {', '.join(self.agents)}"
+            )
+        # 22. unregistered backend
+        if spec is None:
+            return _text(400, f"Unknown backend: {backend}")
+        # 23. catalog check; the list of valid ids follows the seed's observed sentence [S]
+        if model and model not in spec.models:
+            return _text(
+                400,
+                f"Model '{requested_model}' not found in {spec.provider} catalog. "
+                f"Valid models: {', '.join(spec.models)}",
+            )
+        # 25. claudecode fills the profile's default model
+        if model is None and spec.default_model:
+            model = spec.default_model
+        # 27. disk admission (the parts that are pure validation)
+        estimate = body.get("estimated_disk_gib")
+        if estimate is not None and not 1 <= int(estimate) <= 512:
+            return _text(400, "estimated_disk_gib must be between 1 and 512")
+        tags = [str(t) for t in body.get("tags") or []]
+        if any(t.startswith("disk-reservation-v1") for t in tags):
+            return _text(400, "tags starting with 'disk-reservation-v1' are reserved")
+        tags.append(f"disk-estimate-gib:{estimate or DEFAULT_DISK_ESTIMATE_GIB}")
+        # 30. persist pending and bind the lease
+        return self._persist(
+            body,
+            user,
+            workspace,
+            backend,
+            agent,
+            model,
+            requested_model,
+            effort,
+            goal_objective,
+            tags,
+            headers,
+        )
+
+    def _coalesced(self, m: _Mission, headers: dict[str, str]) -> Response:
+        return JSONResponse(self._render(m), headers={**headers, "x-coalesced-with": m.id})
+
+    def _persist(
+        self,
+        body: dict[str, Any],
+        user: str,
+        workspace: _Workspace,
+        backend: str,
+        agent: str | None,
+        model: str | None,
+        requested_model: str | None,
+        effort: str | None,
+        goal_objective: str | None,
+        tags: list[str],
+        headers: dict[str, str],
+    ) -> Response:
+        now = time.time()
+        mid = str(uuid.uuid4())
+        prompt = body.get("prompt") if isinstance(body.get("prompt"), str) else None
+        title = body.get("title") if isinstance(body.get("title"), str) and body["title"].strip() else None
+        if title is None:
+            title = (prompt or "New mission").strip().splitlines()[0][:60] or "New mission"
+        record: dict[str, Any] = {
+            "id": mid,
+            "status": "pending",
+            "title": title,
+            "workspace_id": workspace.id,
+            "workspace_name": workspace.name,
+            "backend": backend,
+            "fast_mode": bool(body.get("fast_mode", False)),
+            "history": [],
+            "created_at": _iso(now),
+            "updated_at": _iso(now),
+            "resumable": False,
+            "requires_local_disk": True,
+            "mission_mode": "task",
+            "goal_mode": goal_objective is not None,
+            "priority": int(body.get("priority") or 0),
+            "tags": tags,
+        }
+        if agent:
+            record["agent"] = agent
+        if model and not self._fault_on("cp.record-drops-model", backend):
+            record["model_override"] = model
+        if effort:
+            record["model_effort"] = effort
+        if goal_objective is not None:
+            record["goal_objective"] = goal_objective
+        for name in (
+            "config_profile", "parent_mission_id", "working_directory", "not_before", "deadline", "project",
+            "track", "intent", "github_pr", "desired_state", "next_check_at", "origin", "origin_session_id",
+        ):  # fmt: skip
+            value = body.get(name)
+            if isinstance(value, str) and value.strip():
+                record[name] = value.strip()
+        m = _Mission(
+            record=record,
+            owner=user,
+            prompt=prompt,
+            requested_model=requested_model,
+            created_mono=time.monotonic(),
+            updated_epoch=now,
+            last_status_change_at=_iso(now),
+        )
+        self._missions[mid] = m
+        key = body.get("idempotency_key")
+        lease = key.strip() if isinstance(key, str) and key.strip() else f"auto:{mid}"
+        self._leases[f"lease:{lease}"] = mid
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        task = loop.create_task(self._agent(mid), name=f"sim-agent-{mid[:8]}")
+        m.task = task
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        if self._fault_on("cp.create-500", backend):  # stored and running; the client never learns its id
+            return _text(500, "Internal Server Error")
+        return JSONResponse(self._render(m), headers=headers)
+
+    def _render(self, m: _Mission, *, with_agent: bool = True, decorate: bool = False) -> dict[str, Any]:
+        now = time.time()
+        rec = copy.deepcopy(m.record)
+        if not with_agent:
+            rec.pop("agent", None)
+        last_activity = max(m.updated_epoch, m.last_event_epoch or 0.0)
+        idle = max(0.0, now - last_activity)
+        rec["last_status_change_at"] = m.last_status_change_at
+        if m.last_agent_event_at:
+            rec["last_agent_event_at"] = m.last_agent_event_at
+        if m.last_output_at:
+            rec["last_output_at"] = m.last_output_at
+        rec["last_activity_at"] = _iso(last_activity)
+        rec["idle_seconds"] = int(idle)
+        rec["idle_for"] = _idle_for(idle)
+        verdict = self._verdict(m.status, idle)
+        if verdict is not None:
+            rec["health_verdict"] = verdict
+        rec["execution"] = copy.deepcopy(m.execution)
+        if self._fault_on("cp.path-shaped-id", str(rec.get("backend"))):  # issue 20
+            rec["id"] = PATH_SHAPED_ID
+        if decorate:
+            rec["remote_job"] = None
+            rec["spark_offload"] = {"enabled": False, "env_injected": False, "host_configured": False}
+        return rec
+
+    def _verdict(self, status: str, idle: float) -> str | None:
+        t = self.verdict_thresholds
+        if status in TERMINAL:
+            return None
+        if status == "active":
+            return "working" if idle < t["quiet"] else "quiet" if idle < t["stalled"] else "stalled"
+        if status == "pending":
+            return "queued" if idle < t["stuck_queued"] else "stuck_queued"
+        if status in ("awaiting_user", "acknowledged"):
+            return "parked" if idle < t["stalled_parked"] else "stalled_parked"
+        if status == "waiting_background":
+            return "waiting_background" if idle < t["stalled_background"] else "stalled_background"
+        return "paused" if status == "paused" else None
+
+    async def _mission_item(self, request: Request, user: str) -> Response:
+        raw = request.path_params["id"]
+        with self._lock:
+            mid, m = self._lookup(raw)
+            if mid is None:
+                return _text(400, f"Invalid URL: Cannot parse `{raw}` to a UUID")
+            if m is None:
+                return _text(404, f"Mission {mid} not found")
+            if request.method == "DELETE":
+                if m.owner != user:
+                    return _text(404, f"Mission {mid} not found")
+                self._interrupt(m, "deleted")
+                del self._missions[mid]
+                return JSONResponse({"ok": True, "deleted": mid})
+            if m.owner != user:
+                return JSONResponse(
+                    {
+                        **{k: m.record.get(k) for k in ("id", "status", "title", "workspace_id", "backend")},
+                        "created_at": m.record["created_at"],
+                        "updated_at": m.record["updated_at"],
+                        "cross_tenant": True,
+                        "read_only": True,
+                        "note": "mission belongs to another user",
+                    }
+                )
+            return JSONResponse(self._render(m, decorate=True))
+
+    async def _digest(self, request: Request, user: str) -> Response:
+        """``GET /missions/:id/digest``: the compact view behind MCP ``get_mission`` (§3.5); no ``agent``."""
+        raw = request.path_params["id"]
+        with self._lock:
+            mid, m = self._lookup(raw)
+            if mid is None:
+                return _text(400, f"Invalid URL: Cannot parse `{raw}` to a UUID")
+            if m is None or m.owner != user:
+                return _text(404, f"Mission {mid} not found")
+            full = self._render(m, decorate=True)
+        keys = (
+            "id",
+            "title",
+            "status",
+            "awaiting_kind",
+            "terminal_reason",
+            "terminal_evidence",
+            "short_description",
+            "backend",
+            "model_override",
+            "model_effort",
+            "workspace_id",
+            "workspace_name",
+            "created_at",
+            "updated_at",
+            "execution",
+            "mission_mode",
+            "goal_mode",
+            "goal_objective",
+        )
+        digest: dict[str, Any] = {k: full.get(k) for k in keys}
+        history = full.get("history") or []
+        digest["needs_operator"] = full.get("status") == "awaiting_user"
+        digest["history_len"] = len(history)
+        digest["project"] = {k: full.get(k) for k in ("project", "track", "intent", "github_pr", "tags")}
+        return JSONResponse(digest)
+
+    def _list(self, request: Request, user: str) -> Response:
+        q = request.query_params
+        limit, offset = self._query_int(request, "limit"), self._query_int(request, "offset")
+        if isinstance(limit, Response):
+            return limit
+        if isinstance(offset, Response):
+            return offset
+        limit = min(200, max(1, 50 if limit is None else limit))
+        offset = max(0, offset or 0)
+        statuses = {s.strip() for s in q.get("status", "").split(",") if s.strip()}
+        show_all = q.get("all", "").lower() in ("true", "1")
+        workspace, tag, project = q.get("workspace"), q.get("tag"), q.get("project")
+        with self._lock:
+            rows = [m for m in self._missions.values() if m.owner == user]
+            rows.sort(key=lambda m: m.record["created_at"], reverse=True)
+            out = []
+            for m in rows:
+                rec = m.record
+                if statuses:
+                    if m.status not in statuses:
+                        continue
+                elif not show_all and (
+                    m.status in ("completed", "acknowledged") or "superseded" in rec.get("tags", [])
+                ):
+                    continue
+                if workspace and workspace.lower() not in (
+                    rec["workspace_id"],
+                    str(rec["workspace_name"]).lower(),
+                ):
+                    continue
+                if tag and tag not in rec.get("tags", []):
+                    continue
+                if project and rec.get("project") != project:
+                    continue
+                out.append(self._render(m, with_agent=False))
+        return JSONResponse(out[offset : offset + limit])
+
+    async def _cancel(self, request: Request, user: str) -> Response:
+        raw = request.path_params["id"]
+        with self._lock:
+            self.cancels_started += 1
+        if "cp.cancel-slow" in self.faults:
+            await asyncio.sleep(CANCEL_SLOW_S)
+        with self._lock:
+            mid, m = self._lookup(raw)
+            if mid is None:
+                return _text(400, f"Invalid URL: Cannot parse `{raw}` to a UUID")
+            if m is None or m.owner != user:
+                return _text(404, f"Mission {mid} not found")
+            self._interrupt(m, "cancelled")  # a terminal mission stays as it is [U]
+        return JSONResponse({"ok": True, "cancelled": mid})
+
+    def _interrupt(self, m: _Mission, reason: str) -> None:
+        if m.status in TERMINAL:
+            return
+        self._set_status(m, "interrupted", reason=reason)
+        if m.task is not None and not m.task.done():
+            m.task.cancel()
+
+    async def _running(self, request: Request, user: str) -> Response:
+        now = time.time()
+        out: list[dict[str, Any]] = []
+        with self._lock:
+            for m in self._missions.values():
+                if m.owner != user or m.status != "active" or m.evidence_free or m.execution is None:
+                    continue
+                state = m.execution.get("execution_state")
+                since = now - max(m.updated_epoch, m.last_event_epoch or 0.0)
+                out.append(
+                    {
+                        "mission_id": m.id,
+                        "state": "waiting_for_tool" if state == "waiting_tool" else "running",
+                        "queue_len": 0,
+                        "history_len": len(m.record["history"]),
+                        "seconds_since_activity": int(since),
+                        "health": self.running_health.get(m.id, {"status": "healthy"}),
+                        "expected_deliverables": [],
+                        "subtask_total": 0,
+                        "subtask_completed": 0,
+                    }
+                )
+        return JSONResponse(out)
+
+    def mission(self, mission_id: str) -> dict[str, Any]:
+        """The mission as ``GET /api/control/missions/:id`` renders it."""
+        with self._lock:
+            return self._render(self._missions[mission_id], decorate=True)

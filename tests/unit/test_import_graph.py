@@ -1,0 +1,206 @@
+"""The layout keeps its layers (ARCHITECTURE.md): no import circle, each layer imports only below it, no
+file over 800 lines outside the simulator.
+
+Every module under ``sbxcheck/`` is parsed with ``ast``; every ``import`` / ``from ... import`` counts,
+at any level (module top, inside functions and methods), except those under ``if TYPE_CHECKING:``
+(annotations only: they never run). Importing ``a.b.c`` also runs the ``__init__`` of ``a.b``, so
+that package is an edge too (except a module's own ancestors, which are always imported first).
+``importlib.import_module`` strings (the lazy ``__getattr__`` of ``sbxcheck`` and ``sbxcheck.lifecycle``)
+are not followed.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from collections.abc import Callable
+from pathlib import Path
+
+import sbxcheck
+
+PACKAGE = Path(sbxcheck.__file__).parent
+MAX_LINES = 800
+
+#: The core: leaves every other layer builds on (they import only each other).
+CORE = {
+    "sbxcheck",
+    "sbxcheck.display",
+    "sbxcheck.errors",
+    "sbxcheck.ids",
+    "sbxcheck.inventory",
+    "sbxcheck.redact",
+    "sbxcheck.results",
+    "sbxcheck.safeio",
+    "sbxcheck.secrets",
+    "sbxcheck.spend",
+    "sbxcheck.tools",
+}
+
+
+def _modules() -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+        if "assets" in rel.parts:  # files the simulator copies onto its VMs, not modules of sbxcheck
+            continue
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    """ids of every node under an ``if TYPE_CHECKING:`` (or ``typing.TYPE_CHECKING``) block."""
+    hidden: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If):
+            test = node.test
+            name = test.id if isinstance(test, ast.Name) else test.attr if isinstance(test, ast.Attribute) else ""
+            if name == "TYPE_CHECKING":
+                for stmt in node.body:
+                    hidden.update(id(n) for n in ast.walk(stmt))
+    return hidden
+
+
+@functools.cache
+def _graph() -> dict[str, frozenset[str]]:
+    modules = _modules()
+
+    def known(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, frozenset[str]] = {}
+    for module, path in modules.items():
+        is_package = path.name == "__init__.py"
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        hidden = _type_checking_nodes(tree)
+        targets: set[str] = set()
+        for node in ast.walk(tree):
+            if id(node) in hidden:
+                continue
+            if isinstance(node, ast.Import):
+                targets.update(t for a in node.names if a.name.startswith("sbxcheck") and (t := known(a.name)))
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = module.split(".") if is_package else module.split(".")[:-1]
+                    base = base[: len(base) - node.level + 1]
+                    source = ".".join([*base, node.module] if node.module else base)
+                else:
+                    source = node.module or ""
+                if not source.startswith("sbxcheck"):
+                    continue
+                for alias in node.names:  # "from pkg import module" imports the module
+                    full = f"{source}.{alias.name}"
+                    target = full if full in modules else known(source)
+                    if target:
+                        targets.add(target)
+        for target in list(targets):
+            parts = target.split(".")
+            for i in range(2, len(parts)):
+                package = ".".join(parts[:i])
+                if not module.startswith(package + "."):
+                    targets.add(package)
+        targets.discard(module)
+        graph[module] = frozenset(targets)
+    return graph
+
+
+def _cycle(graph: dict[str, frozenset[str]]) -> list[str] | None:
+    """One import circle, as a path that ends where it starts; None when there is none."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start)):
+            return found
+    return None
+
+
+def _in(module: str, *packages: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def _assert_only(rule: str, sources: set[str], allowed: Callable[[str], bool]) -> None:
+    """Every import of ``sources`` is ``allowed``; the message lists each one that is not."""
+    graph = _graph()
+    bad = [f"{m} -> {t}" for m in sorted(sources) for t in sorted(graph[m]) if not allowed(t)]
+    assert not bad, f"{rule}: " + "; ".join(bad)
+
+
+def test_no_import_circle() -> None:
+    cycle = _cycle(_graph())
+    assert cycle is None, "import circle: " + " -> ".join(cycle or [])
+
+
+def test_the_core_imports_only_the_core() -> None:
+    _assert_only("core", CORE, lambda t: t in CORE)
+
+
+def test_transports_and_clients_stand_on_the_core() -> None:
+    graph = _graph()
+    transports = {m for m in graph if _in(m, "sbxcheck.transports")}
+    clients = {m for m in graph if _in(m, "sbxcheck.clients")}
+    _assert_only("transports", transports, lambda t: t in CORE or _in(t, "sbxcheck.transports"))
+    _assert_only("clients", clients, lambda t: t in CORE or _in(t, "sbxcheck.transports", "sbxcheck.clients"))
+
+
+def test_checks_never_import_the_plugin_or_the_lifecycle() -> None:
+    checks = {m for m in _graph() if _in(m, "sbxcheck.checks")}
+    forbidden = ("sbxcheck.plugin", "sbxcheck.lifecycle", "sbxcheck.report", "sbxcheck.sim")
+    _assert_only("checks", checks, lambda t: not _in(t, *forbidden))
+
+
+def test_the_lifecycle_uses_clients_never_the_plugin_or_checks() -> None:
+    lifecycle = {m for m in _graph() if _in(m, "sbxcheck.lifecycle")}
+    forbidden = ("sbxcheck.plugin", "sbxcheck.checks", "sbxcheck.report", "sbxcheck.sim")
+    _assert_only("lifecycle", lifecycle, lambda t: not _in(t, *forbidden))
+
+
+def test_report_reads_results_only() -> None:
+    report = {m for m in _graph() if _in(m, "sbxcheck.report")}
+    _assert_only("report", report, lambda t: t in CORE or _in(t, "sbxcheck.report"))
+
+
+def test_nothing_outside_the_plugin_imports_it() -> None:
+    outside = {m for m in _graph() if not _in(m, "sbxcheck.plugin")}
+    _assert_only("plugin", outside, lambda t: not _in(t, "sbxcheck.plugin"))
+
+
+def test_the_simulator_needs_nothing_of_the_plugin_or_the_lifecycle() -> None:
+    sim = {m for m in _graph() if _in(m, "sbxcheck.sim")}
+    forbidden = ("sbxcheck.plugin", "sbxcheck.lifecycle", "sbxcheck.checks", "sbxcheck.report")
+    _assert_only("sim", sim, lambda t: not _in(t, *forbidden))
+
+
+def test_the_graph_sees_every_kind_of_import() -> None:
+    """Guards the test itself: function-level imports count, TYPE_CHECKING ones do not."""
+    graph = _graph()
+    assert "sbxcheck.plugin.session" in graph["sbxcheck.plugin.stash"]  # inside get_session
+    assert "sbxcheck.plugin.stash" in graph["sbxcheck.plugin.fixtures"]  # inside fixtures
+    assert "sbxcheck.plugin.collector" not in graph["sbxcheck.plugin.stash"]  # TYPE_CHECKING only
+    assert "sbxcheck.lifecycle" in graph["sbxcheck.plugin.session"]  # a package's __init__ runs too
+
+
+def test_no_module_outside_the_simulator_exceeds_800_lines() -> None:
+    long = {
+        str(path.relative_to(PACKAGE.parent)): n
+        for path in PACKAGE.rglob("*.py")
+        if "sim" not in path.relative_to(PACKAGE).parts
+        and (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert long == {}
