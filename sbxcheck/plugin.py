@@ -37,11 +37,12 @@ if TYPE_CHECKING:
 
 pytest_plugins = ["sbxcheck.fixtures"]
 
-SUITES = ("gate", "canary", "triage")
+SUITES = ("gate", "canary", "triage", "run")
 MARKERS = {
     "gate": "SSSF setup-gate assertions A–E, run over SSH inside each VM (pytest -m gate)",
     "canary": "nightly fleet canaries (pytest -m canary)",
     "triage": "incident runbooks: classify and recommend, never act destructively (pytest -m triage)",
+    "run": "a run that has executed or been observed: SDLC alive, run.log clean, app and trace UI (pytest -m run)",
 }
 SESSION_KEY = pytest.StashKey["SbxSession"]()
 RESULT_KEY = pytest.StashKey["CheckResult"]()
