@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 REQUIRE_ENV = "SBXCHECK_REQUIRE_INVENTORY"
 REQUIRE_INI = "sbx_require_inventory"
-SUITES = ("gate", "canary", "triage", "run")
+SUITES = ("gate", "canary", "triage")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
 

@@ -58,11 +58,12 @@ __all__ = [
 # The recorded pid is `nohup just --shell bash --shell-arg -c adw <ADW> …` (nohup execs just): a
 # process at that pid whose command line is anything else is not the SDLC (the pid was reused).
 SDLC_ARGS_RE = re.compile(r"(?:^|[\s/])just\s(?:.*\s)?adw(?:\s|$)")
-# How a run says it ended (the last such line of run.log's tail counts; failure words win on a line).
-FINISH_FAILED_RE = re.compile(
-    r"\b(?:sdlc|adw|workflow|pipeline)\b.*\b(?:failed|aborted|crashed)\b|^error: recipe `adw` failed", re.I
-)
-FINISH_OK_RE = re.compile(r"\b(?:sdlc|adw|workflow|pipeline)\b.*\b(?:completed?|finished|succeeded|done)\b", re.I)
+# How a run says it ended: the workflow's name, then the verdict word right after it (``[adw] sdlc:
+# completed``), so a prompt echoed in a start line ("… make sure it is done") never counts. The last
+# such line of run.log's tail decides.
+_NAMED = r"\b(?:sdlc|adw|workflow|pipeline)\b[:\s\]-]*"
+FINISH_FAILED_RE = re.compile(_NAMED + r"(?:failed|aborted|crashed)\b|^error: recipe `adw` failed", re.I)
+FINISH_OK_RE = re.compile(_NAMED + r"(?:completed?|finished|succeeded|done)\b", re.I)
 LOG_TAIL_LINES = 30
 LOG_MATCH_LINES = 40
 LINE_CHARS = 400
