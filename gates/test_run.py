@@ -38,13 +38,13 @@ def _judge(run: GateRun, check: str, request: pytest.FixtureRequest, verdict: Ve
 @remote_check(check_run_alive)
 def test_run_alive(sbx_gate_run: GateRun, request: pytest.FixtureRequest, sbx_verdict: Verdict) -> None:
     """The recorded pid is the SDLC and alive on the VM, or the run finished with an outcome in run.log."""
-    _judge(sbx_gate_run, "run_alive", request, sbx_verdict)
+    _judge(sbx_gate_run, "alive", request, sbx_verdict)
 
 
 @remote_check(check_run_log_clean)
 def test_run_log_clean(sbx_gate_run: GateRun, request: pytest.FixtureRequest, sbx_verdict: Verdict) -> None:
     """No known fatal line in ~/app/run.log (402 credits, 401 dead key, no ZDR endpoint, User not found)."""
-    _judge(sbx_gate_run, "run_log_clean", request, sbx_verdict)
+    _judge(sbx_gate_run, "log_clean", request, sbx_verdict)
 
 
 @remote_check(check_observe_app)

@@ -323,7 +323,7 @@ def last_fatal(log: RunLog) -> tuple[FatalClass, int, str, int] | None:
 def run_precondition(target: GateTarget, check: str) -> CheckResult | None:
     """A skip when the run has not executed (no pid) or not been observed (no ports); else None."""
     run = target.run_id
-    if check in ("run_alive", "run_log_clean") and target.pid is None:
+    if check in ("alive", "log_clean") and target.pid is None:
         return CheckResult(
             check=check,
             target=run,
@@ -359,7 +359,7 @@ def _log_evidence(ev: dict[str, Any], log: RunLog) -> None:
 
 def judge_run_alive(target: GateTarget, run: ScriptRun) -> CheckResult:
     """The recorded pid is the SDLC and alive on the VM, or the run finished with an outcome in run.log."""
-    check, tgt = "run_alive", target.run_id
+    check, tgt = "alive", target.run_id
     assert target.pid is not None
     pid = target.pid
     ev: dict[str, Any] = {"host": run.host, "ran": run_probe_script(target).ran, "exit_code": run.exit_code}
@@ -431,7 +431,7 @@ def judge_run_alive(target: GateTarget, run: ScriptRun) -> CheckResult:
 
 def judge_run_log_clean(target: GateTarget, run: ScriptRun) -> CheckResult:
     """No known fatal line in run.log; each known line is one classification with its next step."""
-    check, tgt = "run_log_clean", target.run_id
+    check, tgt = "log_clean", target.run_id
     ev: dict[str, Any] = {"host": run.host, "ran": run_probe_script(target).ran, "exit_code": run.exit_code}
     ev["pid"] = target.pid
     if (failure := _script_failure(check, tgt, run, ev)) is not None:
@@ -471,14 +471,14 @@ def _probe_run(shell: RemoteShell, target: GateTarget) -> ScriptRun:
 
 def check_run_alive(shell: RemoteShell, target: GateTarget) -> CheckResult:
     """The recorded pid is the SDLC and alive, or the run finished with an outcome in run.log."""
-    if (skip := run_precondition(target, "run_alive")) is not None:
+    if (skip := run_precondition(target, "alive")) is not None:
         return skip
     return judge_run_alive(target, _probe_run(shell, target))
 
 
 def check_run_log_clean(shell: RemoteShell, target: GateTarget) -> CheckResult:
     """No known fatal line in ~/app/run.log."""
-    if (skip := run_precondition(target, "run_log_clean")) is not None:
+    if (skip := run_precondition(target, "log_clean")) is not None:
         return skip
     return judge_run_log_clean(target, _probe_run(shell, target))
 

@@ -31,8 +31,9 @@ pytestmark = [  # end-to-end: recipes and child sessions against fleets
 ]
 
 RUN_SUITE = (REPO / "gates" / "test_run.py",)
-CHECKS = ("run_alive", "run_log_clean", "observe_app", "observe_obs")
-SDLC_ITEMS = ("run_alive", "run_log_clean")
+CHECKS = ("alive", "log_clean", "observe_app", "observe_obs")
+SDLC_ITEMS = ("alive", "log_clean")
+TEST_OF = {"alive": "test_run_alive", "log_clean": "test_run_log_clean"}  # the observe items keep their name
 # fault -> {check: (outcome, classification, words of its next step)}; every other item of the run passes
 EXPECTED: dict[str, dict[str, tuple[str, str, str]]] = {
     "run.sdlc-credits": dict.fromkeys(SDLC_ITEMS, ("failed", "check_failed", "top up the OpenRouter account")),
@@ -122,10 +123,10 @@ def test_healthy_fleet_skips_before_execute_and_passes_after(pytester: pytest.Py
     assert {e["outcome"] for e in items.values()} == {"passed"}, outcome.stdout[-3000:]
     assert outcome.ret == 0 and outcome.report["incidents"] == []
     assert {c["suite"] for c in outcome.report["checks"]} == {"run"}
-    alive = items[("run_alive", fleet.run_ids[0], None)]["evidence"]
+    alive = items[("alive", fleet.run_ids[0], None)]["evidence"]
     assert alive["alive"] is True and "adw sdlc" in alive["ps"]
     assert alive["pid"] == record(fleet, fleet.run_ids[0])["pid"]
-    done = items[("run_alive", finished, None)]
+    done = items[("alive", finished, None)]
     assert done["evidence"]["alive"] is False and "completed" in done["evidence"]["outcome_line"]
     noisy = items[("observe_app", fleet.run_ids[2], None)]  # the lived-in shell's VM
     assert noisy["evidence"]["http_status"] == 200 and noisy["evidence"]["via"].startswith("curl on")
@@ -168,11 +169,12 @@ def test_each_fault_fails_its_items_for_its_reason(
             entry = items[(check, run_id, None)]
             assert words in entry["next_step"], entry
             assert entry["evidence"], entry
-            assert f"test_{check}[{run_id}]" in outcome.stdout and words in outcome.stdout  # the terminal
+            test = TEST_OF.get(check, f"test_{check}")
+            assert f"{test}[{run_id}]" in outcome.stdout and words in outcome.stdout  # the terminal
             assert classification in junit and words in junit
             assert words in page
     sdlc_fault = next(r for r, f in faulted.items() if f.startswith("run.sdlc-"))
-    died = items[("run_log_clean", sdlc_fault, None)]["evidence"]
+    died = items[("log_clean", sdlc_fault, None)]["evidence"]
     assert died["fatal_line_no"] > 0 and "Error: 40" in died["fatal_line"]
     # both items of a dead SDLC share one cause: one incident each, with the next step once
     shared = [i for i in outcome.report["incidents"] if i["classification"] != "infra_unreachable"]

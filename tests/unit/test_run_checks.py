@@ -367,7 +367,7 @@ def test_a_run_item_keeps_its_identity_across_nights() -> None:
     from sbxcheck.results import CheckRecord
 
     record = CheckRecord(
-        nodeid=f"gates/test_run.py::test_run_alive[{RUN}]", suite="run", check="run_alive", target=RUN,
+        nodeid=f"gates/test_run.py::test_run_alive[{RUN}]", suite="run", check="alive", target=RUN,
         outcome=Outcome.PASSED,
     )  # fmt: skip
-    assert item_identity(record) == "run/run_alive@alpha"
+    assert item_identity(record) == "run/alive@alpha"
