@@ -178,9 +178,10 @@ _RUN_SCRIPT = (
 pid=$1
 app="$HOME/app"
 echo "SBX_APP $app"
-if command -v ps >/dev/null 2>&1; then
+# ps first (procps); a ps that refuses these options (busybox) or is missing falls back to /proc
+if command -v ps >/dev/null 2>&1 && line=$(ps -o pid=,stat=,etimes=,args= -p "$pid" 2>/dev/null); then
   echo "SBX_PS_BEGIN"
-  ps -o pid=,stat=,etimes=,args= -p "$pid" 2>/dev/null | cut -c1-600 | sed 's/^/| /'
+  printf '%s\n' "$line" | cut -c1-600 | sed 's/^/| /'
   echo "SBX_PS_END"
 elif [ -d /proc/self ]; then
   echo "SBX_PS_BEGIN"
@@ -190,6 +191,8 @@ elif [ -d /proc/self ]; then
     echo "| $pid ${st:-?} - $args"
   fi
   echo "SBX_PS_END"
+elif command -v ps >/dev/null 2>&1; then  # no /proc: ps's refusal means the pid is not running
+  echo "SBX_PS_BEGIN"; echo "SBX_PS_END"
 else
   echo "SBX_NOPS"; echo "SBX_END"; exit 0
 fi
@@ -641,7 +644,15 @@ def judge_observe_obs(target: GateTarget, probe: HttpProbe, port: int) -> CheckR
             check, tgt, f"the trace UI answered HTTP {probe.status:03d} at {shown}{why}; anything but 000 or ≥ 500 "
             "passes", ev, cause=f"obs-down:{target.run_id}", recommendation=advice,
         )  # fmt: skip
-    note = " (correct there: it asks for a login)" if probe.status in (301, 302, 303, 307, 308, 401) else ""
+    note = ""
+    if probe.status in (301, 302, 303, 307, 308, 401):
+        note = " (correct there: it asks for a login)"
+        if target.observe_probe != "vm":  # the evidence says what this pass cannot tell
+            ev["note"] = (
+                "behind the VM's HTTPS proxy a login answer does not prove the trace UI runs; "
+                '[sssf] observe_probe = "vm" probes its port itself'
+            )
+    ev["rule"] = "anything but 000 or >= 500"
     return CheckResult.passed(check, tgt, f"the trace UI answered HTTP {probe.status} at {shown}{note}", ev)
 
 
