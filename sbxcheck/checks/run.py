@@ -14,6 +14,7 @@ Ports are always the record's, never assumed.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -554,6 +555,7 @@ def probe_https(url: str, timeout_s: float) -> HttpProbe:
     import httpx
 
     via = "https from this host"
+    deadline = time.monotonic() + timeout_s
     try:
         with (
             httpx.Client(timeout=timeout_s, follow_redirects=False) as client,
@@ -561,10 +563,10 @@ def probe_https(url: str, timeout_s: float) -> HttpProbe:
         ):
             chunks: list[bytes] = []
             size = 0
-            for chunk in resp.iter_bytes():
+            for chunk in resp.iter_bytes():  # a dribbling server holds it one read timeout past the deadline
                 chunks.append(chunk)
                 size += len(chunk)
-                if size >= BODY_CHARS:
+                if size >= BODY_CHARS or time.monotonic() > deadline:
                     break
             body = b"".join(chunks)[:BODY_CHARS].decode("utf-8", errors="replace")
             return HttpProbe(url, via, resp.status_code, "", body, resp.headers.get("location", "")[:300])

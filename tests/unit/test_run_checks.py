@@ -371,3 +371,26 @@ def test_a_run_item_keeps_its_identity_across_nights() -> None:
         outcome=Outcome.PASSED,
     )  # fmt: skip
     assert item_identity(record) == "run/alive@alpha"
+
+
+def test_the_host_probe_follows_no_redirect_and_reports_nothing_as_000() -> None:
+    import http.server
+    import threading
+
+    from sbxcheck.checks.run import probe_https
+    from sbxcheck.sim.ports import PortReservations
+    from sbxcheck.sim.run_services import _Handler
+
+    obs = type("Obs", (_Handler,), {"service": "obs", "fault": ""})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), obs)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    held = PortReservations()
+    try:
+        got = probe_https(f"http://127.0.0.1:{server.server_address[1]}/", 5)
+        assert (got.status, got.location) == (307, "/login")
+        refused = probe_https(f"http://127.0.0.1:{held.reserve()}/", 5)
+        assert refused.status == 0 and "ConnectError" in refused.error
+    finally:
+        server.shutdown()
+        server.server_close()
+        held.close()
