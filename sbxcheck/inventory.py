@@ -194,6 +194,12 @@ class SssfSection(_Strict):
     )
     recipes: RecipeTemplates | None = Field(default=None, description="the just sbx command templates")
     mounts: list[str] = Field(default_factory=list, description="sandboxes to mount before the gate")
+    observe_probe: Literal["https", "vm"] = Field(  # issue 22: the run items' test_observe_app/obs
+        default="https",
+        description="how the run items reach app and trace UI: 'https' from this host as a user would "
+        "(https://<vm>/ and :<obs port>), 'vm' the VM's local ports (curl inside the VM, over SSH)",
+    )
+    observe_timeout_s: float = Field(default=20.0, gt=0, le=120, description="per probe (curl --max-time)")
 
     def recipe_templates(self) -> RecipeTemplates:
         """The recipe templates, run from the checkout unless they say otherwise."""

@@ -59,6 +59,12 @@ class GateTarget:
     pi_timeout_s: float
     command_timeout_s: float = 240.0  # [ssh] command_timeout_s: the deadline of A, B, the roster and E
     ssh_config: str | None = None  # [ssh] config: the next step's ssh resolves the alias through it
+    # the run items (checks/run.py): what execute and observe recorded, and how app/obs are reached
+    pid: int | None = None
+    ports: Any = None
+    https_url: str = ""
+    observe_probe: str = "https"  # [sssf] observe_probe: "https" from this host, "vm" curl inside the VM
+    observe_timeout_s: float = 20.0
 
 
 # Every script announces its end with SBX_END on stdout; a script that stops without it failed

@@ -65,6 +65,7 @@ MARKERS = {
     "gate": "SSSF setup-gate assertions A–E, run over SSH inside each VM (pytest -m gate)",
     "canary": "nightly fleet canaries (pytest -m canary)",
     "triage": "incident runbooks: classify and recommend, never act destructively (pytest -m triage)",
+    "run": "a run that has executed or been observed: SDLC alive, run.log clean, app and trace UI (pytest -m run)",
 }
 
 

@@ -230,6 +230,11 @@ class SbxSession:
                 pi_timeout_s=sssf.pi_timeout_s,
                 command_timeout_s=inv.ssh.command_timeout_s,
                 ssh_config=str(inv.ssh.config) if inv.ssh.config else None,
+                pid=record.pid,
+                ports=record.ports,
+                https_url=record.https_url or "",
+                observe_probe=sssf.observe_probe,
+                observe_timeout_s=sssf.observe_timeout_s,
             )
             runs.append(GateRun(entry, target, roster.problem))
         self._gate_runs = runs

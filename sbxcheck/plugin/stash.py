@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from sbxcheck.results import CheckResult
 
 
-SUITES = ("gate", "canary", "triage")
+SUITES = ("gate", "canary", "triage", "run")
 SESSION_KEY = pytest.StashKey["SbxSession"]()
 RESULT_KEY: pytest.StashKey[CheckResult] = pytest.StashKey()
 COLLECTOR_KEY: pytest.StashKey[ResultCollector] = pytest.StashKey()

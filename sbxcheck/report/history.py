@@ -68,11 +68,11 @@ def item_identity(record: CheckRecord) -> str:
     is ``gate/A_git_integrity@demo`` (the run name keeps two VMs of one night apart).
     """
     target = record.target
-    if record.suite == "gate":
+    if record.suite in ("gate", "run"):  # the run items (issue 22) are per run too
         match = _RUN_ID.match(target)
         if match:
             rest = match.group("rest")
-            return f"gate/{record.check}" + (f"/{rest}" if rest else "") + f"@{match.group('stem')}"
+            return f"{record.suite}/{record.check}" + (f"/{rest}" if rest else "") + f"@{match.group('stem')}"
     subject = stable_text(target)
     return f"{record.suite}/{record.check}" + (f"/{subject}" if subject else "")
 

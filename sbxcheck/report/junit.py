@@ -39,7 +39,7 @@ from sbxcheck.report.present import detail_block, next_step, shorten, user_text
 __all__ = ["MAX_VALUE_CHARS", "SUITE_ORDER", "case_name", "render_junit_xml", "trim_json"]
 
 MAX_VALUE_CHARS = 2000
-SUITE_ORDER = ("gate", "canary", "triage")
+SUITE_ORDER = ("gate", "canary", "triage", "run")
 _TRIM_MARK = "…[trimmed]"
 
 

@@ -190,6 +190,19 @@ FAULTS: dict[str, Fault] = {
             "cp.workspace-busy",
             "the verity workspace already has another session's live mission: creates into it get 409",
         ),
+        # issue 22: a run that has executed or been observed (sim/run_services.py; the gate never sees them)
+        Fault("run.sdlc-credits", "the SDLC dies right after spawn: run.log ends with OpenRouter's 402 (credits)"),
+        Fault("run.sdlc-key-dead", "the SDLC dies right after spawn: run.log ends with a 401 (the key is revoked)"),
+        Fault(
+            "run.sdlc-no-zdr",
+            "the SDLC dies right after spawn: run.log says `No endpoints found matching your data policy`",
+        ),
+        Fault(
+            "run.sdlc-provisioning-key",
+            "the SDLC dies right after spawn: run.log says `User not found` (inference with the provisioning key)",
+        ),
+        Fault("run.app-down", "observe starts the app, but nothing ever answers on its port (connection refused)"),
+        Fault("run.obs-502", "the trace UI answers 502 Bad Gateway"),
     )
 }
 
@@ -233,6 +246,11 @@ def is_fleet_host_fault(name: str) -> bool:
         "openrouter.revoke-ignored",
         "openrouter.balance-low",  # issue 21
     )
+
+
+def is_run_fault(name: str) -> bool:
+    """Faults of a run's execute/observe world (issue 22): a run's VM, after the gate (the run items see them)."""
+    return name.startswith("run.")
 
 
 @dataclass(frozen=True)

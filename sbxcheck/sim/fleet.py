@@ -65,6 +65,7 @@ from sbxcheck.sim.httpserver import BackgroundServer
 from sbxcheck.sim.openrouter import OpenRouterDouble
 from sbxcheck.sim.pi import PiInstall, default_cache_dir, ensure_pi, pi_status, write_pi_shim
 from sbxcheck.sim.ports import PortReservations
+from sbxcheck.sim.run_services import RUN_FAULTS, apply_run_fault, write_run_shims
 from sbxcheck.sim.sshd import SimHost, SimSshServer, generate_keypair, private_tmp_supported
 from sbxcheck.sim.sssf_recipes import (
     clear_knob,
@@ -311,7 +312,7 @@ class SimFleet:
             "sandbox_mount/guest/models.json.tmpl": json.dumps(
                 self._models_json("env:OPENROUTER_API_KEY", ""), indent=2
             ),
-            "justfile": 'set shell := ["zsh", "-ic"]\nmod sbx \'just/sandbox/sbx.just\'\n',
+            "justfile": 'set shell := ["zsh", "-ic"]\nmod sbx \'just/sandbox/sbx.just\'\nimport \'just/adw.just\'\n',
             "apps/inkwell/server.ts": "Bun.serve({ port: 4501, fetch: () => new Response('inkwell') });\n",
         }
         for i in range(12):
@@ -426,7 +427,7 @@ class SimFleet:
             "spend": None,
             "session_id": session_id,
             "commit_sha": sha,
-            "ports": {"app": 4501, "obs": 4600},
+            "ports": None,  # set up, not observed yet: observe records the ports it serves on
             "pid": None,
             "created_at": created,
             "closed_at": None,
@@ -643,6 +644,8 @@ class SimFleet:
                 self.openrouter.set_usage(run.key_hash, 50.0)
             elif spec.name == "openrouter.key-uncapped":
                 self.openrouter.set_limit(run.key_hash, None)
+            elif spec.name in RUN_FAULTS:  # issue 22: read by the stand-in SDLC, app and trace UI
+                apply_run_fault(run.home, spec.name)
 
     def _apply_state_faults(self) -> None:
         """Issue 20: a FIFO or a symlink where a session's ledger goes (embedded and `sim up` state dirs)."""
@@ -822,6 +825,7 @@ class SimFleet:
                 provisioning_key_env=None,
                 provisioning_key_file=self.checkout / ".env",
                 account_credit_floor_usd=5.0,  # issue 21: test_credits
+                observe_probe="vm",  # issue 22: https://<vm>.exe.xyz is not reachable here
             ),
             dgx=DgxSection(command_timeout_s=5.0, sentinel_command="disk-sentinel --once"),
             sandboxed=self._sandboxed_section(),
@@ -930,6 +934,7 @@ class SimFleet:
             (home / "bin").mkdir(parents=True)
             if self.pi is not None:
                 write_pi_shim(home / "bin", self.pi)  # exeuntu ships pi at /usr/local/bin
+            write_run_shims(home / "bin")
             sim_host = SimHost(name=host_name, home=home, user=VM_USER, path_dirs=(home / "bin",))
             port = self.ssh_server.add_host(sim_host, 0)
             self._recipe_vms[name] = RecipeVm(name, home, port)
@@ -975,6 +980,7 @@ class SimFleet:
         for run in self.runs:
             if not self._has_fault("vm.no-pi", run):
                 write_pi_shim(run.home / "bin", self.pi)
+            write_run_shims(run.home / "bin")  # issue 22: execute's just/adw, observe's app and trace UI
         try:
             gated = KnobGate(self.openrouter.app, self.knobs_dir, self._key_name)
             self.http = BackgroundServer(gated, port=self._openrouter_port)

@@ -3,7 +3,8 @@
 :func:`write_recipes` copies ``assets/sssf/`` (``just/sandbox/*.just`` and
 ``sandbox_mount/host/*``) into the checkout before its first commit, so VM clones carry them, as
 upstream's do. They run with the real ``just`` from the checkout: ``just sbx mount RUN_ID``,
-``just sbx lifecycle create|fill|setup|observe|teardown``, ``just sbx manage list|harvest|reap``.
+``just sbx lifecycle create|fill|setup|execute|observe|teardown`` (execute and observe start the
+stand-ins of :mod:`sbxcheck.sim.run_services`), ``just sbx manage list|harvest|reap``.
 :func:`write_sim_env` writes ``.sandbox/sim.env`` (gitignored, non-secret): where ssh_config,
 known_hosts, the OpenRouter double and the fill source are. The recipes source it.
 

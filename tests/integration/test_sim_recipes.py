@@ -126,6 +126,11 @@ def record(fleet: SimFleet, run_id: str) -> dict[str, object]:
     return data
 
 
+def _observed(ports: object) -> bool:
+    """observe recorded the ports it serves on (free ports: the sim's VMs share one machine)."""
+    return isinstance(ports, dict) and sorted(ports) == ["app", "obs"] and all(type(p) is int for p in ports.values())
+
+
 def test_a_run_from_mount_to_teardown(fleet: SimFleet, just: Recipes, pytester: pytest.Pytester) -> None:
     started = time.monotonic()
     # mount: create -> fill -> setup -> observe
@@ -140,7 +145,7 @@ def test_a_run_from_mount_to_teardown(fleet: SimFleet, just: Recipes, pytester: 
     assert [line.split()[0] for line in info.lines] == ["execute", "agent", "harvest", "teardown"]
     rec = record(fleet, run_id)
     assert len(rec) == 12 and rec["vm_name"] == run_id and rec["closed_at"] is None
-    assert rec["limit"] == 50.0 and rec["ports"] == {"app": 4501, "obs": 4600}
+    assert rec["limit"] == 50.0 and _observed(rec["ports"])
     head = subprocess.run(
         ["git", "rev-parse", "HEAD"],
         cwd=fleet.checkout,
@@ -260,7 +265,7 @@ def test_mount_slow_knob_lets_the_runner_interrupt(fleet: SimFleet, just: Recipe
     assert result.timed_out and time.monotonic() - started < 20
     info = parse_mount_output(result.stdout)
     assert not info.ok and info.run_id is not None and "mounted:" not in result.stdout
-    assert record(fleet, info.run_id)["ports"] == {"app": 4501, "obs": 4600}  # observe had finished
+    assert _observed(record(fleet, info.run_id)["ports"])  # observe had finished
 
 
 def test_exedev_verbs_and_admin_api(fleet: SimFleet) -> None:
