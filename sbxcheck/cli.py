@@ -232,10 +232,12 @@ def _say(text: str) -> None:
 
 def _report(directory: Path) -> int:
     from sbxcheck.report import load_report
+    from sbxcheck.report.present import outcome_counts
 
     report = load_report(directory / "results.json" if directory.is_dir() else directory)
     _say(f"inventory: {report.inventory.source}  ({report.started_at} → {report.finished_at})")
-    _say("checks: " + ", ".join(f"{v} {k}" for k, v in report.summary.items()))
+    tally = outcome_counts(report.summary, len(report.not_run))
+    _say(f"checks: {report.summary.get('total', 0)} (" + ", ".join(f"{v} {k}" for k, v in tally.items() if v) + ")")
     for rec in report.checks:
         cls = rec.classification.value if rec.classification else ""
         _say(f"  {rec.outcome.value:7} {cls:18} {rec.nodeid}")

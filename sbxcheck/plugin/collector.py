@@ -273,7 +273,7 @@ class ResultCollector:
         from sbxcheck.display import SanitisingWriter
         from sbxcheck.report.history import verdict_of
         from sbxcheck.report.html import verdict_headline
-        from sbxcheck.report.present import detail_block, headline
+        from sbxcheck.report.present import detail_block, headline, outcome_counts
 
         document = self.report.model_dump(mode="json")
         tr = SanitisingWriter(terminalreporter)  # every line redacted, then neutralised
@@ -288,7 +288,8 @@ class ResultCollector:
             green=verdict == "passed",
         )
         summary = document["summary"]
-        counts = ", ".join(f"{v} {k}" for k, v in summary.items() if k != "total" and v)
+        tally = outcome_counts(summary, len(document.get("not_run") or []))
+        counts = ", ".join(f"{v} {k}" for k, v in tally.items() if v)
         tr.write_line(f"inventory: {document['inventory']['source']}")
         tr.write_line(f"checks: {summary.get('total', 0)} ({counts})")
         by_nodeid = {c["nodeid"]: c for c in document["checks"]}

@@ -37,6 +37,7 @@ from sbxcheck.report.history import (
 )
 from sbxcheck.report.incidents import default_recommendation
 from sbxcheck.report.nextsteps import inventory_flag, probe_command
+from sbxcheck.report.present import outcome_counts
 from sbxcheck.results import CheckRecord, Classification, Incident, Outcome, RunReport
 
 
@@ -56,10 +57,9 @@ __all__ = [
     "verdict_headline",
 ]
 
-
 _ORDER = {"failed": 0, "error": 1, "skipped": 2, "passed": 3}
-_SYMBOL = {"passed": "✓", "failed": "✗", "error": "?", "skipped": "–"}
-_LABEL = {"passed": "PASSED", "failed": "FAILED", "error": "COULD NOT TELL", "skipped": "SKIPPED"}
+_SYMBOL = {"passed": "✓", "failed": "✗", "error": "?", "skipped": "–", "not run": "–"}
+_LABEL = {"passed": "PASSED", "failed": "FAILED", "error": "COULD NOT TELL", "skipped": "SKIPPED", "not run": "NOT RUN"}
 _HEADLINE = {
     "failed": "FAILED — something in the fleet is wrong",
     "error": "COULD NOT TELL — some checks could not reach a verdict",
@@ -233,10 +233,11 @@ def _top(ctx: _Ctx) -> str:
     verdict = verdict_of(report)
     summary = report.summary
     total = summary.get("total", len(report.checks))
+    tally = outcome_counts(summary, len(report.not_run))
     pills = "".join(
-        f'<span class="pill o-{o}">{_SYMBOL[o]} {summary.get(o, 0)} {_e(_LABEL[o].lower())}</span>'
-        for o in ("failed", "error", "skipped", "passed")
-        if summary.get(o, 0) or o in ("failed", "passed")
+        f'<span class="pill o-{"skipped" if o == "not run" else o}">{_SYMBOL[o]} {n} {_e(_LABEL[o].lower())}</span>'
+        for o, n in tally.items()
+        if n or o in ("failed", "passed")
     )
     suites = Counter(r.suite for r in report.checks)
     inventory = report.inventory
@@ -287,7 +288,7 @@ def _top(ctx: _Ctx) -> str:
     )
     return (
         f'<header class="verdict v-{verdict}" id="verdict" data-verdict="{verdict}">'
-        f"<h1>{_e(_HEADLINE[verdict])}</h1><p>{_e(total)} checks: {pills_text(summary)}</p>"
+        f"<h1>{_e(_HEADLINE[verdict])}</h1><p>{_e(total)} checks: {pills_text(tally)}</p>"
         f"{_not_run_banner(report)}</header>"
         f'<main>{banner}<div class="meta">{meta_html}{history}</div><p>{pills}</p>{nav}{details}'
     )
@@ -313,9 +314,9 @@ def _not_run_banner(report: RunReport) -> str:
     )
 
 
-def pills_text(summary: Mapping[str, int]) -> str:
-    parts = [f"{summary.get(o, 0)} {_LABEL[o].lower()}" for o in ("failed", "error", "skipped", "passed")]
-    return ", ".join(parts)
+def pills_text(tally: Mapping[str, int]) -> str:
+    """The banner's count line from :func:`outcome_counts` (not run only when there were such items)."""
+    return ", ".join(f"{n} {_LABEL[o].lower()}" for o, n in tally.items() if n or o != "not run")
 
 
 def _incidents(ctx: _Ctx) -> str:
@@ -360,7 +361,8 @@ def _incidents(ctx: _Ctx) -> str:
             f"<ul>{rows}{more}</ul></section>"
         )
     if not blocks:
-        blocks.append('<p class="muted">No incidents: every check passed or was skipped.</p>')
+        why = " among the checks that ran (the rest did not run)" if report.not_run else ""
+        blocks.append(f'<p class="muted">No incidents{why or ": every check passed or was skipped"}.</p>')
     if resolved:
         items = "".join(
             f'<li>{_status_tag(s)} <span class="tag">{_e(s.incident.classification.value)}</span> '

@@ -4,7 +4,8 @@
 - :func:`key_evidence_lines` — the few evidence lines that say what was seen (the changed files,
   the missing models), not counts of them;
 - :func:`user_text` — runbook section references (``§8.8``, ``sandboxed-sh.md §8.3``) removed;
-- :func:`detail_block` — all of the above as one block of text.
+- :func:`detail_block` — all of the above as one block of text;
+- :func:`outcome_counts` — checks per outcome, the items an interrupt left unrun apart from the skips.
 
 Pure functions over results-document records (dicts, as in results.json): no pytest, no I/O.
 """
@@ -16,7 +17,18 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["detail_block", "headline", "key_evidence_lines", "next_step", "shorten", "user_text"]
+__all__ = [
+    "detail_block",
+    "headline",
+    "key_evidence_lines",
+    "next_step",
+    "outcome_counts",
+    "shorten",
+    "user_text",
+]
+
+#: Outcomes in the order every count line shows them.
+OUTCOME_ORDER = ("failed", "error", "skipped", "passed")
 
 _SECTION = r"(?:[\w./-]+\.md\s*)?§[\d.]*\d(?:\s*[–-]\s*§?[\d.]*\d)?"
 _RUNBOOK_REF = re.compile(
@@ -27,6 +39,18 @@ _RUNBOOK_REF = re.compile(
 _BULK_KEYS = frozenset({"stdout", "stderr", "git_output", "output", "body", "response", "raw", "trace"})
 _MAX_VALUE = 160
 _MAX_LIST_ITEMS = 10
+
+
+def outcome_counts(summary: Mapping[str, int], not_run: int) -> dict[str, int]:
+    """Checks per outcome (failed, error, skipped, not run, passed) from a report's ``summary``.
+
+    An item an interrupt left unrun is recorded as skipped; a count line shows it as "not run", so an
+    interrupted run never reads as a run whose checks were skipped on purpose.
+    """
+    counts = {outcome: summary.get(outcome, 0) for outcome in OUTCOME_ORDER}
+    unrun = min(not_run, counts["skipped"])
+    counts["skipped"] -= unrun
+    return {**{k: v for k, v in counts.items() if k != "passed"}, "not run": unrun, "passed": counts["passed"]}
 
 
 def user_text(text: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import pytest
@@ -54,6 +55,13 @@ def test_an_interrupted_run_replaces_the_stale_report(pytester: pytest.Pytester)
     assert [c["nodeid"] for c in not_run_items] == report["not_run"]
     assert all(c["outcome"] == "skipped" and c["message"].startswith("not run") for c in not_run_items)
     result.stdout.fnmatch_lines(["*interrupted: 2 selected item(s) did not run*"])
+    # the count lines say "not run", never "skipped", for the items the interrupt left out
+    result.stdout.fnmatch_lines(["checks: 3 (2 not run, 1 passed)"])
+    page = (pytester.path / "r" / "report.html").read_text()
+    assert "3 checks: 0 failed, 0 could not tell, 0 skipped, 2 not run, 1 passed" in page
+    assert "2 skipped" not in page and "every check passed or was skipped" not in page
+    shown = pytester.run(sys.executable, "-m", "sbxcheck.cli", "report", str(pytester.path / "r"))
+    shown.stdout.fnmatch_lines(["checks: 3 (2 not run, 1 passed)"])
 
 
 def test_an_interrupt_before_any_item_still_marks_the_report(pytester: pytest.Pytester) -> None:
