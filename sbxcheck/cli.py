@@ -180,6 +180,12 @@ def _up(root: Path, faults: list[str], seed: int | None, runs: int = 3) -> int:
             print(f"sbxcheck sim: up (pid {proc.pid}); runs: {shown}")
             print(f"inventory: {root / 'sbxcheck.toml'}")
             print(f"  pytest -m gate --sbx-inventory={root / 'sbxcheck.toml'}")
+            first = ready.split(",")[0].strip()  # the fleet's own `just sbx` recipes run from its checkout
+            print(
+                f"  (cd {root / 'sssf'} && just sbx lifecycle execute {first} 'add a health endpoint'"
+                f" && just sbx lifecycle observe {first})"
+            )
+            print(f"  pytest -m run --sbx-inventory={root / 'sbxcheck.toml'}")
             print(f"  sbxcheck sim down --dir {root}")
             return 0
         if proc.poll() is not None:
@@ -237,7 +243,8 @@ def _report(directory: Path) -> int:
     report = load_report(directory / "results.json" if directory.is_dir() else directory)
     _say(f"inventory: {report.inventory.source}  ({report.started_at} → {report.finished_at})")
     tally = outcome_counts(report.summary, len(report.not_run))
-    _say(f"checks: {report.summary.get('total', 0)} (" + ", ".join(f"{v} {k}" for k, v in tally.items() if v) + ")")
+    counts = ", ".join(f"{v} {k}" for k, v in tally.items() if v)
+    _say(f"checks: {report.summary.get('total', 0)} ({counts})")
     for rec in report.checks:
         cls = rec.classification.value if rec.classification else ""
         _say(f"  {rec.outcome.value:7} {cls:18} {rec.nodeid}")

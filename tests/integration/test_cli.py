@@ -48,6 +48,7 @@ def test_sim_up_gate_down(tmp_path: Path, pytester: pytest.Pytester) -> None:
     try:
         inventory = fleet_dir / "sbxcheck.toml"
         assert "pytest -m gate --sbx-inventory" in up.stdout
+        assert f"(cd {fleet_dir / 'sssf'} && just sbx lifecycle execute alpha-" in up.stdout  # run items' setup
         assert tomllib.loads(inventory.read_text())["sim"]["faults"] == ["vm.head-mismatch"]
         pid = int((fleet_dir / "sim.pid").read_text())
         again = sbxcheck("sim", "up", "--dir", str(fleet_dir))
