@@ -14,7 +14,6 @@ Ports are always the record's, never assumed.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -551,27 +550,19 @@ def parse_curl(url: str, run: ScriptRun) -> HttpProbe | None:
 
 
 def probe_https(url: str, timeout_s: float) -> HttpProbe:
-    """An anonymous GET from this host, as a user would (no redirect followed, body capped)."""
+    """An anonymous GET from this host, as a user would (no redirect followed, body capped, bounded)."""
     import httpx
 
+    from sbxcheck.errors import CommandTimeout
+    from sbxcheck.transports.http import get_start
+
     via = "https from this host"
-    deadline = time.monotonic() + timeout_s
     try:
-        with (
-            httpx.Client(timeout=timeout_s, follow_redirects=False) as client,
-            client.stream("GET", url) as resp,
-        ):
-            chunks: list[bytes] = []
-            size = 0
-            for chunk in resp.iter_bytes():  # a dribbling server holds it one read timeout past the deadline
-                chunks.append(chunk)
-                size += len(chunk)
-                if size >= BODY_CHARS or time.monotonic() > deadline:
-                    break
-            body = b"".join(chunks)[:BODY_CHARS].decode("utf-8", errors="replace")
-            return HttpProbe(url, via, resp.status_code, "", body, resp.headers.get("location", "")[:300])
-    except httpx.HTTPError as exc:
+        resp = get_start(url, timeout_s=timeout_s, max_bytes=BODY_CHARS)
+    except (httpx.HTTPError, CommandTimeout) as exc:
         return HttpProbe(url, via, 0, f"{type(exc).__name__}: {exc}")
+    body = resp.content.decode("utf-8", errors="replace")
+    return HttpProbe(url, via, resp.status_code, "", body, resp.headers.get("location", "")[:300])
 
 
 def _probe(shell: RemoteShell, target: GateTarget, url: str) -> HttpProbe | ScriptRun:

@@ -185,12 +185,20 @@ def pushback_wait_s(resp: httpx.Response, default_s: float = 1.0) -> float | Non
 
 
 def _attempt(
-    client: httpx.Client, method: str, url: str, deadline: float, max_bytes: int, kwargs: dict[str, Any]
+    client: httpx.Client,
+    method: str,
+    url: str,
+    deadline: float,
+    max_bytes: int,
+    kwargs: dict[str, Any],
+    *,
+    truncate: bool = False,
 ) -> httpx.Response:
     """One request, read whole within ``deadline`` (monotonic) and ``max_bytes``, or an exception.
 
     It runs on a daemon thread so that not even a server dribbling its headers can hold the
-    caller past the deadline; the thread itself stops at its next chunk or read timeout.
+    caller past the deadline; the thread itself stops at its next chunk or read timeout. With
+    ``truncate`` a body above ``max_bytes`` is cut there instead of refused.
     """
     box: dict[str, Any] = {}
     done = threading.Event()
@@ -200,12 +208,15 @@ def _attempt(
             with client.stream(method, url, **kwargs) as resp:
                 box["stream"] = resp
                 declared = resp.headers.get("content-length", "")
-                if declared.isdigit() and int(declared) > max_bytes:
+                if declared.isdigit() and int(declared) > max_bytes and not truncate:
                     raise _BodyTooLarge
                 body = bytearray()
                 for chunk in resp.iter_bytes():
                     body += chunk
                     if len(body) > max_bytes:
+                        if truncate:
+                            del body[max_bytes:]
+                            break
                         raise _BodyTooLarge
                     if _now() > deadline:
                         raise _DeadlineExceeded
@@ -229,6 +240,20 @@ def _attempt(
         raise box["error"]
     response: httpx.Response = box["response"]
     return response
+
+
+def get_start(url: str, *, timeout_s: float, max_bytes: int) -> httpx.Response:
+    """One anonymous GET of ``url`` as a person would open it, for a probe that judges a page's start.
+
+    No redirect is followed (a 3xx is returned, not raised), the whole request — headers dribbled a
+    byte at a time included — is bounded by ``timeout_s``, and the body is cut at ``max_bytes``.
+    httpx's errors propagate; the deadline is :class:`CommandTimeout`.
+    """
+    with httpx.Client(timeout=timeout_s, follow_redirects=False) as client:
+        try:
+            return _attempt(client, "GET", url, _now() + timeout_s, max_bytes, {}, truncate=True)
+        except _DeadlineExceeded:
+            raise CommandTimeout(f"GET {url}: no complete answer within {timeout_s:g}s") from None
 
 
 def send(

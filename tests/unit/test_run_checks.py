@@ -394,3 +394,48 @@ def test_the_host_probe_follows_no_redirect_and_reports_nothing_as_000() -> None
         server.shutdown()
         server.server_close()
         held.close()
+
+
+
+def test_the_host_probe_is_bounded_by_its_deadline_and_reads_only_the_page_start() -> None:
+    """Headers dribbled a byte at a time cannot hold the probe past its deadline; a large page is cut."""
+    import socket
+    import threading
+    import time
+
+    from sbxcheck.checks.run import BODY_CHARS, probe_https
+
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n"
+    big = b"<html>" + b"x" * (BODY_CHARS * 20)
+    dribble, whole = socket.create_server(("127.0.0.1", 0)), socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def dribbler() -> None:  # one header byte every 50 ms: each read returns within any read timeout
+        conn, _ = dribble.accept()
+        with conn:
+            conn.recv(4096)
+            for byte in head * 50:
+                if stop.is_set():
+                    return
+                conn.sendall(bytes([byte]))
+                time.sleep(0.05)
+
+    def answerer() -> None:
+        conn, _ = whole.accept()
+        with conn:
+            conn.recv(4096)
+            conn.sendall(head + f"Content-Length: {len(big)}\r\n\r\n".encode() + big)
+
+    for serve in (dribbler, answerer):
+        threading.Thread(target=serve, daemon=True).start()
+    try:
+        started = time.monotonic()
+        slow = probe_https(f"http://127.0.0.1:{dribble.getsockname()[1]}/", 1.5)
+        assert time.monotonic() - started < 4
+        assert slow.status == 0 and "no complete answer within 1.5s" in slow.error
+        page = probe_https(f"http://127.0.0.1:{whole.getsockname()[1]}/", 5)
+        assert page.status == 200 and page.body.startswith("<html>") and len(page.body) == BODY_CHARS
+    finally:
+        stop.set()
+        dribble.close()
+        whole.close()
