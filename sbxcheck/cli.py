@@ -238,13 +238,11 @@ def _say(text: str) -> None:
 
 def _report(directory: Path) -> int:
     from sbxcheck.report import load_report
-    from sbxcheck.report.present import outcome_counts
+    from sbxcheck.report.present import counts_line
 
     report = load_report(directory / "results.json" if directory.is_dir() else directory)
     _say(f"inventory: {report.inventory.source}  ({report.started_at} → {report.finished_at})")
-    tally = outcome_counts(report.summary, len(report.not_run))
-    counts = ", ".join(f"{v} {k}" for k, v in tally.items() if v)
-    _say(f"checks: {report.summary.get('total', 0)} ({counts})")
+    _say(counts_line(report.summary, len(report.not_run)))
     for rec in report.checks:
         cls = rec.classification.value if rec.classification else ""
         _say(f"  {rec.outcome.value:7} {cls:18} {rec.nodeid}")

@@ -273,7 +273,7 @@ class ResultCollector:
         from sbxcheck.display import SanitisingWriter
         from sbxcheck.report.history import verdict_of
         from sbxcheck.report.html import verdict_headline
-        from sbxcheck.report.present import detail_block, headline, outcome_counts
+        from sbxcheck.report.present import counts_line, detail_block, headline
 
         document = self.report.model_dump(mode="json")
         tr = SanitisingWriter(terminalreporter)  # every line redacted, then neutralised
@@ -287,11 +287,8 @@ class ResultCollector:
             red=verdict == "failed",
             green=verdict == "passed",
         )
-        summary = document["summary"]
-        tally = outcome_counts(summary, len(document.get("not_run") or []))
-        counts = ", ".join(f"{v} {k}" for k, v in tally.items() if v)
         tr.write_line(f"inventory: {document['inventory']['source']}")
-        tr.write_line(f"checks: {summary.get('total', 0)} ({counts})")
+        tr.write_line(counts_line(document["summary"], len(document.get("not_run") or [])))
         by_nodeid = {c["nodeid"]: c for c in document["checks"]}
         shown: set[str] = set()
         # -q or --tb=no: one line per incident and item, no evidence; -qq: the verdict and counts only

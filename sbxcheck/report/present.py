@@ -5,7 +5,8 @@
   the missing models), not counts of them;
 - :func:`user_text` — runbook section references (``§8.8``, ``sandboxed-sh.md §8.3``) removed;
 - :func:`detail_block` — all of the above as one block of text;
-- :func:`outcome_counts` — checks per outcome, the items an interrupt left unrun apart from the skips.
+- :func:`outcome_counts`, :func:`counts_line` — checks per outcome, the items an interrupt left unrun
+  apart from the skips.
 
 Pure functions over results-document records (dicts, as in results.json): no pytest, no I/O.
 """
@@ -18,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
+    "counts_line",
     "detail_block",
     "headline",
     "key_evidence_lines",
@@ -26,9 +28,6 @@ __all__ = [
     "shorten",
     "user_text",
 ]
-
-#: Outcomes in the order every count line shows them.
-OUTCOME_ORDER = ("failed", "error", "skipped", "passed")
 
 _SECTION = r"(?:[\w./-]+\.md\s*)?§[\d.]*\d(?:\s*[–-]\s*§?[\d.]*\d)?"
 _RUNBOOK_REF = re.compile(
@@ -47,10 +46,21 @@ def outcome_counts(summary: Mapping[str, int], not_run: int) -> dict[str, int]:
     An item an interrupt left unrun is recorded as skipped; a count line shows it as "not run", so an
     interrupted run never reads as a run whose checks were skipped on purpose.
     """
-    counts = {outcome: summary.get(outcome, 0) for outcome in OUTCOME_ORDER}
-    unrun = min(not_run, counts["skipped"])
-    counts["skipped"] -= unrun
-    return {**{k: v for k, v in counts.items() if k != "passed"}, "not run": unrun, "passed": counts["passed"]}
+    skipped = summary.get("skipped", 0)
+    unrun = min(not_run, skipped)
+    return {
+        "failed": summary.get("failed", 0),
+        "error": summary.get("error", 0),
+        "skipped": skipped - unrun,
+        "not run": unrun,
+        "passed": summary.get("passed", 0),
+    }
+
+
+def counts_line(summary: Mapping[str, int], not_run: int) -> str:
+    """``checks: N (2 not run, 1 passed)``: the terminal's and ``sbxcheck report``'s count line."""
+    tally = outcome_counts(summary, not_run)
+    return f"checks: {summary.get('total', 0)} (" + ", ".join(f"{v} {k}" for k, v in tally.items() if v) + ")"
 
 
 def user_text(text: str) -> str:
