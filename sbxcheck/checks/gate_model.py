@@ -150,6 +150,26 @@ def _precondition(
     return CheckResult.failed(check, tgt, _PRECONDITION_MESSAGES[markers[0]], ev, recommendation=advice)
 
 
+def _curl_answer(
+    check: str, tgt: str, run: ScriptRun, ev: dict[str, Any], run_id: str, script: str
+) -> tuple[int, int | None, str] | CheckResult:
+    """(curl exit, HTTP status, body) of C's or E's curl script, or the result that ends the judge first.
+
+    That is a transport failure, a missing precondition (no ~/app, curl or key), or output that is not
+    the script's; ``ev`` gains ``curl_exit`` and ``http_status``.
+    """
+    if (failure := _script_failure(check, tgt, run, ev)) is not None:
+        return failure
+    rc, status, text, markers = split_http(run.stdout)
+    if (pre := _precondition(check, tgt, markers, ev, run_id)) is not None:
+        return pre
+    if rc is None:
+        ev["stdout"], ev["stderr"] = trim(run.stdout, 500), trim(run.stderr, 500)
+        return CheckResult.errored(check, tgt, f"unexpected output from the {script}", Classification.BAD_RESPONSE, ev)
+    ev["curl_exit"], ev["http_status"] = rc, status
+    return rc, status, text
+
+
 def _error_text(doc: Any) -> str:
     if isinstance(doc, dict):
         err = doc.get("error")
@@ -187,17 +207,10 @@ def judge_model_answers(target: GateTarget, model: str, run: ScriptRun) -> Check
     check, tgt = "C_model_answers", f"{target.run_id}-{model}"
     ev = _base_evidence(run, model_answers_script(target, model).ran)
     ev.update(run_id=target.run_id, model=model)
-    if (failure := _script_failure(check, tgt, run, ev)) is not None:
-        return failure
-    rc, status, text, markers = split_http(run.stdout)
-    if (pre := _precondition(check, tgt, markers, ev, target.run_id)) is not None:
-        return pre
-    if rc is None:
-        ev["stdout"], ev["stderr"] = trim(run.stdout, 500), trim(run.stderr, 500)
-        return CheckResult.errored(
-            check, tgt, "unexpected output from the ping script", Classification.BAD_RESPONSE, ev
-        )
-    ev["curl_exit"], ev["http_status"] = rc, status
+    curl = _curl_answer(check, tgt, run, ev, target.run_id, "ping script")
+    if isinstance(curl, CheckResult):
+        return curl
+    rc, status, text = curl
     if rc == CURL_TIMEOUT_EXIT:
         return CheckResult.failed(
             check,
@@ -495,17 +508,10 @@ def judge_credit_remaining(target: GateTarget, run: ScriptRun) -> CheckResult:
     check, tgt = "E_credit_remaining", target.run_id
     ev = _base_evidence(run, credit_script(target).ran)
     ev["floor_usd"] = target.credit_floor_usd
-    if (failure := _script_failure(check, tgt, run, ev)) is not None:
-        return failure
-    rc, status, text, markers = split_http(run.stdout)
-    if (pre := _precondition(check, tgt, markers, ev, target.run_id)) is not None:
-        return pre
-    if rc is None:
-        ev["stdout"], ev["stderr"] = trim(run.stdout, 500), trim(run.stderr, 500)
-        return CheckResult.errored(
-            check, tgt, "unexpected output from the /key probe", Classification.BAD_RESPONSE, ev
-        )
-    ev["curl_exit"], ev["http_status"] = rc, status
+    curl = _curl_answer(check, tgt, run, ev, target.run_id, "/key probe")
+    if isinstance(curl, CheckResult):
+        return curl
+    rc, status, text = curl
     if rc != 0:
         return CheckResult.errored(
             check,
