@@ -28,7 +28,6 @@ import http.server
 import json
 import os
 import shlex
-import shutil
 import signal
 import socket
 import subprocess
@@ -70,10 +69,9 @@ def apply_run_fault(home: Path, name: str) -> None:
 
 def _real_just() -> str | None:
     """The ``just`` binary itself (a version manager's shim would look for its root under the VM's HOME)."""
-    beside = Path(sys.executable).parent / "just"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    found = shutil.which("just")
+    from sbxcheck.tools import find_tool  # host side only: the VMs run this file with the stdlib alone
+
+    found = find_tool("just")
     return str(Path(found).resolve()) if found else None
 
 
