@@ -55,11 +55,11 @@ class _Recorder:
 def gate_commands(inventory: Path) -> dict[str, list[tuple[str, bytes, float | None]]]:
     """Alias -> the (command, stdin, timeout) of every remote gate check, as the check functions build them."""
     from sbxcheck.checks import gate, gate_model, vm_hygiene
+    from sbxcheck.fleetsource import FleetSource
     from sbxcheck.plugin.session import SbxSession
+    from sbxcheck.plugin.settings import Settings
 
-    session = SbxSession(
-        rootdir=REPO, inventory_option=str(inventory), force_sim=False, faults=[], run_ids=[], sim_seed=None
-    )
+    session = SbxSession(Settings.defaults(REPO), FleetSource(inventory, "--sbx-inventory"))
     out: dict[str, list[tuple[str, bytes, float | None]]] = {}
     checks = [
         gate.check_git_integrity,

@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             print(for_display(Ledger(args.state_dir).compact().describe()))
             return 0
         if args.sim_command == "faults":
-            from sbxcheck.sim.faults import describe_faults
+            from sbxcheck.fleetsource import describe_faults
 
             print(describe_faults())
             return 0
@@ -128,11 +128,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve(root: Path, faults: list[str], seed: int | None, runs: int = 3) -> int:
-    from sbxcheck.sim.fleet import SimFleet
+    from sbxcheck.fleetsource import open_embedded
 
+    fleet = open_embedded(root, faults, seed=seed, runs=runs, embedded=False)
     root.mkdir(parents=True, exist_ok=True)
     (root / READY_FILE).unlink(missing_ok=True)
-    fleet = SimFleet(root, faults, seed=seed, runs=runs, embedded=False)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -154,10 +154,10 @@ def _serve(root: Path, faults: list[str], seed: int | None, runs: int = 3) -> in
 
 
 def _up(root: Path, faults: list[str], seed: int | None, runs: int = 3) -> int:
-    from sbxcheck.sim.faults import parse_fault
+    from sbxcheck.fleetsource import check_fault
 
     for fault in faults:
-        parse_fault(fault)  # a bad name fails here, before anything starts
+        check_fault(fault)  # a bad name fails here, before anything starts
     root = root.resolve()
     if _alive_pid(root) is not None:
         print(f"sbxcheck sim: already running in {root} (sbxcheck sim down --dir {root})", file=sys.stderr)

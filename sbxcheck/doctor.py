@@ -68,15 +68,17 @@ def run_doctor(choice: InventoryChoice, out: TextIO | None = None) -> int:
         print(finding.render(), file=stream, flush=True)
 
     with _inventory_path(choice, emit) as path:
+        simulated = choice.simulated
         if path is not None:
             inv = _check_inventory(path, choice, emit)
+            simulated = simulated or (inv is not None and inv.sim is not None)  # `sbxcheck sim up`'s fleet
             if inv is not None:
                 _check_files(inv, emit)
                 _check_known_hosts(inv, emit)
                 _check_env_vars(inv, emit)
                 _check_control_plane(inv, emit)
                 _check_openrouter(inv, emit)
-        _check_tools(emit)
+        _check_tools(emit, simulated=simulated)
         _check_versions(emit)
     failed = sum(not f.ok for f in findings)
     summary = "all preconditions met" if not failed else f"{failed} of {len(findings)} preconditions not met"
@@ -100,10 +102,14 @@ def _inventory_path(choice: InventoryChoice, emit: Callable[[Finding], None]) ->
         )
     )
     from sbxcheck.errors import SbxError
-    from sbxcheck.sim.fleet import SimFleet
+    from sbxcheck.fleetsource import SIM_EXTRA, open_embedded, sim_installed
 
+    if not sim_installed():
+        emit(Finding(False, "embedded fleet", "the simulator is not installed", SIM_EXTRA))
+        yield None
+        return
     with tempfile.TemporaryDirectory(prefix="sbxcheck-doctor-") as tmp:
-        fleet = SimFleet(Path(tmp), [])
+        fleet = open_embedded(Path(tmp), [])
         try:
             fleet.materialize()
             fleet.serve()
@@ -487,9 +493,8 @@ def _version_of(argv: list[str]) -> str | None:
     return text[0] if proc.returncode == 0 and text else None
 
 
-def _check_tools(emit: Callable[[Finding], None]) -> None:
-    from sbxcheck.errors import SbxError
-    from sbxcheck.sim.pi import node_toolchain, pi_status
+def _check_tools(emit: Callable[[Finding], None], *, simulated: bool) -> None:
+    """just (the recipes' runner); node and pi only for a simulated fleet: they are its VMs' tools."""
     from sbxcheck.tools import find_tool
 
     just = find_tool("just")
@@ -502,6 +507,14 @@ def _check_tools(emit: Callable[[Finding], None]) -> None:
                 False, "just", "not found in this interpreter's bin/ nor on PATH", "pip install rust-just"
             )
         )
+    if simulated:
+        _check_simulated_tools(emit)
+
+
+def _check_simulated_tools(emit: Callable[[Finding], None]) -> None:
+    from sbxcheck.errors import SbxError
+    from sbxcheck.fleetsource import node_toolchain, pi_status
+
     try:
         tools = node_toolchain()
     except SbxError as exc:

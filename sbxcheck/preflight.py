@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from sbxcheck.fleetsource import FleetSource, SimulatorMissing, check_fault, sim_installed
 
 if TYPE_CHECKING:
     from sbxcheck.inventory import Inventory
@@ -26,32 +27,13 @@ _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
 
 
-@dataclass(frozen=True)
-class InventoryChoice:
-    """Which inventory a run uses and where that came from (``path`` None: the embedded fleet)."""
-
-    path: Path | None
-    source: str  # "--sbx-inventory", "$SBXCHECK_INVENTORY", "sbx_inventory in pyproject.toml", "rootdir", ...
-
-    @property
-    def simulated(self) -> bool:
-        return self.path is None
+#: Which inventory a run uses and where that came from (``path`` None: the embedded fleet).
+InventoryChoice = FleetSource
 
 
 def choose_inventory(value: str | None, source: str, rootdir: Path, *, force_sim: bool) -> InventoryChoice:
-    """The inventory a session would use: the resolved setting, else ``<rootdir>/sbxcheck.toml``, else none.
-
-    ``value``/``source`` come from :func:`sbxcheck.plugin.options.resolve` (CLI > env > ini). Mirrors
-    :func:`sbxcheck.inventory.find_inventory` without importing the inventory model.
-    """
-    if force_sim:
-        return InventoryChoice(None, "--sbx-sim / --sbx-sim-fault")
-    if value:
-        return InventoryChoice(Path(value), source)
-    candidate = rootdir / "sbxcheck.toml"
-    if candidate.is_file():
-        return InventoryChoice(candidate, "sbxcheck.toml in the rootdir")
-    return InventoryChoice(None, "no inventory given")
+    """The inventory a session would use: the resolved setting, else ``<rootdir>/sbxcheck.toml``, else none."""
+    return FleetSource.choose(value, source, rootdir, force_sim=force_sim)
 
 
 def require_flag(cli: bool, env: str | None, ini: object) -> tuple[bool, str]:
@@ -66,6 +48,12 @@ def require_flag(cli: bool, env: str | None, ini: object) -> tuple[bool, str]:
     if ini is True or str(ini).strip().lower() in _TRUE:
         return True, f"ini {REQUIRE_INI}"
     return False, "default"
+
+
+def names_a_suite(markexpr: str) -> bool:
+    """Whether ``-m`` asks for a shipped suite by name (``-m gate``, ``-m "run and not slow"``)."""
+    tokens = re.findall(r"[^\s()]+", markexpr)
+    return any(t in (*SUITES, "run") and (i == 0 or tokens[i - 1] != "not") for i, t in enumerate(tokens))
 
 
 def selected_suites(markexpr: str) -> set[str]:
@@ -187,16 +175,16 @@ def configuration_problem(
             "set $SBXCHECK_INVENTORY or ini sbx_inventory, or put sbxcheck.toml in the rootdir "
             "(a run without one would check the embedded simulated fleet)"
         )
+    if choice.simulated and names_a_suite(markexpr) and not sim_installed():
+        return f"sbxcheck: {SimulatorMissing().message}"
     if not faults and choice.path is None:
         return None
     from sbxcheck.errors import SbxError
 
     if faults:
-        from sbxcheck.sim.faults import parse_fault
-
         for fault in faults:
             try:
-                parse_fault(fault)
+                check_fault(fault)
             except SbxError as exc:
                 return f"sbxcheck: --sbx-sim-fault: {exc.message}"
     if choice.path is None:

@@ -24,23 +24,17 @@ How sbxcheck's verdicts meet pytest's own output:
 from __future__ import annotations
 
 import contextlib
-import os
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from sbxcheck.fleetsource import FleetSource
 from sbxcheck.plugin.collector import ResultCollector
 from sbxcheck.plugin.handoff import XdistNodes
-from sbxcheck.plugin.options import (
-    add_first_contact_options,
-    add_history_options,
-    history_keep,
-    report_dir,
-    resolved_path,
-)
 from sbxcheck.plugin.params import NOTHING_LEAKED, parametrize
+from sbxcheck.plugin.settings import SETTINGS_KEY, Settings, build, declare
 from sbxcheck.plugin.stash import (
     CALL_START_KEY,
     COLLECTOR_KEY,
@@ -49,6 +43,7 @@ from sbxcheck.plugin.stash import (
     RESULT_KEY,
     SESSION_KEY,
     SESSION_TAG_KEY,
+    fleet_source,
     get_session,
     plain_nodeid,
     simulated_fleet,
@@ -76,111 +71,20 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from sbxcheck.plugin.options import SETTINGS, TEARDOWN_CHOICES, add_ini_options
-
-    group = parser.getgroup("sbxcheck", "sbxcheck: sandbox fleet checks")
-    group.addoption(
-        "--sbx-inventory",
-        metavar="PATH",
-        default=None,
-        help=SETTINGS["sbx_inventory"].help + "; write --sbx-inventory=PATH (the space form lets pytest "
-        "take PATH for a test path when it picks the rootdir); also $SBXCHECK_INVENTORY, ini sbx_inventory",
-    )
-    group.addoption(
-        "--sbx-sim",
-        action="store_true",
-        default=False,
-        help="use the embedded simulated fleet even if an inventory exists",
-    )
-    group.addoption(
-        "--sbx-sim-fault",
-        action="append",
-        default=[],
-        metavar="NAME[@RUN]",
-        help="inject a named fault into the embedded fleet (repeatable; sbxcheck sim faults lists them)",
-    )
-    group.addoption(
-        "--sbx-run-id",
-        action="append",
-        default=[],
-        metavar="ID",
-        help="gate only this run (repeatable; default: every open run)",
-    )
-    group.addoption(
-        "--sbx-remediate",
-        action="store_true",
-        default=False,
-        help="let the DGX triage run its one recovery command (systemctl enable --now tailscaled); "
-        "off by default: triage only classifies and recommends",
-    )
-    group.addoption(
-        "--sbx-mount",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="mount a sandbox with the inventory's mount recipe (just sbx mount NAME) before the gate (repeatable)",
-    )
-    group.addoption(
-        "--sbx-teardown",
-        choices=TEARDOWN_CHOICES,
-        default=None,
-        help=SETTINGS["sbx_teardown"].help + "; a failed gate always keeps its VM; "
-        "also $SBXCHECK_TEARDOWN, ini sbx_teardown",
-    )
-    group.addoption(
-        "--sbx-sweep",
-        action="store_true",
-        default=False,
-        help="release what earlier sessions left open in the ledger, through the same recipes / cancel calls",
-    )
-    group.addoption(
-        "--sbx-state",
-        metavar="DIR",
-        default=None,
-        help="ledger directory (default: the inventory's [state] dir, else .sbxcheck/state beside the "
-        "inventory file; relative to where pytest was started); also $SBXCHECK_STATE_DIR, ini sbx_state_dir",
-    )
-    group.addoption(  # issue 21
-        "--sbx-probe",
-        metavar="ROUTE",
-        default=None,
-        help="validate a repair: run exactly one narrow no-push probe mission of ROUTE (its dispatched, "
-        "echo and execution items) and nothing else",
-    )
-    group.addoption(
-        "--sbx-max-parallel",
-        type=int,
-        default=None,
-        metavar="N",
-        help="VMs gated at once (default: the inventory's [ssh] max_parallel, 32); 0 = no fan-out",
-    )
-    group.addoption(
-        "--sbx-report",
-        metavar="DIR",
-        default=None,
-        help=SETTINGS["sbx_report"].help + "; also $SBXCHECK_REPORT_DIR, ini sbx_report_dir",
-    )
-    add_ini_options(parser)
-    add_history_options(parser, group)
-    add_first_contact_options(parser, group)
+    declare(parser)
 
 
-def _check_outputs(config: pytest.Config) -> None:
+def _check_outputs(config: pytest.Config, settings: Settings) -> None:
     """Every output option names something sbxcheck can write: one usage-error line per wrong one."""
-    from sbxcheck.plugin.options import resolve
     from sbxcheck.plugin.outputs import output_problems
 
-    state = resolve(config, "sbx_state").value
-    state_dir = Path(state).expanduser() if state else None
-    if state_dir is not None and not state_dir.is_absolute():
-        state_dir = Path(str(config.invocation_params.dir)) / state_dir
     allure = config.getoption("allure_report_dir", None)
     problems = output_problems(
         [
-            ("--sbx-report", report_dir(config), "dir"),
-            ("--sbx-history", resolved_path(config, "sbx_history", "sbx_history"), "dir"),
-            ("--sbx-metrics", resolved_path(config, "sbx_metrics", "sbx_metrics"), "file"),
-            ("--sbx-state", state_dir, "dir"),
+            ("--sbx-report", settings.report_dir, "dir"),
+            ("--sbx-history", settings.history, "dir"),
+            ("--sbx-metrics", settings.metrics, "file"),
+            ("--sbx-state", settings.state, "dir"),
             ("--alluredir", Path(str(allure)).expanduser() if allure else None, "dir"),
         ]
     )
@@ -189,23 +93,19 @@ def _check_outputs(config: pytest.Config) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from sbxcheck.plugin.options import resolve
-
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
-    for dest in ("sbx_inventory", "sbx_report", "sbx_teardown", "sbx_state"):
-        resolve(config, dest)  # a bad value is a usage error now, naming its source
-    history_keep(config)  # a bad value stops the run before anything is mounted
-    if config.getoption("sbx_doctor"):
-        _run_doctor(config)
-    if getattr(config, "workerinput", None) is None and not getattr(config.option, "help", False):
-        _preflight(config)  # a bad configuration is one usage error, before collection (exit 4)
-    from sbxcheck.plugin.options import max_spend_usd
-
-    max_spend_usd(config)  # issue 21: a bad cap is a usage error now
-    _check_outputs(config)  # issue 20: a wrong output path is exit 4, before anything runs
-    config.stash[PARAMS_KEY] = {}
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+    handed = workerinput.get("sbxcheck_settings") if workerinput else None
+    # a worker takes the controller's settings whole; elsewhere a bad value is a usage error now
+    settings = Settings.from_wire(handed) if handed else build(config)
+    config.stash[SETTINGS_KEY] = settings
+    if settings.doctor:
+        _run_doctor(settings)
+    if workerinput is None and not getattr(config.option, "help", False):
+        _preflight(config, settings)  # a bad configuration is one usage error, before collection (exit 4)
+    _check_outputs(config, settings)  # a wrong output path is exit 4, before anything runs
+    config.stash[PARAMS_KEY] = {}
     config.stash[SESSION_TAG_KEY] = (
         workerinput.get("sbxcheck_session_tag") if workerinput else None
     ) or uuid.uuid4().hex
@@ -231,7 +131,7 @@ def pytest_configure(config: pytest.Config) -> None:
     collector = ResultCollector(config)
     config.stash[COLLECTOR_KEY] = collector
     config.pluginmanager.register(collector, "sbxcheck-collector")
-    if not config.getoption("collectonly") and _wants_mounts(config):
+    if not config.getoption("collectonly") and _wants_mounts(config, settings):
         collector.remove_stale_reports()  # a mount is sbxcheck work: this run writes a report
         session = get_session(config)
         _terminate_as_interrupt()
@@ -255,61 +155,35 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(xdist_nodes, "sbxcheck-xdist")
 
 
-def _preflight(config: pytest.Config) -> None:
+def _preflight(config: pytest.Config, settings: Settings) -> None:
     """Raise pytest.UsageError with one message when the configuration cannot give a fleet verdict."""
-    from sbxcheck.plugin.options import resolve
-    from sbxcheck.preflight import REQUIRE_ENV, choose_inventory, configuration_problem, require_flag
+    from sbxcheck.preflight import configuration_problem
 
-    max_parallel = config.getoption("sbx_max_parallel")
-    if max_parallel is not None and max_parallel < 0:
-        raise pytest.UsageError(
-            f"--sbx-max-parallel: expected 0 (no fan-out) or a number of VMs at once, got {max_parallel}"
-        )
-    setting = resolve(config, "sbx_inventory")
-    faults = list(config.getoption("sbx_sim_fault"))
-    choice = choose_inventory(
-        setting.value,
-        setting.source,
-        Path(str(config.rootpath)),
-        force_sim=bool(config.getoption("sbx_sim") or faults),
-    )
-    try:
-        required = require_flag(
-            bool(config.getoption("sbx_require_inventory")),
-            os.environ.get(REQUIRE_ENV),
-            config.getini("sbx_require_inventory"),
-        )
-    except ValueError as exc:
-        raise pytest.UsageError(f"sbxcheck: {exc}") from None
+    required = (settings.require_inventory, settings.source("require_inventory"))
     problem = configuration_problem(
-        choice, required=required, faults=faults, markexpr=str(config.getoption("markexpr") or "")
+        fleet_source(settings),
+        required=required,
+        faults=list(settings.sim_faults),
+        markexpr=str(config.getoption("markexpr") or ""),
     )
     if problem:
         raise pytest.UsageError(problem)
 
 
-def _run_doctor(config: pytest.Config) -> None:
+def _run_doctor(settings: Settings) -> None:
     """--sbx-doctor: the doctor's report instead of a test run (exit 0 or 1), nothing collected."""
     from sbxcheck.doctor import run_doctor
-    from sbxcheck.plugin.options import resolve
-    from sbxcheck.preflight import choose_inventory
 
-    setting = resolve(config, "sbx_inventory")
-    choice = choose_inventory(setting.value, setting.source, Path(str(config.rootpath)), force_sim=False)
-    code = run_doctor(choice)
+    source = FleetSource.choose(settings.inventory, settings.source("inventory"), settings.rootdir, force_sim=False)
+    code = run_doctor(source)
     pytest.exit("sbxcheck doctor: all preconditions met" if code == 0 else "sbxcheck doctor: see the ✗ lines", code)
 
 
-def _wants_mounts(config: pytest.Config) -> bool:
+def _wants_mounts(config: pytest.Config, settings: Settings) -> bool:
     """--sbx-mount, or an inventory that asks for mounts (checked without loading anything when absent)."""
-    if config.getoption("sbx_mount"):
+    if settings.mounts:
         return True
-    from sbxcheck.plugin.options import resolve
-
-    explicit = resolve(config, "sbx_inventory").value
-    if config.getoption("sbx_sim") or config.getoption("sbx_sim_fault"):
-        return False
-    if not explicit and not (Path(str(config.rootpath)) / "sbxcheck.toml").is_file():
+    if fleet_source(settings).simulated:
         return False
     session = get_session(config)
     if session.uses_sim:
@@ -411,7 +285,7 @@ def pytest_report_collectionfinish(
     session = get_session(config)
     lines = [f"sbxcheck: inventory: {session.describe_source()}"]
     if session.uses_sim:
-        from sbxcheck.sim.pi import pi_status
+        from sbxcheck.fleetsource import pi_status
 
         lines.append(f"sbxcheck: simulated VMs run {pi_status()}")
     if simulated_fleet(session):
@@ -436,11 +310,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         params = getattr(getattr(item, "callspec", None), "params", {})
         return bool(params.get("sbx_ledger_entry") == NOTHING_LEAKED)
 
+    if getattr(config, "workerinput", None) is None and any(suite_of(item) for item in items):
+        from sbxcheck.fleetsource import SimulatorMissing, sim_installed
+
+        if fleet_source(config.stash[SETTINGS_KEY]).simulated and not sim_installed():
+            raise pytest.UsageError(f"sbxcheck: {SimulatorMissing().message}")
     dropped = [item for item in items if placeholder(item)]
     if dropped:
         items[:] = [item for item in items if not placeholder(item)]
         config.hook.pytest_deselected(items=dropped)
-    probe = config.getoption("sbx_probe", None)
+    probe = config.stash[SETTINGS_KEY].probe
     if probe:  # issue 21: --sbx-probe=ROUTE keeps that route's three items, nothing else
         from sbxcheck.lifecycle.prompts import probe_items
 
@@ -452,7 +331,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             )
         items[:] = kept
         config.hook.pytest_deselected(items=other)
-        get_session(config).probe_route = probe
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

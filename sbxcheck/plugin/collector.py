@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from sbxcheck.plugin.options import history_keep, report_dir, resolved_path
+from sbxcheck.plugin.settings import settings_of
 from sbxcheck.plugin.stash import (
     PYTEST_SESSION_KEY,
     SESSION_KEY,
@@ -53,7 +53,7 @@ class ResultCollector:
         from sbxcheck.plugin.outputs import remove_stale_reports
 
         with contextlib.suppress(OSError):  # a report dir we cannot clean was named at configure time
-            remove_stale_reports(report_dir(self.config))
+            remove_stale_reports(settings_of(self.config).report_dir)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if not any(suite_of(item) for item in session.items):
@@ -140,9 +140,8 @@ class ResultCollector:
             return
         self.finished = True
         interrupted = interrupted or self.interrupted
-        from sbxcheck.plugin.options import resolve
-
-        out_dir = report_dir(self.config)
+        settings = settings_of(self.config)
+        out_dir = settings.report_dir
         stale = interrupted and (out_dir / "results.json").exists()
         sbx = self.config.stash.get(SESSION_KEY, None)
         if sbx is None and not (self.records or stale):
@@ -156,8 +155,7 @@ class ResultCollector:
         from sbxcheck.results import InventoryInfo
 
         sbx = get_session(self.config)
-        policy = resolve(self.config, "sbx_teardown").value or "never"
-        mounts = sbx.finish_mounts(policy, self._gate_outcomes())
+        mounts = sbx.finish_mounts(settings.teardown, self._gate_outcomes())
         sbx.close_missions()
         cleanup = list(sbx.cleanup) + [mount_cleanup(m) for m in mounts if m.action != "pending"]
         left = left_open(sbx)
@@ -211,9 +209,9 @@ class ResultCollector:
             report,
             out_dir,
             default_redactor(),
-            history_dir=resolved_path(self.config, "sbx_history", "sbx_history"),
-            history_keep=history_keep(self.config),
-            metrics_path=resolved_path(self.config, "sbx_metrics", "sbx_metrics"),
+            history_dir=settings.history,
+            history_keep=settings.history_keep,
+            metrics_path=settings.metrics,
         )
         self.written, self.history_warnings = written.paths, written.warnings
         self.report = report
@@ -325,7 +323,7 @@ class ResultCollector:
             if item.get("kind") == "mission":
                 mark = "" if item.get("ok", True) else "FAILED "
                 tr.write_line(f"cleanup: {mark}mission {item.get('ident')}: {item.get('action')}")
-        sbx_probe = self.config.getoption("sbx_probe", None)
+        sbx_probe = settings_of(self.config).probe
         if sbx_probe:  # issue 21
             tr.write_line(f"probe: one narrow no-push probe of route {sbx_probe}; nothing else was run")
         from sbxcheck.spend import spend_worth_showing

@@ -1,4 +1,4 @@
-"""What the xdist controller hands each worker (seed, session tag, mounts, ledger ids, scope dir).
+"""What the xdist controller hands each worker (settings, session tag, mounts, ledger ids, scope dir).
 
 Kept apart from :mod:`sbxcheck.plugin.xdist` (the scheduler), which imports xdist.scheduler: that is
 imported only when the per-VM scheduler is used.
@@ -13,13 +13,15 @@ from typing import Any
 import pytest
 
 from sbxcheck.plugin.params import CONTROL_PLANE_GROUP
-from sbxcheck.plugin.stash import SESSION_KEY, SESSION_TAG_KEY, get_session, sim_seed
+from sbxcheck.plugin.settings import settings_of
+from sbxcheck.plugin.stash import SESSION_KEY, SESSION_TAG_KEY, get_session
 
 
 class XdistNodes:
     """Hands every worker what it must share with the controller.
 
-    The simulator seed (identical ids), the session tag (same idempotency keys), the mounted runs, and
+    The settings, whole (the simulator seed gives identical ids), the session tag (same idempotency
+    keys), the mounted runs, and
     where workers leave their items' groups for the per-VM scheduler (``scope_dir``, when it is used).
     """
 
@@ -55,7 +57,7 @@ class XdistNodes:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
-        node.workerinput["sbxcheck_sim_seed"] = sim_seed()
+        node.workerinput["sbxcheck_settings"] = settings_of(self.config).to_wire()  # the same settings, whole
         node.workerinput["sbxcheck_session_tag"] = self.config.stash[SESSION_TAG_KEY]
         if self.scope_dir is not None:
             node.workerinput["sbxcheck_scope_dir"] = str(self.scope_dir)

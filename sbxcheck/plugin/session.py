@@ -12,7 +12,7 @@ import shlex
 import shutil
 import tempfile
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -21,7 +21,8 @@ from sbxcheck.checks.gate import GateTarget
 from sbxcheck.clients.roster import RosterSource, roster_from_checkout
 from sbxcheck.clients.runrecords import RunEntry, gate_problem, select_runs
 from sbxcheck.errors import InventoryError, SbxError
-from sbxcheck.inventory import Inventory, find_inventory, load_inventory
+from sbxcheck.fleetsource import FORCED
+from sbxcheck.inventory import Inventory, load_inventory
 from sbxcheck.lifecycle.ledger import Ledger, LedgerEntry, default_owner
 from sbxcheck.lifecycle.mounts import Mounted, MountManager
 from sbxcheck.plugin.interrupts import finish_before_interrupt
@@ -39,11 +40,12 @@ if TYPE_CHECKING:  # production runs never import the simulator
     from sbxcheck.clients.mcp import AssistantMcpClient
     from sbxcheck.clients.openrouter import OpenRouterAdmin, OpenRouterKey
     from sbxcheck.clients.sandboxed import SandboxedClient
+    from sbxcheck.fleetsource import EmbeddedFleet, FleetSource
     from sbxcheck.inventory import RouteSpec
     from sbxcheck.lifecycle import MissionDispatcher
     from sbxcheck.plugin.fanout import GateFanout
+    from sbxcheck.plugin.settings import Settings
     from sbxcheck.results import CheckResult
-    from sbxcheck.sim.fleet import SimFleet
 
 
 @dataclass(frozen=True)
@@ -64,28 +66,26 @@ class SbxSession:
 
     def __init__(
         self,
+        settings: Settings,
+        source: FleetSource,
         *,
-        rootdir: Path,
-        inventory_option: str | None,
-        force_sim: bool,
-        faults: list[str],
-        run_ids: list[str],
-        sim_seed: int | None,
         session_tag: str | None = None,
-        invocation_dir: Path | None = None,
+        mounted_run_ids: Sequence[str] = (),
+        ledger_ids: Iterable[str] | None = None,
     ) -> None:
-        self.rootdir = rootdir
-        self.invocation_dir = (invocation_dir or Path.cwd()).resolve()
-        self.force_sim = force_sim or bool(faults)
-        self.faults = faults
-        self.run_ids = run_ids
-        self.sim_seed = sim_seed
-        self.inventory_path: Path | None = (
-            None if self.force_sim else find_inventory(inventory_option, rootdir)
-        )
+        """``mounted_run_ids`` and ``ledger_ids``: what an xdist worker shares with its controller."""
+        self.settings = settings
+        self.source = source
+        self.rootdir = settings.rootdir
+        self.invocation_dir = settings.invocation_dir.resolve()
+        self.force_sim = source.source == FORCED
+        self.faults = list(settings.sim_faults)
+        self.run_ids = [*settings.run_ids, *(r for r in mounted_run_ids if r not in settings.run_ids)]
+        self.sim_seed = settings.sim_seed
+        self.inventory_path: Path | None = source.path
         self._inventory: Inventory | None = None
         self._inventory_error: InventoryError | None = None
-        self._sim: SimFleet | None = None
+        self._sim: EmbeddedFleet | None = None
         self._sim_dir: Path | None = None
         self._pool: SshPool | None = None
         self._fanout: GateFanout | None = None
@@ -95,21 +95,21 @@ class SbxSession:
         self._mcp: AssistantMcpClient | None = None
         self._dispatcher: MissionDispatcher | None = None
         self._catalog: CatalogSnapshot | None = None  # issue 21
-        self.max_spend_usd: float | None = None  # issue 21: --sbx-max-spend
-        self.probe_route: str | None = None  # issue 21: --sbx-probe
+        self.max_spend_usd = settings.max_spend_usd
+        self.probe_route = settings.probe  # one narrow no-push probe of this route, nothing else
         self.on_wait: Any = None  # the progress line's callback, handed to the dispatcher (plugin sets it)
         self.cancel_report: dict[str, str] = {}
         self.cleanup: list[dict[str, Any]] = []  # what the end of the session released or failed to
-        self.ledger_ids: set[str] | None = None  # xdist workers: the controller's snapshot of entries
+        self.ledger_ids = None if ledger_ids is None else set(ledger_ids)  # a worker: the controller's entries
         self.ledger_problem: SbxError | None = None  # why the ledger could not be read (issue 20)
-        self.remediate = False  # --sbx-remediate: the DGX triage may run its one recovery command
-        self.state_option: str | None = None  # --sbx-state
-        self.mount_names: list[str] = []  # --sbx-mount
+        self.remediate = settings.remediate  # the DGX triage may run its one recovery command
+        self.state_option = str(settings.state) if settings.state else None
+        self.mount_names = list(settings.mounts)
         self.mounts: list[Mounted] = []
         self.mounts_finished = False
         self.mount_error: str | None = None
-        self.sweep = False  # --sbx-sweep
-        self.max_parallel: int | None = None  # --sbx-max-parallel (else the inventory's [ssh] max_parallel)
+        self.sweep = settings.sweep
+        self.max_parallel = settings.max_parallel  # else the inventory's [ssh] max_parallel
         self.interrupted_during: list[str] = []  # teardown steps an interrupt arrived in, and how they ended
         self._ledger: Ledger | None = None
         self._mount_manager: MountManager | None = None
@@ -133,7 +133,7 @@ class SbxSession:
         """Facts about the fleet for the report header (never secrets)."""
         if not self.uses_sim:
             return {}
-        from sbxcheck.sim.pi import pi_status
+        from sbxcheck.fleetsource import pi_status
 
         details: dict[str, object] = {"pi": pi_status(), "faults": list(self.faults)}
         if self._sim is not None and self._sim.pi is not None:
@@ -160,12 +160,12 @@ class SbxSession:
             raise self._inventory_error from None
         return self._inventory
 
-    def _sim_fleet(self) -> SimFleet:
+    def _sim_fleet(self) -> EmbeddedFleet:
         if self._sim is None:
-            from sbxcheck.sim.fleet import SimFleet
+            from sbxcheck.fleetsource import open_embedded
 
-            self._sim_dir = Path(tempfile.mkdtemp(prefix="sbxcheck-sim-"))
-            self._sim = SimFleet(self._sim_dir, self.faults, seed=self.sim_seed)
+            fleet = open_embedded(Path(tempfile.mkdtemp(prefix="sbxcheck-sim-")), self.faults, seed=self.sim_seed)
+            self._sim_dir, self._sim = fleet.root, fleet
         return self._sim
 
     def ensure_live(self) -> None:
@@ -175,7 +175,7 @@ class SbxSession:
             self._sim.serve()
 
     @property
-    def sim(self) -> SimFleet | None:
+    def sim(self) -> EmbeddedFleet | None:
         return self._sim
 
     # --------------------------------------------------------------- gate targets

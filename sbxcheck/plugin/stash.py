@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from sbxcheck.fleetsource import FleetSource
+
 if TYPE_CHECKING:
     from sbxcheck.plugin.collector import ResultCollector
     from sbxcheck.plugin.session import SbxSession
+    from sbxcheck.plugin.settings import Settings
     from sbxcheck.results import CheckResult
 
 
@@ -29,44 +31,34 @@ def get_session(config: pytest.Config) -> SbxSession:
     existing = config.stash.get(SESSION_KEY, None)
     if existing is not None:
         return existing
-    from sbxcheck.plugin.options import resolve
     from sbxcheck.plugin.session import SbxSession
+    from sbxcheck.plugin.settings import settings_of
 
-    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
-    seed = workerinput.get("sbxcheck_sim_seed") if workerinput else sim_seed()
+    settings = settings_of(config)
+    handed: dict[str, Any] = getattr(config, "workerinput", None) or {}
+    shared = handed.get("sbxcheck_inventory")
+    # workers gate the fleet the controller mounted on, not fleets of their own
+    source = FleetSource(Path(shared), "the xdist controller's fleet") if shared else fleet_source(settings)
     session = SbxSession(
+        settings,
+        source,
         session_tag=config.stash[SESSION_TAG_KEY],
-        rootdir=Path(str(config.rootpath)),
-        inventory_option=resolve(config, "sbx_inventory").value,
-        force_sim=config.getoption("sbx_sim"),
-        faults=list(config.getoption("sbx_sim_fault")),
-        run_ids=list(config.getoption("sbx_run_id")),
-        sim_seed=seed,
-        invocation_dir=Path(str(config.invocation_params.dir)),
+        mounted_run_ids=handed.get("sbxcheck_mounted", ()),
+        ledger_ids=handed.get("sbxcheck_ledger_ids"),
     )
-    session.remediate = bool(config.getoption("sbx_remediate"))
-    session.state_option = resolve(config, "sbx_state").value
-    session.mount_names = list(config.getoption("sbx_mount"))
-    session.sweep = bool(config.getoption("sbx_sweep"))
-    session.max_parallel = config.getoption("sbx_max_parallel")
-    from sbxcheck.plugin.options import max_spend_usd
-
-    session.max_spend_usd = max_spend_usd(config)  # issue 21
-    if workerinput is not None:
-        session.run_ids.extend(r for r in workerinput.get("sbxcheck_mounted", []) if r not in session.run_ids)
-        shared = workerinput.get("sbxcheck_inventory")
-        if shared:
-            session.inventory_path, session.force_sim = Path(shared), False
-        if "sbxcheck_ledger_ids" in workerinput:
-            session.ledger_ids = set(workerinput["sbxcheck_ledger_ids"])
     config.stash[SESSION_KEY] = session
     return session
 
 
-def sim_seed() -> int | None:
-    """``$SBXCHECK_SIM_SEED`` when set (a different fleet layout), else the simulator's fixed default."""
-    value = os.environ.get("SBXCHECK_SIM_SEED", "")
-    return int(value) if value.isdigit() else None
+def fleet_source(settings: Settings) -> FleetSource:
+    """The fleet these settings name: the inventory setting, ``<rootdir>/sbxcheck.toml``, or the embedded one."""
+    inventory = settings.inventory
+    return FleetSource.choose(
+        inventory,
+        settings.source("inventory"),
+        settings.rootdir,
+        force_sim=settings.sim or bool(settings.sim_faults),
+    )
 
 
 def simulated_fleet(session: SbxSession) -> bool:

@@ -7,19 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from sbxcheck.fleetsource import FleetSource
 from sbxcheck.plugin.session import SbxSession
+from sbxcheck.plugin.settings import Settings
 
 
 def _session(inventory: str | None, rootdir: Path, invocation: Path, state: str | None = None) -> SbxSession:
-    session = SbxSession(
-        rootdir=rootdir,
-        inventory_option=inventory,
-        force_sim=False,
-        faults=[],
-        run_ids=[],
-        sim_seed=None,
-        invocation_dir=invocation,
-    )
+    settings = Settings.defaults(rootdir, invocation)
+    session = SbxSession(settings, FleetSource.choose(inventory, "--sbx-inventory", rootdir, force_sim=False))
     session.state_option = state
     return session
 

