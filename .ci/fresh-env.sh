@@ -4,19 +4,20 @@
 # Each step gets a fresh clone of what is committed (HEAD), a fresh venv (base install: no extras), a fresh
 # HOME and a clean environment (env -i: only the system PATH plus that venv). Steps:
 #   1. README.md's first "## Quick start" command (the main job): exit 0, no collection error;
+#      then a base install (no extra) without an inventory: `pytest -m gate` is exit 4, one line;
 #   2. the nightly example's (examples/ci/github-actions-nightly.yml) install and suite lines against a
 #      `sbxcheck sim up` fleet named by SBXCHECK_INVENTORY (and SBXCHECK_REQUIRE_INVENTORY=1, as the
 #      example's job sets), then its summary lines `sbxcheck report` / `sbxcheck history`; the junit,
 #      metrics and Allure files it uploads must exist. The GitLab job's lines must be the same.
 # Exit 0 only when every step passed. Logs: $FRESH_ENV_DIR (default: a temp dir), one per step.
-# FRESH_ENV_STEPS="quickstart nightly" (the default) picks the steps.
+# FRESH_ENV_STEPS="quickstart base nightly" (the default) picks the steps.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && git rev-parse --show-toplevel)
 work=${FRESH_ENV_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/sbxcheck-fresh-env.XXXXXX")}
 mkdir -p "$work"
 step_timeout=${FRESH_ENV_TIMEOUT:-1200}
 failed=0
-steps=" ${FRESH_ENV_STEPS:-quickstart nightly} "
+steps=" ${FRESH_ENV_STEPS:-quickstart base nightly} "
 
 # run_fresh NAME COMMAND [VAR=VALUE ...]: COMMAND in a fresh clone, venv and HOME under env -i.
 run_fresh() {
@@ -39,6 +40,11 @@ first=$(awk '/^## Quick start/{q=1} q&&/^```/{n++; next} q&&n==1&&NF' "$repo/REA
 [ -n "$first" ] || { echo "FAIL: no command under '## Quick start' in README.md"; exit 1; }
 [[ $steps == *" quickstart "* ]] && run_fresh quickstart "$first"
 
+# 1b. A base install (no [sim] extra) and no inventory: `pytest -m gate` is exit 4 and one line naming the extra.
+base='pip install -q . && { pytest -m gate -p no:cacheprovider >gate.log 2>&1; rc=$?; cat gate.log;
+  [ "$rc" -eq 4 ] && [ "$(grep -c . gate.log)" -eq 1 ] && grep -q "^ERROR: .*sbxcheck\[sim\]" gate.log; }'
+[[ $steps == *" base "* ]] && run_fresh base "$base"
+
 # 2. The nightly example's install and suite lines (a `run: >-` block is one line), verbatim.
 read_lines() {  # FILE: the install line and the pytest line of a CI example, one per output line
   python3 - "$1" <<'EOF'
@@ -59,7 +65,11 @@ elif [ ${#gh[@]} -ne 2 ] || [ "${gh[*]}" != "${gl[*]}" ]; then
   printf '  %s\n' "${gh[@]}" "${gl[@]}"; failed=1
 else
   fleet=$work/nightly-fleet
-  nightly="${gh[0]} && sbxcheck sim up --dir $fleet >/dev/null && { ${gh[1]}; rc=\$?; sbxcheck sim down --dir $fleet >/dev/null; } \
+  # the fleet stands in for a real one: served from its own venv with the [sim] extra, so the suite's
+  # venv is the example's base install (which has no simulator)
+  sim="../sim-venv/bin/sbxcheck sim"
+  nightly="${gh[0]} && python -m venv ../sim-venv && ../sim-venv/bin/pip install -q '.[sim]' \
+&& $sim up --dir $fleet >/dev/null && { ${gh[1]}; rc=\$?; $sim down --dir $fleet >/dev/null; } \
 && sbxcheck report sbxcheck-report && sbxcheck history .sbxcheck/history \
 && test -s sbxcheck-report/pytest-junit.xml && test -s sbxcheck-report/sbxcheck.prom \
 && test -n \"\$(ls allure-results)\" && exit \$rc"
