@@ -187,6 +187,43 @@ def test_the_simulator_needs_nothing_of_the_plugin_or_the_lifecycle() -> None:
     _assert_only("sim", sim, lambda t: not _in(t, *forbidden))
 
 
+#: The one production module that may import the simulator (its packages are the ``[sim]`` extra).
+SEAM = "sbxcheck.fleetsource"
+
+
+def _imports_of_sim(path: Path) -> list[str]:
+    """Every import of ``sbxcheck.sim`` in one file, TYPE_CHECKING ones too (a seam that leaks types is no seam)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = (
+            [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+            else [a.name for a in node.names] if isinstance(node, ast.Import)
+            else []
+        )
+        if isinstance(node, ast.ImportFrom) and node.module == "sbxcheck" and not node.level:
+            names = [f"sbxcheck.{a.name}" for a in node.names]
+        found += [f"line {node.lineno}: {n}" for n in names if _in(n, "sbxcheck.sim")]
+    return found
+
+
+def test_only_the_seam_imports_the_simulator() -> None:
+    outside = {m: p for m, p in _modules().items() if not _in(m, "sbxcheck.sim") and m != SEAM}
+    bad = {m: hits for m, p in sorted(outside.items()) if (hits := _imports_of_sim(p))}
+    assert bad == {}
+    assert _imports_of_sim(_modules()[SEAM]), "the seam itself imports the simulator"
+
+
+def test_the_sim_rule_sees_every_spelling(tmp_path: Path) -> None:
+    """Guards the rule: a lazy import, a TYPE_CHECKING one and ``from sbxcheck import sim`` all count."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from sbxcheck.sim.fleet import SimFleet\n"
+        "def f():\n    import sbxcheck.sim.pi\n    from sbxcheck import sim\n    from sbxcheck import inventory\n"
+    )
+    hits = [h.split(": ")[1] for h in _imports_of_sim(probe)]
+    assert hits == ["sbxcheck.sim.fleet", "sbxcheck.sim.pi", "sbxcheck.sim"]
+
+
 def test_the_graph_sees_every_kind_of_import() -> None:
     """Guards the test itself: function-level imports count, TYPE_CHECKING ones do not."""
     graph = _graph()
