@@ -112,14 +112,12 @@ def pytest_configure(config: pytest.Config) -> None:
     if workerinput is not None:
         scope_dir = workerinput.get("sbxcheck_scope_dir")
         if scope_dir:
-            # the controller groups by VM with its own scheduler (sbxcheck.plugin.xdist): node ids stay
-            # plain even under an explicit --dist loadgroup, which would append "@<group>" to them
+            # the controller groups by VM with its own scheduler (sbxcheck.plugin.xdist) when this
+            # worker collects sbxcheck items: their node ids then stay plain even under --dist loadgroup
             from sbxcheck.plugin.xdist import WorkerGroups
 
-            config.option.loadgroup = False
-            config.pluginmanager.register(
-                WorkerGroups(Path(scope_dir), str(workerinput.get("workerid"))), "sbxcheck-worker-groups"
-            )
+            groups = WorkerGroups(Path(scope_dir), str(workerinput.get("workerid")), lambda i: bool(suite_of(i)))
+            config.pluginmanager.register(groups, "sbxcheck-worker-groups")
         from sbxcheck.plugin.cleanup import WorkerCleanup
 
         config.pluginmanager.register(

@@ -35,9 +35,27 @@ class XdistNodes:
         """``-n``/``--tx`` with load or loadgroup: one unit per VM / control plane, plain node ids."""
         if self.scope_dir is None:
             return None
-        from sbxcheck.plugin.xdist import GroupScopeScheduling
+        from sbxcheck.plugin.xdist import ChosenAtCollection, GroupScopeScheduling
 
-        return GroupScopeScheduling(config, log, self.scope_dir, self._groups_from_node_ids)
+        scope_dir = self.scope_dir
+        others = config.pluginmanager.subset_hook_caller("pytest_xdist_make_scheduler", remove_plugins=[self])
+        return ChosenAtCollection(
+            lambda: GroupScopeScheduling(config, log, scope_dir, self._groups_from_node_ids),
+            lambda: others(config=config, log=log),
+            lambda node, collection: self._selects_sbxcheck(scope_dir, node, collection),
+        )
+
+    def _selects_sbxcheck(self, scope_dir: Path, node: Any, collection: Sequence[str]) -> bool:
+        """Whether a worker's collection has sbxcheck items (its flag file, or for a remote worker the
+        groups sbxcheck would give its node ids)."""
+        from sbxcheck.plugin.xdist import scope_file, suites_file
+
+        worker_id = str(node.workerinput.get("workerid", node.gateway.id))
+        if suites_file(scope_dir, worker_id).exists():
+            return True
+        if scope_file(scope_dir, worker_id).exists():
+            return False  # the worker wrote its groups and no flag: no sbxcheck item
+        return bool(self._groups_from_node_ids(collection))
 
     def _groups_from_node_ids(self, nodeids: Sequence[str]) -> dict[str, str]:
         """For workers on other hosts: sbxcheck's groups from the node ids and the inventory."""

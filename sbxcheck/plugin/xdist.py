@@ -12,6 +12,10 @@ The controller never collects, so each worker writes the groups of the items it 
 in a directory the controller names (``workerinput``), before it reports its collection; the
 scheduler reads it when that collection arrives. A worker whose file is missing (a remote ``--tx``
 host) still runs every item, ungrouped.
+
+Only a run that selects sbxcheck items gets this scheduler: :class:`ChosenAtCollection` waits for the
+first collection and then becomes either it or the scheduler xdist (or another plugin) would have
+made, so an unrelated project's ``-n`` run is scheduled exactly as without sbxcheck.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from xdist.scheduler import LoadScopeScheduling
 
 __all__ = [
     "SCOPE_DIR_KEY",
+    "ChosenAtCollection",
     "GroupScopeScheduling",
     "WorkerGroups",
     "groups_by_parameter",
@@ -110,15 +115,97 @@ class GroupScopeScheduling(LoadScopeScheduling):  # type: ignore[misc]
         return f"group:{group}" if group is not None else nodeid
 
 
+def suites_file(directory: Path, worker_id: str) -> Path:
+    """Present when the worker collected sbxcheck items (the controller then uses its own scheduler)."""
+    return directory / f"sbxcheck-items-{worker_id}"
+
+
+class ChosenAtCollection:
+    """The scheduler, chosen when the first worker's collection arrives.
+
+    Until then it only remembers the workers that came up (all xdist asks of a scheduler before a
+    collection); then it becomes :class:`GroupScopeScheduling` when that worker collected sbxcheck
+    items, else ``default()`` (what xdist would have made), and forwards everything to it. It reports
+    the chosen one's class, so ``-v``'s "scheduling tests via ..." names the scheduler at work.
+    """
+
+    def __init__(
+        self,
+        sbxcheck: Callable[[], GroupScopeScheduling],
+        default: Callable[[], Any],
+        selected: Callable[[Any, Sequence[str]], bool],
+    ) -> None:
+        self._make_sbxcheck, self._make_default, self._selected = sbxcheck, default, selected
+        self._nodes: list[Any] = []
+        self.chosen: Any = None
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        return type(self.chosen) if self.chosen is not None else ChosenAtCollection
+
+    @property
+    def nodes(self) -> list[Any]:
+        return self.chosen.nodes if self.chosen is not None else list(self._nodes)
+
+    @property
+    def collection_is_completed(self) -> bool:
+        return bool(self.chosen is not None and self.chosen.collection_is_completed)
+
+    @property
+    def tests_finished(self) -> bool:
+        return bool(self.chosen is not None and self.chosen.tests_finished)
+
+    @property
+    def has_pending(self) -> bool:
+        return bool(self.chosen is None or self.chosen.has_pending)
+
+    def add_node(self, node: Any) -> None:
+        if self.chosen is not None:
+            self.chosen.add_node(node)
+        else:
+            self._nodes.append(node)
+
+    def remove_node(self, node: Any) -> str | None:
+        if self.chosen is not None:
+            return self.chosen.remove_node(node)  # type: ignore[no-any-return]
+        self._nodes.remove(node)
+        return None
+
+    def add_node_collection(self, node: Any, collection: Sequence[str]) -> None:
+        if self.chosen is None:
+            self.chosen = self._make_sbxcheck() if self._selected(node, collection) else self._make_default()
+            for earlier in self._nodes:
+                self.chosen.add_node(earlier)
+        self.chosen.add_node_collection(node, collection)
+
+    def __getattr__(self, name: str) -> Any:
+        """Everything else xdist calls after the collection (schedule, mark_test_complete, ...)."""
+        chosen = self.__dict__.get("chosen")
+        if chosen is None:
+            raise AttributeError(name)
+        return getattr(chosen, name)
+
+
 class WorkerGroups:
     """Worker-side: leaves the groups of the collected items where the controller's scheduler reads them."""
 
-    def __init__(self, directory: Path, worker_id: str) -> None:
+    def __init__(self, directory: Path, worker_id: str, is_sbxcheck: Callable[[pytest.Item], bool]) -> None:
         self.path = scope_file(directory, worker_id)
+        self.flag = suites_file(directory, worker_id)
+        self.is_sbxcheck = is_sbxcheck
+
+    @pytest.hookimpl(tryfirst=True)  # before xdist's worker appends "@<group>" to node ids (loadgroup)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        if any(self.is_sbxcheck(item) for item in items):
+            # sbxcheck's scheduler groups by VM itself: node ids stay plain even under --dist loadgroup
+            config.option.loadgroup = False
 
     @pytest.hookimpl(tryfirst=True)  # before xdist's worker reports its collection to the controller
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         write_groups(self.path, item_groups(session.items))
+        if any(self.is_sbxcheck(item) for item in session.items):
+            self.flag.parent.mkdir(parents=True, exist_ok=True)
+            self.flag.touch()
 
 
 def groups_by_parameter(
