@@ -15,6 +15,7 @@ import pytest
 from gate_harness import CANARY_SUITES
 from lifecycle_harness import child_argv, interrupt, start_child, suites_dir, wait_for
 from prometheus_client.parser import text_string_to_metric_families
+from support.schemas import validate_junit
 
 from sbxcheck.lifecycle.ledger import Ledger
 from sbxcheck.report.history import HistoryStore, analyse
@@ -107,14 +108,7 @@ def test_ctrl_c_is_interrupted_in_every_output(pytester: pytest.Pytester) -> Non
     result, out = _run(pytester, "raise KeyboardInterrupt")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     assert_interrupted_everywhere(result, out, [*NEVER, "test_suite.py::test_stops_here"], "Ctrl-C")
-    repo = Path(__file__).resolve().parents[2]
-    xsd = next(
-        (p for b in (repo.parent, repo.parent.parent) if (p := b / "shared/schemas/junit-10.xsd").is_file()),
-        None,
-    )
-    if xsd is not None:  # the properties and the suite's system-out keep junit.xml valid
-        xmlschema = pytest.importorskip("xmlschema")
-        xmlschema.XMLSchema(str(xsd)).validate(str(out / "junit.xml"))
+    validate_junit(out / "junit.xml")  # the properties and the suite's system-out keep junit.xml valid
 
 
 def test_exitfirst_fills_not_run_and_is_interrupted(pytester: pytest.Pytester) -> None:
