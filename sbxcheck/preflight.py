@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sbxcheck.fleetsource import FleetSource, SimulatorMissing, check_fault, sim_installed
+from sbxcheck.fleetsource import SIMULATOR_MISSING, FleetSource, check_fault, sim_installed
 
 if TYPE_CHECKING:
     from sbxcheck.inventory import Inventory
@@ -176,7 +176,7 @@ def configuration_problem(
             "(a run without one would check the embedded simulated fleet)"
         )
     if choice.simulated and names_a_suite(markexpr) and not sim_installed():
-        return f"sbxcheck: {SimulatorMissing().message}"
+        return f"sbxcheck: {SIMULATOR_MISSING}"
     if not faults and choice.path is None:
         return None
     from sbxcheck.errors import SbxError

@@ -309,10 +309,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return bool(params.get("sbx_ledger_entry") == NOTHING_LEAKED)
 
     if getattr(config, "workerinput", None) is None and any(suite_of(item) for item in items):
-        from sbxcheck.fleetsource import SimulatorMissing, sim_installed
+        from sbxcheck.fleetsource import SIMULATOR_MISSING, sim_installed
 
         if fleet_source(config.stash[SETTINGS_KEY]).simulated and not sim_installed():
-            raise pytest.UsageError(f"sbxcheck: {SimulatorMissing().message}")
+            raise pytest.UsageError(f"sbxcheck: {SIMULATOR_MISSING}")
     dropped = [item for item in items if placeholder(item)]
     if dropped:
         items[:] = [item for item in items if not placeholder(item)]
