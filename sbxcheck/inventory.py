@@ -7,7 +7,6 @@ naming the file, the field and what was expected.
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import string
@@ -608,17 +607,6 @@ def path_problems(inv: Inventory) -> list[str]:
     if inv.sandboxed is not None:
         need("sandboxed.password_file", inv.sandboxed.password_file, "file")
     return problems
-
-
-def find_inventory(explicit: str | None, rootdir: Path) -> Path | None:
-    """Locate the inventory: --sbx-inventory, then $SBXCHECK_INVENTORY, then <rootdir>/sbxcheck.toml."""
-    if explicit:
-        return Path(explicit)
-    env = os.environ.get(INVENTORY_ENV)
-    if env:
-        return Path(env)
-    candidate = rootdir / INVENTORY_FILENAME
-    return candidate if candidate.is_file() else None
 
 
 def dump_inventory(inv: Inventory) -> str:
