@@ -1,4 +1,4 @@
-"""Shared test setup: ``tests/`` is on sys.path (so ``import gate_harness`` works) and pytester is on."""
+"""Shared test setup: ``tests/`` is on sys.path (``from support.gate_harness import ...``) and pytester is on."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import report_scenarios as scenarios
+from support import report_scenarios as scenarios
 
 from sbxcheck.redact import Redactor
 from sbxcheck.report.history import HistoryStore

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gate_harness import CANARY_SUITES, run_canary
-from next_step_harness import next_step_problems
+from support.gate_harness import CANARY_SUITES, run_canary
+from support.next_step_harness import next_step_problems
 
 from sbxcheck.sim.fleet import SimFleet
 

@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from gate_harness import GATE_SUITE
+from support.gate_harness import GATE_SUITE
 
 from sbxcheck.sim.faults import FAULTS
 

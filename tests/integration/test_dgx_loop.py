@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gate_harness import REPO, run_suite
+from support.gate_harness import REPO, run_suite
 
 from sbxcheck.checks import dgx, dgx_remediate
 from sbxcheck.errors import HostUnreachable

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gate_harness import REPO, run_suite
-from next_step_harness import next_step_problems
+from support.gate_harness import REPO, run_suite
+from support.next_step_harness import next_step_problems
 
 from sbxcheck.sim.fleet import SimFleet
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from gate_harness import GATE_SUITE
+from support.gate_harness import GATE_SUITE
 
 from sbxcheck.sim.fleet import SimFleet
 

@@ -10,8 +10,8 @@ import socket
 from pathlib import Path
 
 import pytest
-from gate_harness import ROSTER, expected_items, run_gate
-from next_step_harness import next_step_problems
+from support.gate_harness import ROSTER, expected_items, run_gate
+from support.next_step_harness import next_step_problems
 
 from sbxcheck.sim.fleet import DEFAULT_SEED, SimFleet, plan_run_ids
 from sbxcheck.sim.sshd import private_tmp_supported

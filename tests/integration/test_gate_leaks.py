@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from gate_harness import run_gate
+from support.gate_harness import run_gate
 
 from sbxcheck.sim.fleet import DEFAULT_SEED, SimFleet, plan_run_ids
 

@@ -16,7 +16,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from gate_harness import CANARY_SUITES, GATE_SUITE, REPO
+from support.gate_harness import CANARY_SUITES, GATE_SUITE, REPO
 from support.schemas import validate_junit
 
 from sbxcheck.lifecycle.ledger import LEDGER_FILE

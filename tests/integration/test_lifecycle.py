@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gate_harness import GATE_SUITE
-from lifecycle_harness import LEDGER_SUITE, child_argv, teardown_by_hand
+from support.gate_harness import GATE_SUITE
+from support.lifecycle_harness import LEDGER_SUITE, child_argv, teardown_by_hand
 
 from sbxcheck.lifecycle.ledger import Ledger
 from sbxcheck.sim.fleet import SimFleet

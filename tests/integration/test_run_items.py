@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from gate_harness import REPO, GateOutcome, run_suite
-from next_step_harness import next_step_problems
+from support.gate_harness import REPO, GateOutcome, run_suite
+from support.next_step_harness import next_step_problems
 
 from sbxcheck.sim.fleet import DEFAULT_SEED, SimFleet, plan_run_ids
 

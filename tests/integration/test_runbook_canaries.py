@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gate_harness import CANARY_SUITES, REPO, run_suite
+from support.gate_harness import CANARY_SUITES, REPO, run_suite
 
 from sbxcheck.checks.hygiene import SIGNALS
 from sbxcheck.sim.faults import FAULTS

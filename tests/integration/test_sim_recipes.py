@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
-from gate_harness import run_gate
+from support.gate_harness import run_gate
 
 from sbxcheck.lifecycle.recipes import (
     RecipeTemplates,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gate_harness import CANARY_SUITES, run_suite
+from support.gate_harness import CANARY_SUITES, run_suite
 
 from sbxcheck.sim.fleet import SimFleet
 

@@ -6,7 +6,7 @@ import json
 import shutil
 
 import pytest
-from gate_harness import REPO
+from support.gate_harness import REPO
 
 pytestmark = pytest.mark.slow  # two children, each on an embedded fleet of its own
 

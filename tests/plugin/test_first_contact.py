@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from lifecycle_harness import child_argv, read_report, suites_dir
+from support.lifecycle_harness import child_argv, read_report, suites_dir
 
 from sbxcheck.cli import _parser as cli_parser
 from sbxcheck.cli import main as cli_main

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from gate_harness import GATE_SUITE
+from support.gate_harness import GATE_SUITE
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from gate_harness import GATE_SUITE, expected_items, run_gate
+from support.gate_harness import GATE_SUITE, expected_items, run_gate
 
 from sbxcheck.sim.fleet import SimFleet
 
@@ -237,7 +237,7 @@ def test_readme_main_job_collects_from_the_repository_root() -> None:
     import subprocess
     import sys
 
-    from gate_harness import REPO
+    from support.gate_harness import REPO
 
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "gate", "-p", "no:cacheprovider"],

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from gate_harness import run_canary
+from support.gate_harness import run_canary
 
 from sbxcheck.plugin.progress import ProgressLine, describe_wait
 from sbxcheck.sim.fleet import SimFleet

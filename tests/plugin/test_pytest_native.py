@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from gate_harness import REPO, run_gate
+from support.gate_harness import REPO, run_gate
 from support.schemas import validate_junit
 
 from sbxcheck.sim.fleet import SimFleet

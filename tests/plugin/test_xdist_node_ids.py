@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from gate_harness import GATE_SUITE
+from support.gate_harness import GATE_SUITE
 
 from sbxcheck.plugin.xdist import (
     GroupScopeScheduling,

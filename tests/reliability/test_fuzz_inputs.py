@@ -19,9 +19,9 @@ from typing import Any
 
 import httpx
 import pytest
-from fake_time import patch_module_time
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.fake_time import patch_module_time
 
 from sbxcheck.clients.openrouter import OpenRouterAdmin
 from sbxcheck.clients.runrecords import discover_runs, gate_problem, read_run_record

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gate_harness import CANARY_SUITES
-from lifecycle_harness import child_argv, interrupt, start_child, suites_dir, wait_for
 from prometheus_client.parser import text_string_to_metric_families
+from support.gate_harness import CANARY_SUITES
+from support.lifecycle_harness import child_argv, interrupt, start_child, suites_dir, wait_for
 from support.schemas import validate_junit
 
 from sbxcheck.lifecycle.ledger import Ledger

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from gate_harness import CANARY_SUITES
-from lifecycle_harness import (
+from support.gate_harness import CANARY_SUITES
+from support.lifecycle_harness import (
     child_argv,
     interrupt,
     kill,

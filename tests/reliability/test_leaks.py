@@ -19,8 +19,8 @@ import os
 from pathlib import Path
 
 import pytest
-from gate_harness import run_gate
-from secret_seeds import SELF_IDENTIFYING, in_context, seeded_secrets
+from support.gate_harness import run_gate
+from support.secret_seeds import SELF_IDENTIFYING, in_context, seeded_secrets
 
 from sbxcheck.sim.fleet import SimFleet
 

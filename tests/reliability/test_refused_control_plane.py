@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from gate_harness import CANARY_SUITES
-from lifecycle_harness import LEDGER_SUITE, child_argv, open_entries, run_child, suites_dir
+from support.gate_harness import CANARY_SUITES
+from support.lifecycle_harness import LEDGER_SUITE, child_argv, open_entries, run_child, suites_dir
 
 from sbxcheck.sim.fleet import SimFleet
 from sbxcheck.sim.httpserver import BackgroundServer

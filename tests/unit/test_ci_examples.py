@@ -168,7 +168,7 @@ def test_examples_validate_offline_against_vendored_schemas(
 
 
 def test_alert_rules_use_the_series_sbxcheck_writes() -> None:
-    import report_scenarios as scenarios
+    from support import report_scenarios as scenarios
 
     from sbxcheck.redact import Redactor
     from sbxcheck.report.history import analyse

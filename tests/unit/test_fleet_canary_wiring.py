@@ -8,7 +8,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from gate_harness import REPO
+from support.gate_harness import REPO
 
 from sbxcheck.checks.github import check_github_auth, probe_script, remote_for
 from sbxcheck.clients.sandboxed_models import ExecResult, FleetHealth, HealthInfo

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-import report_scenarios as scenarios
+from support import report_scenarios as scenarios
 
 from sbxcheck.cli import main as cli_main
 from sbxcheck.redact import Redactor

@@ -7,7 +7,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from gate_harness import REPO
+from support.gate_harness import REPO
 
 from sbxcheck.checks.discovery import check_discovery_mcp
 from sbxcheck.checks.github import mcp_exec

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import report_scenarios as scenarios
 from prometheus_client.parser import text_string_to_metric_families
+from support import report_scenarios as scenarios
 
 from sbxcheck.redact import MASK, Redactor
 from sbxcheck.report.history import analyse

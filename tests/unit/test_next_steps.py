@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from next_step_harness import next_step_problems
+from support.next_step_harness import next_step_problems
 
 from sbxcheck.report.incidents import default_recommendation
 from sbxcheck.report.nextsteps import fill_probe, inventory_flag, probe_command, probe_of

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-from fake_time import patch_module_time
+from support.fake_time import patch_module_time
 
 from sbxcheck.clients.channels import McpChannel
 from sbxcheck.clients.mcp import McpToolResult

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-import report_scenarios as scenarios
+from support import report_scenarios as scenarios
 
 from sbxcheck.redact import MASK, Redactor
 from sbxcheck.report.html import extract_commands, render_html, rerun_command

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
-from fake_time import patch_module_time
+from support.fake_time import patch_module_time
 
 from sbxcheck.clients.sandboxed import (
     ApiRejected,

@@ -10,7 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from secret_seeds import in_context, seeded_secrets
+from support.secret_seeds import in_context, seeded_secrets
 
 from sbxcheck.checks.base import trim
 from sbxcheck.clients.sandboxed_models import Workspace

@@ -12,7 +12,7 @@ import pytest
 
 from sbxcheck.sim.fleet import SimFleet
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 GATE_SUITE = REPO / "gates" / "test_gate.py"
 CANARY_SUITES = (REPO / "canaries" / "test_routes.py", REPO / "canaries" / "test_workspaces.py")
 ROSTER = ("deepseek/deepseek-v4-flash-0731", "google/gemini-3.6-flash", "openai/gpt-5.6-luna")

@@ -16,7 +16,7 @@ from typing import Any
 from sbxcheck.report import assemble_report
 from sbxcheck.results import CheckRecord, Classification, Outcome, RunReport
 
-HEALTHY_PATH = Path(__file__).parent / "data" / "sim-healthy-results.json"
+HEALTHY_PATH = Path(__file__).parents[1] / "data" / "sim-healthy-results.json"
 RUNS = ("alpha-20261130-2265b1", "bravo-20261130-91b758", "charlie-20261130-d8f16a")
 C = Classification
 DGX_RECOVERY = "systemctl enable --now tailscaled, then a strict-host-key SSH and a silent sentinel run"

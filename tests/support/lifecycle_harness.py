@@ -18,10 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gate_harness import REPO
-
 from sbxcheck.lifecycle.ledger import Ledger, LedgerEntry
 from sbxcheck.sim.fleet import SimFleet
+from support.gate_harness import REPO
 
 LEDGER_SUITE = REPO / "gates" / "test_gate_ledger.py"
 CHILD_TIMEOUT_S = 300
