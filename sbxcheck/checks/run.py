@@ -64,6 +64,12 @@ SDLC_ARGS_RE = re.compile(r"(?:^|[\s/])just\s(?:.*\s)?adw(?:\s|$)")
 _NAMED = r"\b(?:sdlc|adw|workflow|pipeline)\b[:\s\]-]*"
 FINISH_FAILED_RE = re.compile(_NAMED + r"(?:failed|aborted|crashed)\b|^error: recipe `adw` failed", re.I)
 FINISH_OK_RE = re.compile(_NAMED + r"(?:completed?|finished|succeeded|done)\b", re.I)
+# just's own verdict on the recipe it ran (`error: Recipe `sdlc` failed on line 69 with exit code 1`).
+JUST_FAILED_RE = re.compile(r"^error: recipe `[^`]+` failed on line \d+ with exit code \d+", re.I)
+# The SDLC's closing panel prints its title ("ADW complete") whichever way the run went; only its
+# status row (`status   ✓ success` / `status   ✗ fail`) says how it ended.
+PANEL_TITLE_RE = re.compile(r"^\W*adw complete\W*$", re.I)
+STATUS_ROW_RE = re.compile(r"^[\s│|]*status\s+(?:[✓✗x]\s*)?(success|fail(?:ed|ure)?)\b", re.I)
 LOG_TAIL_LINES = 30
 LOG_MATCH_LINES = 40
 LINE_CHARS = 400
@@ -307,7 +313,12 @@ def finish_outcome(tail: Iterable[str]) -> tuple[str, str] | None:
     """``("finished" | "failed", line)`` for the last line of the tail that says how the run ended."""
     found: tuple[str, str] | None = None
     for line in tail:
-        if FINISH_FAILED_RE.search(line):
+        text = line.strip()
+        if PANEL_TITLE_RE.match(text):
+            continue
+        if row := STATUS_ROW_RE.match(text):
+            found = ("finished" if row.group(1).lower() == "success" else "failed", text.strip("│| "))
+        elif JUST_FAILED_RE.match(text) or FINISH_FAILED_RE.search(line):
             found = ("failed", line.strip())
         elif FINISH_OK_RE.search(line):
             found = ("finished", line.strip())

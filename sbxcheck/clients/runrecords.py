@@ -48,6 +48,24 @@ _STRING_FIELDS = ("vm_name", "https_url", "key_hash", "session_id", "commit_sha"
 _FLOAT_FIELDS = ("limit", "spend")
 
 
+_SLUG_RE = re.compile(r"[^a-z0-9]+")
+_HAS_SUFFIX_RE = re.compile(r"-[0-9a-f]{6}$")
+
+
+def task_slug(task: str) -> str:
+    """The slug run_record.py makes of a task before it adds the date and entropy (``Fix Login!`` -> ``fix-login``)."""
+    return _SLUG_RE.sub("-", task.lower()).strip("-") or "run"
+
+
+def mount_run_prefix(name: str) -> str | None:
+    """What the run ids a mount of ``name`` creates start with; None when ``name`` is used as is.
+
+    The create recipe keeps a name that already ends in ``-<6 hex>``; any other name goes through
+    ``new-id``, which slugifies it and appends ``-<YYYYMMDD>-<6 hex>``.
+    """
+    return None if _HAS_SUFFIX_RE.search(name) else f"{task_slug(name)}-"
+
+
 def is_run_id(value: str) -> bool:
     """A run id as upstream's create makes it: a lowercase host label of at most 63 characters."""
     return bool(RUN_ID_RE.match(value)) and len(value) <= 63

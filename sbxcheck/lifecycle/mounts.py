@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sbxcheck.lifecycle.ledger import Ledger, LedgerEntry
+from sbxcheck.lifecycle.quirks import explain_quirk
 from sbxcheck.lifecycle.recipes import (
     Decision,
     RecipeResult,
@@ -114,8 +115,16 @@ class MountManager:
             self.ledger.mark_created(entry_id, mounted.run_id)
         mounted.ok = result.ok and info.ok
         if not mounted.ok:
-            mounted.reason = _why(result, info.reason)
+            mounted.reason = self._explained(result, _why(result, info.reason), mounted.mount)
         return mounted
+
+    def _explained(self, result: RecipeResult, why: str, evidence: dict[str, Any]) -> str:
+        """``why``, plus the platform quirk the recipe tripped over (its recipe line and the fix), if any."""
+        quirk = explain_quirk(result.text, self.templates.cwd)
+        if quirk is None:
+            return why
+        evidence["quirk"] = quirk.evidence()
+        return f"{why} — {quirk.summary()}"
 
     def finish(self, policy: TeardownPolicy, gate_outcomes: Mapping[str, Sequence[str]]) -> list[Mounted]:
         """Apply the teardown policy to every mount, newest first; each decision lands in the ledger."""
@@ -169,9 +178,12 @@ class MountManager:
             ok, reason = False, proof.message
         if ok:
             self.ledger.mark_released(entry.id, "swept: just sbx lifecycle teardown")
+        shown = teardown.evidence(2000)
+        if not ok:
+            reason = self._explained(teardown, reason or _why(teardown, None), shown)
         return ok, {
             "harvest": harvest.evidence(1000),
-            "teardown": teardown.evidence(2000),
+            "teardown": shown,
             "teardown_ok": ok,
             "reason": reason,
             **({"revocation": proof.evidence()} if proof is not None else {}),
@@ -205,7 +217,8 @@ class MountManager:
             self.ledger.mark_released(mounted.entry_id, "just sbx lifecycle teardown")
         else:
             mounted.action = "teardown-failed"
-            mounted.why = f"{why}; teardown failed: {_why(teardown, parsed.reason)}"
+            failure = self._explained(teardown, _why(teardown, parsed.reason), mounted.teardown)
+            mounted.why = f"{why}; teardown failed: {failure}"
             mounted.reason = mounted.why  # the ledger entry stays open: the report and next session show it
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "parse_harvest_output",
     "parse_mount_output",
     "parse_teardown_output",
+    "recipe_path",
     "run_recipe",
 ]
 
@@ -57,6 +58,21 @@ def _check_value(run_id: str) -> None:
         raise ValueError(f"run id {run_id!r} starts with '-' and would be read as a flag")
     if len(run_id) > 200 or any(ord(c) < 32 or ord(c) == 127 for c in run_id):
         raise ValueError("run id is too long or contains control characters")
+
+
+def recipe_path(path: str | None) -> str:
+    """``path`` with the interpreter's own tool directories first.
+
+    The recipes call ``just`` (and ``python3``) by name again from inside (mount runs ``just sbx
+    lifecycle create``, teardown ``just sbx manage harvest``). Without an activated venv (cron, CI,
+    ``venv/bin/python -m pytest``) the venv's ``bin/`` is not on PATH, so the inner call would fail
+    with ``just: command not found`` although sbxcheck found ``just`` for the outer one.
+    """
+    from sbxcheck.tools import interpreter_bin_dirs
+
+    first = [str(d) for d in interpreter_bin_dirs()]
+    rest = [p for p in (path or os.defpath).split(os.pathsep) if p and p not in first]
+    return os.pathsep.join([*first, *rest])
 
 
 def build_command(templates: RecipeTemplates, name: RecipeName, run_id: str | None = None) -> list[str]:
@@ -152,6 +168,7 @@ def run_recipe(
     timeout = templates.timeout(name)
     cwd = templates.cwd
     full_env = {**os.environ, **(env or {})}
+    full_env["PATH"] = recipe_path(full_env.get("PATH"))
     started = time.monotonic()
     try:
         proc = subprocess.Popen(
@@ -201,7 +218,10 @@ _MOUNT_VM = re.compile(r"^\s*vm:\s+(\S+)\s+->\s+(\S+)\s*$")
 _MOUNTED = re.compile(r"^\s*mounted:\s+(\S+)\s*$")
 _HARVESTED = re.compile(r"^\s*harvest:\s+(\d+)\s+commit\(s\)\s+->\s+(refs/sandbox/(\S+))\s*$")
 _HARVEST_FAIL = re.compile(r"^\s*!!\s*harvest\b")
-_TEARDOWN_DONE = re.compile(r"teardown complete for\s+(\S+)\s*$")
+# `✓ teardown complete for <id>`, or `... for <id> (no key was ever minted)` for a run whose create
+# stopped before its mint: nothing to revoke, and the teardown is as complete as the other.
+_TEARDOWN_DONE = re.compile(r"teardown complete for\s+(\S+)(?:\s+\(([^)]*)\))?\s*$")
+_NO_KEY_MINTED = re.compile(r"no key was ever minted|^\s*key:\s+none minted\b")
 _GATE_FAILED = re.compile(r"!!\s*gate FAILED\b")
 _HARVEST_STOP = re.compile(r"!!\s*harvest FAILED\b")
 _KEY_REVOKED = re.compile(r"^\s*key:\s+revoked\b")
@@ -257,7 +277,15 @@ def parse_mount_output(stdout: str) -> MountInfo:
     return MountInfo(reason is None, run_id, vm, url, after, reason)
 
 
-HarvestStatus = Literal["harvested", "norepo", "nocommits", "failed", "unknown"]
+HarvestStatus = Literal["harvested", "norepo", "nocommits", "no_vm", "no_commit_sha", "failed", "unknown"]
+
+# harvest's "nothing to harvest" answers, each a success with its own name (status, pattern)
+_HARVEST_NOTHING: tuple[tuple[HarvestStatus, re.Pattern[str]], ...] = (
+    ("no_vm", re.compile(r"\bharvest:\s+no vm_name\b")),
+    ("no_commit_sha", re.compile(r"\bharvest:\s+no commit_sha\b")),
+    ("norepo", re.compile(r"\bNOREPO\b|\bharvest:\s+no app/ repo\b")),
+    ("nocommits", re.compile(r"\bNOCOMMITS\b|committed nothing")),
+)
 
 
 @dataclass(frozen=True)
@@ -273,7 +301,7 @@ class HarvestResult:
 
 
 def parse_harvest_output(stdout: str, *, run_id: str | None = None) -> HarvestResult:
-    """Read ``harvest: <n> commit(s) -> refs/sandbox/<id>``, NOREPO, NOCOMMITS or ``!! harvest:``."""
+    """Read ``harvest: <n> commit(s) -> refs/sandbox/<id>``, a named "nothing to harvest" or ``!! harvest:``."""
     lines = _lines(stdout)
     for line in lines:
         if _HARVEST_FAIL.match(line) or "BUNDLEFAIL" in line:
@@ -286,16 +314,15 @@ def parse_harvest_output(stdout: str, *, run_id: str | None = None) -> HarvestRe
                 return HarvestResult(False, "unknown", got, int(m.group(1)), m.group(2), reason)
             return HarvestResult(True, "harvested", got, int(m.group(1)), m.group(2))
     for line in lines:
-        if re.search(r"\bNOREPO\b", line):
-            return HarvestResult(True, "norepo", run_id, 0, reason=line.strip())
-        if re.search(r"\bNOCOMMITS\b|committed nothing", line):
-            return HarvestResult(True, "nocommits", run_id, 0, reason=line.strip())
+        for status, pattern in _HARVEST_NOTHING:
+            if pattern.search(line):
+                return HarvestResult(True, status, run_id, 0, reason=line.strip())
     snippet = clip(lines[-1], 200) if lines else "(no output)"
     return HarvestResult(False, "unknown", run_id, reason=f"no recognised harvest line; last line: {snippet}")
 
 
-KeyStatus = Literal["revoked", "already_gone"]
-GateStatus = Literal["passed", "failed", "unverified"]
+KeyStatus = Literal["revoked", "already_gone", "never_minted"]
+GateStatus = Literal["passed", "failed", "unverified", "not_needed"]
 
 
 @dataclass(frozen=True)
@@ -323,6 +350,8 @@ def parse_teardown_output(stdout: str, *, run_id: str | None = None) -> Teardown
             key = "revoked"
         elif _KEY_GONE.match(line):
             key = "already_gone"
+        elif _NO_KEY_MINTED.search(line) and key is None:
+            key = "never_minted"
         if _GATE_FAILED.search(line):
             gate = "failed"
             problems.append(line.strip())
@@ -335,7 +364,7 @@ def parse_teardown_output(stdout: str, *, run_id: str | None = None) -> Teardown
         elif m := _TEARDOWN_DONE.search(line):
             done = m.group(1)
     if done is not None and gate is None:
-        gate = "passed"
+        gate = "not_needed" if key == "never_minted" else "passed"
     reason: str | None = None
     if problems:
         reason = clip(problems[0], 300)

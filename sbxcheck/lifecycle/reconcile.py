@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sbxcheck.clients.runrecords import mount_run_prefix
 from sbxcheck.ids import is_valid_id
 from sbxcheck.lifecycle.ledger import LedgerEntry
 
@@ -95,10 +96,11 @@ def resolve_mount(
         return Resolution("ambiguous", None, f"mount {name}: the intent has no usable time; nothing done")
     start, end = window
     taken = set(claimed)
+    prefix = mount_run_prefix(name)
     found = sorted(
         r.run_id
         for r in facts.values()
-        if r.run_id.startswith(f"{name}-")
+        if (r.run_id == name if prefix is None else r.run_id.startswith(prefix))
         and r.run_id not in taken
         and (created := parse_ts(r.created_at)) is not None
         and start <= created <= end
@@ -106,11 +108,11 @@ def resolve_mount(
     span = f"created {start:%Y-%m-%dT%H:%M:%SZ}–{end:%Y-%m-%dT%H:%M:%SZ}"
     if not found:
         return Resolution(
-            "unmatched", None, f"no run record {name}-… {span}: the mount made nothing sbxcheck can find"
+            "unmatched", None, f"no run record {prefix or name}… {span}: the mount made nothing sbxcheck can find"
         )
     if len(found) > 1:
         return Resolution(
-            "ambiguous", None, f"{len(found)} run records {name}-… {span}: {', '.join(found)}", found
+            "ambiguous", None, f"{len(found)} run records {prefix or name}… {span}: {', '.join(found)}", found
         )
     fact = facts[found[0]]
     closed = fact.closed_at is not None
