@@ -102,10 +102,14 @@ def test_every_controlplane_fault_is_in_the_matrix() -> None:
     # cp.create-500 and cp.cancel-slow (interrupt aids) are exercised by tests/reliability, the hostile
     # answers of issue 20 by tests/integration/test_hostile_answers.py
     hostile = ("cp.path-shaped-id", "cp.control-chars", "cp.workspace-busy")
+    # a control plane that lies in well-formed answers: tests/integration/test_lying_control_plane.py
+    lies = ("cp.coalesce-foreign", "cp.stream-lies", "cp.stream-endless-line", "cp.list-flood")
+    lies += ("cp.record-id-mismatch",)
     cp_faults = {
         f
         for f in FAULTS
-        if f.startswith("cp.") and f not in ("cp.env-values-exposed", "cp.create-500", "cp.cancel-slow", *hostile)
+        if f.startswith("cp.")
+        and f not in ("cp.env-values-exposed", "cp.create-500", "cp.cancel-slow", *hostile, *lies)
     }
     assert sorted(EXPECTED) == sorted(cp_faults)
     assert sorted(f for g in GROUPS for f in g) == sorted(cp_faults)
