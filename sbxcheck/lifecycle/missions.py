@@ -7,7 +7,9 @@ record and events (read with the ``since_seq`` cursor) are the evidence. Without
 are polled with backoff. Alternative-provider backends (opencode by default) are probed
 with two routes first: when both crash at the same init boundary with the same signature, that is one
 infrastructure incident and nothing more is dispatched to that backend. ``close()`` cancels every
-mission this session created that is not terminal — on success, failure and interrupt alike.
+mission this session created that is not terminal — on success, failure and interrupt alike; a
+mission a create was answered with but did not make is someone else's and is never touched
+(``lifecycle/closing.py``).
 """
 
 from __future__ import annotations
@@ -32,12 +34,14 @@ from sbxcheck.clients.missionruns import (
     silent_end,
     stream_says_settle,
 )
-from sbxcheck.clients.sandboxed import MissionRejected, NotFound
+from sbxcheck.clients.sandboxed import MissionRejected
 from sbxcheck.clients.sandboxed_models import MissionSpec
 from sbxcheck.clients.stream import ControlStream
 from sbxcheck.errors import CommandTimeout, RateLimited, SbxError
 from sbxcheck.inventory import RouteSpec, SandboxedSection
+from sbxcheck.lifecycle.closing import ClosingMixin
 from sbxcheck.lifecycle.ledger import Ledger
+from sbxcheck.lifecycle.listing import Page
 from sbxcheck.lifecycle.prompts import DIRECT_OUTPUT_PROMPT, canary_prompt, contract_fields, effort_fallbacks
 from sbxcheck.redact import clip
 from sbxcheck.results import CheckResult, Classification, incident_id
@@ -62,7 +66,7 @@ class WaitingState:
     followed_by: str  # "stream" or "polling"
 
 
-class MissionDispatcher:
+class MissionDispatcher(ClosingMixin):
     """Owns this session's missions: concurrent dispatch, cursor polling, and cancellation at close."""
 
     def __init__(
@@ -74,7 +78,7 @@ class MissionDispatcher:
         workspace_ids: Callable[[], dict[str, str]],
         exec_sha256: Callable[[str, str], str],
         ledger: Ledger | None = None,
-        list_missions: Callable[[], list[dict[str, Any]]] | None = None,
+        list_missions: Page | None = None,
         preflight: Callable[[RouteSpec], CheckResult | None] | None = None,
         max_spend_usd: float | None = None,
         single_create: bool = False,
@@ -89,6 +93,7 @@ class MissionDispatcher:
         self.canaries: dict[str, CanaryRun] = {}
         self.blocked_backends: dict[str, str] = {}
         self.created: dict[str, str] = {}  # mission id -> via
+        self.foreign: dict[str, str] = {}  # mission id -> via: another's, answered to a create (never ours)
         self.ledger = ledger
         self._entries: dict[str, str] = {}  # mission id -> ledger entry
         # told what is waited on while an item waits (the progress line); None: wait silently
@@ -206,13 +211,10 @@ class MissionDispatcher:
         )
 
     def mission_cost(self, mission_id: str, via: str) -> float | None:
-        """The mission's cost; None when not reported. The live stream's sum when it saw the mission end
-        without a gap (no read), else the stored events (bounded: at most 10 pages)."""
+        """The mission's cost from its stored events (bounded: at most 10 pages); None when not reported.
+        Never the live stream's sum: an event the stream carried may not be what the mission stored."""
         from sbxcheck.spend import mission_cost_usd
 
-        seen = self._stream.signal(mission_id) if self._stream is not None else None
-        if seen is not None and seen.status in TERMINAL and not seen.gaps:
-            return round(seen.cost_cents / 100.0, 6) if seen.cost_cents is not None else None
         channel = self.channel_for(via)
         events: list[dict[str, Any]] = []
         cursor = 0
@@ -337,74 +339,6 @@ class MissionDispatcher:
         with pushback_until(time.monotonic() + 60.0):
             return self._cancel_created()
 
-    def _cancel_created(self) -> dict[str, str]:
-        outcome: dict[str, str] = {}
-        for mission_id, via in list(self.created.items()):
-            try:
-                channel = self.channel_for(via)
-                seen = self._stream.signal(mission_id) if self._stream is not None else None
-                if seen is not None and seen.status in TERMINAL:  # terminal is final: no read needed
-                    status: Any = seen.status
-                else:
-                    status = channel.get(mission_id).get("status")
-                if status in TERMINAL:
-                    how = f"already {status}"
-                else:
-                    how = "cancelled" if channel.cancel(mission_id) else "already gone"
-            except NotFound:
-                how = "already gone"
-            except SbxError as exc:  # one failing cancel does not stop the others
-                how = f"cancel failed: {exc.message}"
-            outcome[mission_id] = how
-            if mission_id not in self.costs:  # issue 21: what it cost, where the control plane says
-                self.costs[mission_id] = self.mission_cost(mission_id, via)
-            entry = self._entries.get(mission_id)
-            if self.ledger is not None and entry is not None and not how.startswith("cancel failed"):
-                # released as each one ends, so an abandoned close leaves the ledger exact; a failed
-                # cancel stays open: the next session sees it
-                self.ledger.mark_released(entry, how)
-        outcome.update(self._close_unanswered())
-        return outcome
-
-    def _close_unanswered(self) -> dict[str, str]:
-        """Creates that failed without an answer (a 500, a dropped connection) may still have made a
-        mission: find it by its title in the mission list, then cancel it by id."""
-        if not self._unanswered or self.ledger is None:
-            return {}
-        from sbxcheck.lifecycle.reconcile import resolve_mission
-
-        outcome: dict[str, str] = {}
-        try:
-            listed = self._list_missions() if self._list_missions is not None else None
-        except SbxError as exc:
-            listed, reason = None, exc.message
-        else:
-            reason = "no way to list missions"
-        entries = {e.id: e for e in self.ledger.state()}
-        for entry_id, run in list(self._unanswered.items()):
-            label = f"unanswered create of {run.title}"
-            entry = entries.get(entry_id)
-            if listed is None or entry is None:
-                outcome[label] = f"cancel failed: cannot find what it made ({reason})"
-                continue
-            found = resolve_mission(entry, listed, claimed=set(self._entries))
-            if found.status == "unmatched":
-                self.ledger.mark_released(entry_id, f"never created: {found.why}")
-                outcome[label] = "never created"
-            elif found.status == "ambiguous" or found.ident is None:
-                outcome[label] = f"cancel failed: {found.why}"
-            else:
-                self.ledger.mark_created(entry_id, found.ident)
-                try:
-                    how = "cancelled" if self.channel_for("rest").cancel(found.ident) else "already gone"
-                except SbxError as exc:
-                    outcome[found.ident] = f"cancel failed: {exc.message}"
-                    continue
-                self.ledger.mark_released(entry_id, f"{how} (found by title after an unanswered create)")
-                outcome[found.ident] = f"{how} (its create was never answered)"
-            self._unanswered.pop(entry_id, None)
-        return outcome
-
     # ------------------------------------------------------------------ routes
 
     def _new_run(self, route: RouteSpec, prompt: str, title: str) -> RouteRun:
@@ -480,6 +414,8 @@ class MissionDispatcher:
                 self._release(entry, f"never created: {clip(exc.reason, 120)}")
                 return
             run.effort_attempts.append({"effort": effort, "accepted": True})
+            if self._joined_foreign(created, run, entry):
+                raise self._foreign_error(created, run)
             run.created = created
             self.created[str(created.mission["id"])] = route.via
             self._created(entry, str(created.mission["id"]))
@@ -511,6 +447,8 @@ class MissionDispatcher:
             run.retry_rejection = exc
             self._release(entry, f"retry refused: {exc.reason[:120]}")
             return
+        if self._joined_foreign(retry, run, entry):
+            return  # someone else's mission says nothing of this session's key
         run.retry = retry
         retry_id = str(retry.mission["id"])
         if retry_id in self.created:

@@ -6,9 +6,16 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
+from sbxcheck.clients.sandboxed import SandboxedClient
 from sbxcheck.clients.stream import bounded_lines
+from sbxcheck.errors import BadResponseError
+
+ASKED = "6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f"
+OTHER = "0a0b0c0d-0000-4000-8000-0000000001d0"
+
 
 # ------------------------------------------------------------------ a stream line without end
 
@@ -38,3 +45,18 @@ def test_a_line_over_the_cap_is_cut_while_it_is_read() -> None:
 )
 def test_every_sse_line_end_splits_lines_across_chunks(chunks: list[bytes]) -> None:
     assert list(bounded_lines(chunks, 100)) == ["event: a", "data: 1", ""]
+
+
+# ------------------------------------------------------------------ the record asked for
+
+
+def test_a_record_of_another_mission_is_a_bad_response_naming_both_ids() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"id": OTHER, "status": "completed", "backend": "claudecode"})
+
+    client = SandboxedClient("http://cp.test", token="t", transport=httpx.MockTransport(handler))
+    with pytest.raises(BadResponseError) as caught:
+        client.get_mission(ASKED)
+    assert ASKED in caught.value.message and OTHER in caught.value.message
+    assert "claudecode" not in caught.value.message
+    assert caught.value.classification.value == "bad_response"
