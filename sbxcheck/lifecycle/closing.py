@@ -20,6 +20,8 @@ from sbxcheck.errors import BadResponseError, SbxError
 from sbxcheck.lifecycle.ledger import Ledger
 from sbxcheck.lifecycle.listing import Page, missions_since, oldest_intent, resolve_listed
 
+EVENT_PAGE = 100  # the events endpoint's default page: a full page means more may follow
+MAX_CLOSE_PAGES = 10  # event pages read per mission at close (what the follower read is not read again)
 FOREIGN_HOW = "left alone: not this session's (a create over {via} was answered with it, x-coalesced-with)"
 
 
@@ -31,12 +33,10 @@ class ClosingMixin:
     costs: dict[str, float | None]
     ledger: Ledger | None
     _entries: dict[str, str]
+    _runs: dict[str, RouteRun]
     _unanswered: dict[str, RouteRun]
     _list_missions: Page | None
     channel_for: Callable[[str], MissionChannel]
-
-    def mission_cost(self, mission_id: str, via: str) -> float | None:
-        raise NotImplementedError
 
     def _release(self, entry: str | None, how: str) -> None:
         raise NotImplementedError
@@ -59,15 +59,51 @@ class ClosingMixin:
             evidence={"coalesced_with": created.coalesced_with, "answered_mission_id": mission_id},
         )
 
+    def _stored_events(
+        self, mission_id: str, channel: MissionChannel
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """The mission's stored events — what its follower read, then what was stored after its cursor
+        (bounded) — and the last status stored: its last record read when that was terminal (final),
+        else the newest stored ``mission_status_changed`` (None when none was read)."""
+        run = self._runs.get(mission_id)
+        events = list(run.events) if run is not None else []
+        last = run.last.get("status") if run is not None and run.last else None
+        if last in TERMINAL:  # its events were read after that record: nothing is missing
+            return events, str(last)
+        cursor = max((e["sequence"] for e in events if isinstance(e.get("sequence"), int)), default=0)
+        try:
+            for _ in range(MAX_CLOSE_PAGES):
+                page = channel.events(mission_id, cursor)
+                fresh = [e for e in page if isinstance(e.get("sequence"), int) and e["sequence"] > cursor]
+                events.extend(fresh)
+                if len(page) < EVENT_PAGE or not fresh:
+                    break
+                cursor = max(e["sequence"] for e in fresh)
+        except SbxError:
+            return events, None
+        for event in reversed(events):
+            if event.get("event_type") == "mission_status_changed":
+                status = (event.get("metadata") or {}).get("status")
+                return events, status if isinstance(status, str) else None
+        return events, None
+
     def _cancel_created(self) -> dict[str, str]:
+        from sbxcheck.spend import mission_cost_usd
+
         outcome: dict[str, str] = {}
         for mission_id, via in list(self.created.items()):
             try:
                 channel = self.channel_for(via)
-                try:  # the stored record decides, never the stream's word
-                    status: Any = channel.get(mission_id).get("status")
-                except RecordMismatch:
-                    status = None  # the answer was another mission's record: cancel ours by its id
+                # the stored mission decides, never the stream's word: its stored events (read for
+                # the cost anyway) when they show it ended, else its record
+                events, status = self._stored_events(mission_id, channel)
+                if mission_id not in self.costs:  # what it cost, where the control plane stores it
+                    self.costs[mission_id] = mission_cost_usd(events)
+                if status not in TERMINAL:
+                    try:
+                        status = channel.get(mission_id).get("status")
+                    except RecordMismatch:
+                        status = None  # the answer was another mission's record: cancel ours by its id
                 if status in TERMINAL:
                     how = f"already {status}"
                 else:
@@ -77,8 +113,6 @@ class ClosingMixin:
             except SbxError as exc:  # one failing cancel does not stop the others
                 how = f"cancel failed: {exc.message}"
             outcome[mission_id] = how
-            if mission_id not in self.costs:  # what it cost, where the control plane stores it
-                self.costs[mission_id] = self.mission_cost(mission_id, via)
             entry = self._entries.get(mission_id)
             if self.ledger is not None and entry is not None and not how.startswith("cancel failed"):
                 # released as each one ends, so an abandoned close leaves the ledger exact; a failed

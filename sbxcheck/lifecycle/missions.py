@@ -39,7 +39,7 @@ from sbxcheck.clients.sandboxed_models import MissionSpec
 from sbxcheck.clients.stream import ControlStream
 from sbxcheck.errors import CommandTimeout, RateLimited, SbxError
 from sbxcheck.inventory import RouteSpec, SandboxedSection
-from sbxcheck.lifecycle.closing import ClosingMixin
+from sbxcheck.lifecycle.closing import EVENT_PAGE, ClosingMixin
 from sbxcheck.lifecycle.ledger import Ledger
 from sbxcheck.lifecycle.listing import Page
 from sbxcheck.lifecycle.prompts import DIRECT_OUTPUT_PROMPT, canary_prompt, contract_fields, effort_fallbacks
@@ -51,7 +51,6 @@ EVIDENCE_EVENTS = frozenset({"tool_call", "tool_result", "assistant_message"})
 MAX_POLL_S = 10.0  # polling backoff ceiling (without the live stream)
 RECHECK_S = 1.0  # the stream said "settled" but the stored rows did not yet: read again after this
 STREAM_SILENCE_S = 15.0  # the stream showed nothing of a mission this long after dispatch: read (doubling)
-EVENT_PAGE = 100  # the events endpoint's default page: a full page means more may follow
 MAX_EVENT_PAGES = 50
 
 
@@ -94,6 +93,7 @@ class MissionDispatcher(ClosingMixin):
         self.blocked_backends: dict[str, str] = {}
         self.created: dict[str, str] = {}  # mission id -> via
         self.foreign: dict[str, str] = {}  # mission id -> via: another's, answered to a create (never ours)
+        self._runs: dict[str, RouteRun] = {}  # mission id -> the run that created (and followed) it
         self.ledger = ledger
         self._entries: dict[str, str] = {}  # mission id -> ledger entry
         # told what is waited on while an item waits (the progress line); None: wait silently
@@ -211,24 +211,12 @@ class MissionDispatcher(ClosingMixin):
         )
 
     def mission_cost(self, mission_id: str, via: str) -> float | None:
-        """The mission's cost from its stored events (bounded: at most 10 pages); None when not reported.
-        Never the live stream's sum: an event the stream carried may not be what the mission stored."""
+        """The mission's cost from its stored events (what its follower read, then what was stored
+        since; bounded); None when not reported. Never the live stream's sum: an event the stream
+        carried may not be what the mission stored."""
         from sbxcheck.spend import mission_cost_usd
 
-        channel = self.channel_for(via)
-        events: list[dict[str, Any]] = []
-        cursor = 0
-        try:
-            for _ in range(10):
-                page = channel.events(mission_id, cursor)
-                seqs = [int(e["sequence"]) for e in page if isinstance(e.get("sequence"), int)]
-                events.extend(page)
-                if not seqs or max(seqs) <= cursor:
-                    break
-                cursor = max(seqs)
-        except SbxError:
-            return mission_cost_usd(events)
-        return mission_cost_usd(events)
+        return mission_cost_usd(self._stored_events(mission_id, self.channel_for(via))[0])
 
     def _settle_cost(self, run: RouteRun) -> None:
         """Capped runs: wait (bounded by the run's deadline) for the mission to end, then book its cost."""
@@ -418,6 +406,7 @@ class MissionDispatcher(ClosingMixin):
                 raise self._foreign_error(created, run)
             run.created = created
             self.created[str(created.mission["id"])] = route.via
+            self._runs[str(created.mission["id"])] = run
             self._created(entry, str(created.mission["id"]))
             if created.idempotency_supported and run.check_idempotency:
                 self._probe_idempotency(run, channel, spec)

@@ -183,7 +183,9 @@ def test_healthy_control_plane_rest_and_mcp_agree(pytester: pytest.Pytester, tmp
     creates = sum(1 for r in log if (r.method, r.path) == ("POST", "/api/control/missions"))
     reads = [r for r in log if r.method == "GET" and r.path.startswith("/api/control/missions/")]
     streams = sum(1 for r in log if r.path == "/api/control/stream")
-    assert streams == 1 and len(reads) + streams <= 1.5 * creates, (creates, len(reads))
+    # plus one read of its stored events at close per route (a route settles at execution evidence,
+    # before its mission ends): cleanup and spend rest on the stored mission, never the stream's word
+    assert streams == 1 and len(reads) + streams <= 1.5 * creates + len(ROUTES), (creates, len(reads))
     assert left == []
     # 7 routes + 3 canaries, each exactly once: the idempotent retry returned the same mission
     assert len(created) == len(ROUTES) + len(CANARIES)
