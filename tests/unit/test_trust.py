@@ -137,3 +137,52 @@ def test_an_intent_beyond_the_page_bound_is_left_open_never_never_created() -> N
     # a listing that did reach back, without the title: the create made nothing
     whole = missions_since(_pager(rows, []), now - dt.timedelta(seconds=900))
     assert resolve_listed(_intent(now - dt.timedelta(seconds=900), "not listed"), whole).status == "unmatched"
+
+
+class _ListingClient:
+    """``list_missions(all=True, limit, offset)`` over rows newest first, counting the pages asked."""
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self.rows, self.pages = rows, 0
+
+    def list_missions(self, *, all: bool, limit: int, offset: int) -> list[Any]:
+        from sbxcheck.clients.sandboxed_models import Mission
+
+        assert all
+        self.pages += 1
+        return [
+            Mission.model_validate({"status": "completed", **r}) for r in self.rows[offset : offset + limit]
+        ]
+
+
+class _Reviewer:
+    sweep = False
+
+    def __init__(self, ledger: Any, client: _ListingClient) -> None:
+        self._ledger, self._client = ledger, client
+
+    def ledger(self) -> Any:
+        return self._ledger
+
+    def sandboxed_client(self) -> _ListingClient:
+        return self._client
+
+
+def test_review_of_an_earlier_session_pages_back_to_its_unanswered_create(tmp_path: Any) -> None:
+    from sbxcheck.lifecycle.ledger import Ledger
+    from sbxcheck.plugin.review import reconcile
+
+    ledger = Ledger(tmp_path, session="gone")
+    entry_id = ledger.record_intent(
+        "mission", "sbxcheck-k", run_id=None, detail={"title": "sbxcheck t route r"}
+    )
+    [entry] = [e for e in ledger.state() if e.id == entry_id]
+    opened = dt.datetime.fromisoformat(entry.opened_at.replace("Z", "+00:00"))
+    made = {"id": str(uuid.uuid4()), "title": "sbxcheck t route r", "created_at": _at(opened, -1)}
+    newer = [{**r, "created_at": _at(opened, -2 - i)} for i, r in enumerate(_rows(450, opened))]
+    older = [
+        {"id": str(uuid.uuid4()), "title": f"o{i}", "created_at": _at(opened, 10 + i)} for i in range(300)
+    ]
+    client = _ListingClient([*newer[::-1], made, *older])  # newest first: 450 newer, then it, then older
+    found = reconcile(_Reviewer(ledger, client), entry)  # type: ignore[arg-type]
+    assert (found.status, found.ident) == ("resolved", made["id"]) and client.pages == 3
