@@ -517,6 +517,7 @@ class MissionDispatcher(ClosingMixin):
         poll_s = self.section.poll_interval_s
         next_poll = 0.0
         recheck_at = 0.0
+        recheck_s = RECHECK_S  # doubles while the stored rows keep disagreeing with the stream
         silence_s = STREAM_SILENCE_S
         silence_at = (run.dispatched_at or time.monotonic()) + silence_s
         statuses_seen = 0
@@ -564,7 +565,9 @@ class MissionDispatcher(ClosingMixin):
                     now = time.monotonic()
                     next_poll = now + poll_s * random.uniform(0.8, 1.2)
                     poll_s = min(poll_s * 2, MAX_POLL_S)
-                    recheck_at = now + RECHECK_S
+                    recheck_at = now + recheck_s
+                    if live and stream_says_settle(sig, to_end):  # the stream's word, not confirmed
+                        recheck_s = min(recheck_s * 2, MAX_POLL_S)
                     if sig is None and now >= silence_at:
                         silence_s *= 2
                         silence_at = now + silence_s
