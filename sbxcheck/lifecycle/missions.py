@@ -437,7 +437,8 @@ class MissionDispatcher(ClosingMixin):
             self._release(entry, f"retry refused: {exc.reason[:120]}")
             return
         if self._joined_foreign(retry, run, entry):
-            return  # someone else's mission says nothing of this session's key
+            run.retry_joined = str(retry.mission.get("id"))  # reported; never followed or cancelled
+            return
         run.retry = retry
         retry_id = str(retry.mission["id"])
         if retry_id in self.created:

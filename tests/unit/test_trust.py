@@ -7,6 +7,7 @@ import datetime as dt
 import uuid
 from typing import Any
 
+from sbxcheck.checks.missions import check_dispatched
 from sbxcheck.clients.channels import Created
 from sbxcheck.clients.sandboxed_models import MissionSpec
 from sbxcheck.errors import BadResponseError
@@ -81,7 +82,9 @@ def test_a_keyed_retry_joined_to_another_mission_is_not_ours_either() -> None:
     d, closed = _dispatch(plane)
     run = d.routes["r"]
     ours = run.mission_id
-    assert ours is not None and run.retry is None and run.error is None
+    assert ours is not None and run.retry is None and run.error is None and run.retry_joined == FOREIGN
+    dispatched = check_dispatched(run)
+    assert dispatched.outcome.value == "failed" and FOREIGN in dispatched.message
     assert plane.writes == [("cancel", ours)]  # ours is cancelled, the person's is not
     assert plane.missions[FOREIGN]["status"] == "active" and closed[FOREIGN].startswith("left alone")
 
