@@ -3,8 +3,9 @@
 A mission is this session's only when this session's create made it. A create answered with
 ``x-coalesced-with`` naming a mission the session did not create joined someone else's work: that
 mission is never followed, never cancelled and never booked as spent; it is reported. At close,
-every mission the session made is judged by its stored record (``GET`` the mission), never by the
-live stream's word: the stream only wakes readers, and a status event it carries may be wrong.
+every mission the session made is judged by what the control plane stored — its events after the
+follower's cursor (read for the cost anyway) when they show it ended, else its record (``GET``) —
+never by the live stream's word: the stream only wakes readers, and an event it carries may be wrong.
 """
 
 from __future__ import annotations
