@@ -78,6 +78,8 @@ def check_dispatch_contract(run: RouteRun, tracks: Callable[[str], Sequence[Trac
             retry = run.retry
             if run.retry_rejection is not None:
                 problems.append(f"the keyed retry was refused: {run.retry_rejection.reason[:160]}")
+            elif run.retry_joined is not None:
+                problems.append(f"the keyed retry was answered with another's mission {run.retry_joined[:8]}")
             elif retry is None:
                 problems.append("the keyed retry was not made (idempotency not checkable over this channel)")
             else:

@@ -191,6 +191,9 @@ def _idempotency_ignored(run: RouteRun, ev: dict[str, Any]) -> str | None:
             f"idempotency ignored: a retried create with the same key was refused (HTTP {rej.status}: "
             f"{trim(rej.reason, 120)}) instead of returning mission {run.mission_id}"
         )
+    if run.retry_joined is not None:  # the key's lease names another's mission: not this session's key
+        ev["retry_joined"] = run.retry_joined
+        return f"a retried create with the same key was answered with {run.retry_joined}, not this session's"
     if run.retry is None:
         return None
     retry_id = run.retry.mission.get("id")

@@ -23,7 +23,7 @@ from sbxcheck.clients.sandboxed import (
     parse_supported_efforts,
     parse_valid_models,
 )
-from sbxcheck.clients.sandboxed_models import MissionSpec
+from sbxcheck.clients.sandboxed_models import MissionSpec, check_record_id
 from sbxcheck.errors import AuthFailed, BadResponseError, RateLimited, TransportError
 from sbxcheck.ids import check_id
 from sbxcheck.transports.http import pushback_deadline
@@ -139,6 +139,7 @@ class McpChannel:
         mission = doc.get("mission", doc) if isinstance(doc, dict) else None
         if not isinstance(mission, dict):
             raise BadResponseError("MCP get_mission: expected a mission object")
+        check_record_id(mission_id, mission.get("id"), "MCP get_mission")
         return mission
 
     def events(self, mission_id: str, since_seq: int) -> list[dict[str, Any]]:

@@ -62,6 +62,7 @@ class RouteRun:
     retry: Created | None = None
     retry_rejection: MissionRejected | None = None
     first_status_at_retry: str | None = None  # the first mission's status when the retry made a second
+    retry_joined: str | None = None  # the keyed retry was answered with this mission of someone else's
     check_idempotency: bool = True
     not_dispatched: CheckResult | None = None  # issue 21: the readiness failure that kept it back
     output_retry: RouteRun | None = None  # issue 21: the one direct-output retry of a silent model

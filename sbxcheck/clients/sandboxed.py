@@ -579,8 +579,9 @@ class SandboxedClient:
         return self.submit_mission(spec).mission
 
     def get_mission(self, mission_id: str) -> Mission:
-        """``GET /api/control/missions/:id``; unknown id → :class:`NotFound`."""
-        return self._get(f"/api/control/missions/{_mission_segment(mission_id)}", Mission)
+        """``GET /api/control/missions/:id``; unknown id → :class:`NotFound`, another's record → bad response."""
+        path = f"/api/control/missions/{_mission_segment(mission_id)}"
+        return self._get(path, Mission).asked_for(mission_id, f"GET {path}")
 
     def list_missions(
         self,

@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
+from sbxcheck.errors import BadResponseError
 from sbxcheck.secrets import classify
 
 NIL_UUID: Final = "00000000-0000-0000-0000-000000000000"
@@ -106,6 +107,11 @@ class Mission(_Wire):
     def is_terminal(self) -> bool:
         """True for completed, failed, blocked, not_feasible and interrupted (§3.2)."""
         return self.status in TERMINAL_STATUSES
+
+    def asked_for(self, asked: str, source: str) -> Mission:
+        """This record, when it is the mission asked for; else a bad response naming both ids."""
+        check_record_id(asked, self.id, source)
+        return self
 
 
 class StoredEvent(_Wire):
@@ -464,3 +470,19 @@ class CatalogProvider(_Wire):
 class ProviderCatalog(_Wire):
     providers: list[CatalogProvider]
 
+
+class RecordMismatch(BadResponseError):
+    """A record read for one mission carried another mission's id."""
+
+
+def check_record_id(asked: str, answered: object, source: str) -> None:
+    """A record read for mission ``asked`` must carry that id: else :class:`RecordMismatch` naming
+    both, so nothing of another mission's record is judged as the one asked for."""
+    if answered == asked:
+        return
+    shown = repr(answered)[:80]
+    raise RecordMismatch(
+        f"{source}: asked for mission {asked}, the record answered is mission {shown}; "
+        "nothing of that record is judged",
+        evidence={"asked_id": asked, "answered_id": shown},
+    )

@@ -10,7 +10,7 @@ each ``error`` lag event. A follower whose last read predates the current genera
 catch-up read with its sequence cursor. When the stream is unavailable (404/405, not
 ``text/event-stream``, auth refused, or ``max_failures`` connects in a row failed), ``absent`` is
 set and followers poll. Bounded: a read timeout well above the 15 s keepalive, a cap on an event's
-size, a count of reconnects; a secret never leaves the request headers.
+size and on a line while it is still being read, a count of reconnects; a secret never leaves the request headers.
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ import contextlib
 import json
 import math
 import random
+import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -36,6 +37,7 @@ LAG_TEXT: Final = "lagged"
 MAX_EVENT_BYTES: Final = 1024 * 1024
 MAX_MISSIONS: Final = 10_000  # the stream is per user: other missions of the user are tracked, boundedly
 MAX_STATUSES: Final = 64
+_LINE_END: Final = re.compile(rb"\r\n|\r|\n")
 
 
 @dataclass
@@ -176,6 +178,7 @@ class ControlStream:
         assert self._http is not None
         try:
             headers = {**self._headers(), "Accept": "text/event-stream", "Cache-Control": "no-cache"}
+            headers["Accept-Encoding"] = "identity"  # raw chunks as they arrive: no inflating of a small one
         except Exception as exc:  # a login failure is reported by the followers' reads
             self._give_up(f"no credentials for the stream ({type(exc).__name__})")
             return 0.0
@@ -206,7 +209,9 @@ class ControlStream:
         kind: str | None = None
         data: list[str] = []
         size = 0
-        for line in resp.iter_lines():
+        for line in bounded_lines(resp.iter_raw(), MAX_EVENT_BYTES):
+            if line is None:
+                return  # a line over the cap, still unfinished: drop the connection (a catch-up read follows)
             if self._stop.is_set():
                 return
             if line == "":
@@ -277,6 +282,32 @@ class ControlStream:
             self.live = False
             self.why_absent = why
             self._cond.notify_all()
+
+
+def bounded_lines(chunks: Iterable[bytes], max_line: int) -> Iterator[str | None]:
+    """SSE lines (``\\n``, ``\\r\\n`` or ``\\r`` ends them) from raw chunks; ``None`` once a line grows
+    past ``max_line`` bytes before it ends, and then nothing more: a line is never buffered beyond
+    the cap, however long the server keeps it open."""
+    buffer = bytearray()
+    after_cr = False  # the last chunk ended in \r: a \n starting the next one belongs to it
+    for chunk in chunks:
+        start = 1 if after_cr and chunk[:1] == b"\n" else 0
+        after_cr = False
+        for end in _LINE_END.finditer(chunk, start):
+            buffer += chunk[start : end.start()]
+            if len(buffer) > max_line:
+                yield None
+                return
+            yield buffer.decode("utf-8", errors="replace")
+            buffer.clear()
+            start = end.end()
+            after_cr = end.group() == b"\r" and start == len(chunk)
+        buffer += chunk[start:]
+        if len(buffer) > max_line:
+            yield None
+            return
+    if buffer:
+        yield buffer.decode("utf-8", errors="replace")
 
 
 def describe(stream: ControlStream | None) -> dict[str, Any]:

@@ -7,7 +7,9 @@ record and events (read with the ``since_seq`` cursor) are the evidence. Without
 are polled with backoff. Alternative-provider backends (opencode by default) are probed
 with two routes first: when both crash at the same init boundary with the same signature, that is one
 infrastructure incident and nothing more is dispatched to that backend. ``close()`` cancels every
-mission this session created that is not terminal — on success, failure and interrupt alike.
+mission this session created that is not terminal — on success, failure and interrupt alike; a
+mission a create was answered with but did not make is someone else's and is never touched
+(``lifecycle/closing.py``).
 """
 
 from __future__ import annotations
@@ -32,12 +34,14 @@ from sbxcheck.clients.missionruns import (
     silent_end,
     stream_says_settle,
 )
-from sbxcheck.clients.sandboxed import MissionRejected, NotFound
+from sbxcheck.clients.sandboxed import MissionRejected
 from sbxcheck.clients.sandboxed_models import MissionSpec
 from sbxcheck.clients.stream import ControlStream
 from sbxcheck.errors import CommandTimeout, RateLimited, SbxError
 from sbxcheck.inventory import RouteSpec, SandboxedSection
+from sbxcheck.lifecycle.closing import EVENT_PAGE, ClosingMixin
 from sbxcheck.lifecycle.ledger import Ledger
+from sbxcheck.lifecycle.listing import Page
 from sbxcheck.lifecycle.prompts import DIRECT_OUTPUT_PROMPT, canary_prompt, contract_fields, effort_fallbacks
 from sbxcheck.redact import clip
 from sbxcheck.results import CheckResult, Classification, incident_id
@@ -47,7 +51,6 @@ EVIDENCE_EVENTS = frozenset({"tool_call", "tool_result", "assistant_message"})
 MAX_POLL_S = 10.0  # polling backoff ceiling (without the live stream)
 RECHECK_S = 1.0  # the stream said "settled" but the stored rows did not yet: read again after this
 STREAM_SILENCE_S = 15.0  # the stream showed nothing of a mission this long after dispatch: read (doubling)
-EVENT_PAGE = 100  # the events endpoint's default page: a full page means more may follow
 MAX_EVENT_PAGES = 50
 
 
@@ -62,7 +65,7 @@ class WaitingState:
     followed_by: str  # "stream" or "polling"
 
 
-class MissionDispatcher:
+class MissionDispatcher(ClosingMixin):
     """Owns this session's missions: concurrent dispatch, cursor polling, and cancellation at close."""
 
     def __init__(
@@ -74,7 +77,7 @@ class MissionDispatcher:
         workspace_ids: Callable[[], dict[str, str]],
         exec_sha256: Callable[[str, str], str],
         ledger: Ledger | None = None,
-        list_missions: Callable[[], list[dict[str, Any]]] | None = None,
+        list_missions: Page | None = None,
         preflight: Callable[[RouteSpec], CheckResult | None] | None = None,
         max_spend_usd: float | None = None,
         single_create: bool = False,
@@ -89,6 +92,8 @@ class MissionDispatcher:
         self.canaries: dict[str, CanaryRun] = {}
         self.blocked_backends: dict[str, str] = {}
         self.created: dict[str, str] = {}  # mission id -> via
+        self.foreign: dict[str, str] = {}  # mission id -> via: another's, answered to a create (never ours)
+        self._runs: dict[str, RouteRun] = {}  # mission id -> the run that created (and followed) it
         self.ledger = ledger
         self._entries: dict[str, str] = {}  # mission id -> ledger entry
         # told what is waited on while an item waits (the progress line); None: wait silently
@@ -206,27 +211,12 @@ class MissionDispatcher:
         )
 
     def mission_cost(self, mission_id: str, via: str) -> float | None:
-        """The mission's cost; None when not reported. The live stream's sum when it saw the mission end
-        without a gap (no read), else the stored events (bounded: at most 10 pages)."""
+        """The mission's cost from its stored events (what its follower read, then what was stored
+        since; bounded); None when not reported. Never the live stream's sum: an event the stream
+        carried may not be what the mission stored."""
         from sbxcheck.spend import mission_cost_usd
 
-        seen = self._stream.signal(mission_id) if self._stream is not None else None
-        if seen is not None and seen.status in TERMINAL and not seen.gaps:
-            return round(seen.cost_cents / 100.0, 6) if seen.cost_cents is not None else None
-        channel = self.channel_for(via)
-        events: list[dict[str, Any]] = []
-        cursor = 0
-        try:
-            for _ in range(10):
-                page = channel.events(mission_id, cursor)
-                seqs = [int(e["sequence"]) for e in page if isinstance(e.get("sequence"), int)]
-                events.extend(page)
-                if not seqs or max(seqs) <= cursor:
-                    break
-                cursor = max(seqs)
-        except SbxError:
-            return mission_cost_usd(events)
-        return mission_cost_usd(events)
+        return mission_cost_usd(self._stored_events(mission_id, self.channel_for(via))[0])
 
     def _settle_cost(self, run: RouteRun) -> None:
         """Capped runs: wait (bounded by the run's deadline) for the mission to end, then book its cost."""
@@ -337,74 +327,6 @@ class MissionDispatcher:
         with pushback_until(time.monotonic() + 60.0):
             return self._cancel_created()
 
-    def _cancel_created(self) -> dict[str, str]:
-        outcome: dict[str, str] = {}
-        for mission_id, via in list(self.created.items()):
-            try:
-                channel = self.channel_for(via)
-                seen = self._stream.signal(mission_id) if self._stream is not None else None
-                if seen is not None and seen.status in TERMINAL:  # terminal is final: no read needed
-                    status: Any = seen.status
-                else:
-                    status = channel.get(mission_id).get("status")
-                if status in TERMINAL:
-                    how = f"already {status}"
-                else:
-                    how = "cancelled" if channel.cancel(mission_id) else "already gone"
-            except NotFound:
-                how = "already gone"
-            except SbxError as exc:  # one failing cancel does not stop the others
-                how = f"cancel failed: {exc.message}"
-            outcome[mission_id] = how
-            if mission_id not in self.costs:  # issue 21: what it cost, where the control plane says
-                self.costs[mission_id] = self.mission_cost(mission_id, via)
-            entry = self._entries.get(mission_id)
-            if self.ledger is not None and entry is not None and not how.startswith("cancel failed"):
-                # released as each one ends, so an abandoned close leaves the ledger exact; a failed
-                # cancel stays open: the next session sees it
-                self.ledger.mark_released(entry, how)
-        outcome.update(self._close_unanswered())
-        return outcome
-
-    def _close_unanswered(self) -> dict[str, str]:
-        """Creates that failed without an answer (a 500, a dropped connection) may still have made a
-        mission: find it by its title in the mission list, then cancel it by id."""
-        if not self._unanswered or self.ledger is None:
-            return {}
-        from sbxcheck.lifecycle.reconcile import resolve_mission
-
-        outcome: dict[str, str] = {}
-        try:
-            listed = self._list_missions() if self._list_missions is not None else None
-        except SbxError as exc:
-            listed, reason = None, exc.message
-        else:
-            reason = "no way to list missions"
-        entries = {e.id: e for e in self.ledger.state()}
-        for entry_id, run in list(self._unanswered.items()):
-            label = f"unanswered create of {run.title}"
-            entry = entries.get(entry_id)
-            if listed is None or entry is None:
-                outcome[label] = f"cancel failed: cannot find what it made ({reason})"
-                continue
-            found = resolve_mission(entry, listed, claimed=set(self._entries))
-            if found.status == "unmatched":
-                self.ledger.mark_released(entry_id, f"never created: {found.why}")
-                outcome[label] = "never created"
-            elif found.status == "ambiguous" or found.ident is None:
-                outcome[label] = f"cancel failed: {found.why}"
-            else:
-                self.ledger.mark_created(entry_id, found.ident)
-                try:
-                    how = "cancelled" if self.channel_for("rest").cancel(found.ident) else "already gone"
-                except SbxError as exc:
-                    outcome[found.ident] = f"cancel failed: {exc.message}"
-                    continue
-                self.ledger.mark_released(entry_id, f"{how} (found by title after an unanswered create)")
-                outcome[found.ident] = f"{how} (its create was never answered)"
-            self._unanswered.pop(entry_id, None)
-        return outcome
-
     # ------------------------------------------------------------------ routes
 
     def _new_run(self, route: RouteSpec, prompt: str, title: str) -> RouteRun:
@@ -480,8 +402,11 @@ class MissionDispatcher:
                 self._release(entry, f"never created: {clip(exc.reason, 120)}")
                 return
             run.effort_attempts.append({"effort": effort, "accepted": True})
+            if self._joined_foreign(created, run, entry):
+                raise self._foreign_error(created, run)
             run.created = created
             self.created[str(created.mission["id"])] = route.via
+            self._runs[str(created.mission["id"])] = run
             self._created(entry, str(created.mission["id"]))
             if created.idempotency_supported and run.check_idempotency:
                 self._probe_idempotency(run, channel, spec)
@@ -510,6 +435,9 @@ class MissionDispatcher:
             # retry means the key did not match
             run.retry_rejection = exc
             self._release(entry, f"retry refused: {exc.reason[:120]}")
+            return
+        if self._joined_foreign(retry, run, entry):
+            run.retry_joined = str(retry.mission.get("id"))  # reported; never followed or cancelled
             return
         run.retry = retry
         retry_id = str(retry.mission["id"])
@@ -590,6 +518,7 @@ class MissionDispatcher:
         poll_s = self.section.poll_interval_s
         next_poll = 0.0
         recheck_at = 0.0
+        recheck_s = RECHECK_S  # doubles while the stored rows keep disagreeing with the stream
         silence_s = STREAM_SILENCE_S
         silence_at = (run.dispatched_at or time.monotonic()) + silence_s
         statuses_seen = 0
@@ -637,7 +566,9 @@ class MissionDispatcher:
                     now = time.monotonic()
                     next_poll = now + poll_s * random.uniform(0.8, 1.2)
                     poll_s = min(poll_s * 2, MAX_POLL_S)
-                    recheck_at = now + RECHECK_S
+                    recheck_at = now + recheck_s
+                    if live and stream_says_settle(sig, to_end):  # the stream's word, not confirmed
+                        recheck_s = min(recheck_s * 2, MAX_POLL_S)
                     if sig is None and now >= silence_at:
                         silence_s *= 2
                         silence_at = now + silence_s

@@ -320,9 +320,9 @@ class ResultCollector:
                 f"mount {mount['name']} → {mount.get('run_id') or '?'}: {mount['action']}{where} ({mount['why']})"
             )
         for item in document.get("cleanup") or []:
-            if item.get("kind") == "mission":
+            if item.get("kind") in ("mission", "foreign mission"):
                 mark = "" if item.get("ok", True) else "FAILED "
-                tr.write_line(f"cleanup: {mark}mission {item.get('ident')}: {item.get('action')}")
+                tr.write_line(f"cleanup: {mark}{item['kind']} {item.get('ident')}: {item.get('action')}")
         sbx_probe = settings_of(self.config).probe
         if sbx_probe:  # issue 21
             tr.write_line(f"probe: one narrow no-push probe of route {sbx_probe}; nothing else was run")

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from sbxcheck.errors import SbxError
 from sbxcheck.lifecycle.ledger import Ledger, LedgerEntry
+from sbxcheck.lifecycle.listing import missions_since, resolve_listed
 from sbxcheck.lifecycle.mounts import MountManager
-from sbxcheck.lifecycle.reconcile import RecordFact, Resolution, resolve_mission, resolve_mount
+from sbxcheck.lifecycle.reconcile import RecordFact, Resolution, parse_ts, resolve_mission, resolve_mount
 from sbxcheck.plugin.interrupts import finish_before_interrupt
 
 if TYPE_CHECKING:
@@ -87,8 +88,14 @@ def reconcile(session: Reviewing, entry: LedgerEntry) -> Resolution:
         return resolve_mount(entry, _record_facts(session), claimed=claimed, max_duration_s=timeout)
     if entry.ident != entry.intended_ident or entry.state == "created":
         return resolve_mission(entry, [])
-    missions = session.sandboxed_client().list_missions(all=True, limit=200)
-    return resolve_mission(entry, [m.model_dump(mode="json") for m in missions], claimed=claimed)
+    client = session.sandboxed_client()
+    listing = missions_since(  # newest first: paged back until the list reaches the intent
+        lambda limit, offset: [
+            m.model_dump(mode="json") for m in client.list_missions(all=True, limit=limit, offset=offset)
+        ],
+        parse_ts(entry.opened_at),
+    )
+    return resolve_listed(entry, listing, claimed=claimed)
 
 def review_entry(session: Reviewing, entry: LedgerEntry) -> EntryReview:
     """Decide about one entry another session left: skip a live owner's, reconcile, then release or report.

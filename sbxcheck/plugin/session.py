@@ -543,8 +543,8 @@ class SbxSession:
                 workspace_ids=workspace_ids,
                 exec_sha256=exec_sha256,
                 ledger=self.ledger(),
-                list_missions=lambda: [
-                    m.model_dump(mode="json") for m in client.list_missions(all=True, limit=200)
+                list_missions=lambda limit, offset: [  # paged back to the oldest unanswered create
+                    m.model_dump(mode="json") for m in client.list_missions(all=True, limit=limit, offset=offset)
                 ],
                 preflight=self.route_preflight,  # issue 21
                 max_spend_usd=self.max_spend_usd,  # issue 21
@@ -584,7 +584,7 @@ class SbxSession:
         for mission_id, how in report.items():
             self.cleanup.append(
                 {
-                    "kind": "mission",
+                    "kind": "foreign mission" if mission_id in dispatcher.foreign else "mission",
                     "ident": mission_id,
                     "action": how,
                     "ok": not how.startswith("cancel failed"),

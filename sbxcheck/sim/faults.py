@@ -190,6 +190,24 @@ FAULTS: dict[str, Fault] = {
             "cp.workspace-busy",
             "the verity workspace already has another session's live mission: creates into it get 409",
         ),
+        # a control plane that lies in well-formed answers (sim/controlplane/lies.py)
+        Fault(
+            "cp.coalesce-foreign",
+            "claudecode creates are answered with a person's live mission and x-coalesced-with naming it",
+        ),
+        Fault(
+            "cp.stream-lies",
+            "gemini missions stay pending while the live stream says each completed (and cost $50), unstored",
+        ),
+        Fault("cp.stream-endless-line", "the live stream sends one line without a newline, forever"),
+        Fault(
+            "cp.list-flood",
+            "right after the first gemini create, 250 finished missions are made after it (past the first page)",
+        ),
+        Fault(
+            "cp.record-id-mismatch",
+            "GET of an opencode mission answers another mission's record (its own id, another backend/model)",
+        ),
         # issue 22: a run that has executed or been observed (sim/run_services.py; the gate never sees them)
         Fault("run.sdlc-credits", "the SDLC dies right after spawn: run.log ends with OpenRouter's 402 (credits)"),
         Fault("run.sdlc-key-dead", "the SDLC dies right after spawn: run.log ends with a 401 (the key is revoked)"),
@@ -231,6 +249,11 @@ CONTROLPLANE_TARGETS: dict[str, str] = {
     "cp.path-shaped-id": "gemini",  # issue 20
     "cp.control-chars": "opencode",  # issue 20
     "cp.workspace-busy": "verity",  # issue 20
+    "cp.coalesce-foreign": "claudecode",
+    "cp.stream-lies": "gemini",
+    "cp.stream-endless-line": "*",
+    "cp.list-flood": "gemini",
+    "cp.record-id-mismatch": "opencode",
 }
 
 

@@ -7,7 +7,8 @@ buffer; a subscriber that falls behind loses events and receives an ``error`` ev
 ``event stream lagged; some events were dropped`` (as upstream's broadcast channel does).
 
 Faults: ``cp.stream-lags`` drops every third event of each subscriber (each drop followed by the lag
-error), ``cp.stream-absent`` answers 404 as builds without the stream do.
+error), ``cp.stream-absent`` answers 404 as builds without the stream do, ``cp.stream-endless-line``
+sends one line that never ends.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from starlette.responses import PlainTextResponse, Response, StreamingResponse
 
 STREAM_LAGS: Final = "cp.stream-lags"
 STREAM_ABSENT: Final = "cp.stream-absent"
+ENDLESS_LINE: Final = "cp.stream-endless-line"
 STREAM_FAULTS: Final[dict[str, str]] = {
     STREAM_LAGS: "the live stream drops every third event of each subscriber and sends the lag error",
     STREAM_ABSENT: "GET /api/control/stream answers 404 (a build without the live stream)",
@@ -113,6 +115,8 @@ class StreamHub:
     async def endpoint(self, request: Request, user: str) -> Response:
         if STREAM_ABSENT in self._faults:
             return PlainTextResponse("Not Found", status_code=404)
+        if ENDLESS_LINE in self._faults:
+            return StreamingResponse(_endless_line(), media_type="text/event-stream")
         sub = _Subscriber(user, asyncio.get_running_loop())
         with self._lock:
             self._subscribers.append(sub)
@@ -149,3 +153,13 @@ class StreamHub:
 
 def _frame(kind: str, data: dict[str, Any]) -> bytes:
     return f"event: {kind}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+async def _endless_line() -> AsyncIterator[bytes]:
+    """``cp.stream-endless-line``: the status snapshot, then one line that never ends (no newline)."""
+    yield _frame("status", {"type": "status", "state": "idle", "queue_len": 0})
+    yield b"data: "
+    chunk = b"x" * 65536
+    while True:  # until the subscriber goes away
+        yield chunk
+        await asyncio.sleep(0)

@@ -102,10 +102,14 @@ def test_every_controlplane_fault_is_in_the_matrix() -> None:
     # cp.create-500 and cp.cancel-slow (interrupt aids) are exercised by tests/reliability, the hostile
     # answers of issue 20 by tests/integration/test_hostile_answers.py
     hostile = ("cp.path-shaped-id", "cp.control-chars", "cp.workspace-busy")
+    # a control plane that lies in well-formed answers: tests/integration/test_lying_control_plane.py
+    lies = ("cp.coalesce-foreign", "cp.stream-lies", "cp.stream-endless-line", "cp.list-flood")
+    lies += ("cp.record-id-mismatch",)
     cp_faults = {
         f
         for f in FAULTS
-        if f.startswith("cp.") and f not in ("cp.env-values-exposed", "cp.create-500", "cp.cancel-slow", *hostile)
+        if f.startswith("cp.")
+        and f not in ("cp.env-values-exposed", "cp.create-500", "cp.cancel-slow", *hostile, *lies)
     }
     assert sorted(EXPECTED) == sorted(cp_faults)
     assert sorted(f for g in GROUPS for f in g) == sorted(cp_faults)
@@ -179,7 +183,9 @@ def test_healthy_control_plane_rest_and_mcp_agree(pytester: pytest.Pytester, tmp
     creates = sum(1 for r in log if (r.method, r.path) == ("POST", "/api/control/missions"))
     reads = [r for r in log if r.method == "GET" and r.path.startswith("/api/control/missions/")]
     streams = sum(1 for r in log if r.path == "/api/control/stream")
-    assert streams == 1 and len(reads) + streams <= 1.5 * creates, (creates, len(reads))
+    # plus one read of its stored events at close per route (a route settles at execution evidence,
+    # before its mission ends): cleanup and spend rest on the stored mission, never the stream's word
+    assert streams == 1 and len(reads) + streams <= 1.5 * creates + len(ROUTES), (creates, len(reads))
     assert left == []
     # 7 routes + 3 canaries, each exactly once: the idempotent retry returned the same mission
     assert len(created) == len(ROUTES) + len(CANARIES)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sbxcheck.sim.controlplane import ops
+from sbxcheck.sim.controlplane import lies, ops
 from sbxcheck.sim.controlplane.events import EventRoutes
 from sbxcheck.sim.controlplane.model import (
     _STEP_RE,
@@ -77,7 +77,7 @@ class AgentRunner(EventRoutes):
                 if m is None or m.status != "pending":
                     return
                 backend = m.record["backend"]
-                if self._fault_on("cp.stuck-pending", backend):
+                if self._fault_on("cp.stuck-pending", backend) or lies.stays_pending(self, m):
                     return
                 branch = self._branch(m)
                 self._dispatch(m, evidence_free=branch == "no-evidence")

@@ -131,6 +131,7 @@ class DoubleBase:
         self.faults: set[str] = set()
         self.running_health: dict[str, dict[str, Any]] = {}  # issue 21: /running health by mission id
         self.mission_cost_cents = 2  # issue 21: what each simulated mission's assistant_message costs
+        self.flooded = False  # cp.list-flood made its missions
         self.cancels_started = 0  # cancel requests received (tests interrupt a slow cancel under way)
         self.fault_targets: dict[str, str] = {}
         self._jwt_secret = secrets.token_hex(32)

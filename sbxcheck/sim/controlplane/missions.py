@@ -13,7 +13,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from sbxcheck.sim.controlplane import ops
+from sbxcheck.sim.controlplane import lies, ops
 from sbxcheck.sim.controlplane.agent import AgentRunner
 from sbxcheck.sim.controlplane.model import (
     _STR_FIELDS,
@@ -97,6 +97,9 @@ class MissionRoutes(AgentRunner):
         # 4. unknown keys
         ignored = [k for k in body if k not in KNOWN_CREATE_FIELDS]
         headers = {"x-ignored-fields": ",".join(ignored)} if ignored else {}
+        foreign = lies.foreign_for_create(self, opt("backend") or opt("agent"))
+        if foreign is not None:  # a person's mission answered as if this create had joined it
+            return self._coalesced(foreign, headers)
         # 5. idempotency coalescing (cp.idempotency-ignored skips only this step)
         key = opt("idempotency_key")
         if key and "cp.idempotency-ignored" not in self.faults and not ops.ignores_key(self, body):
@@ -314,6 +317,7 @@ class MissionRoutes(AgentRunner):
             last_status_change_at=_iso(now),
         )
         self._missions[mid] = m
+        lies.flood_after_create(self, m)
         key = body.get("idempotency_key")
         lease = key.strip() if isinstance(key, str) and key.strip() else f"auto:{mid}"
         self._leases[f"lease:{lease}"] = mid
@@ -392,7 +396,7 @@ class MissionRoutes(AgentRunner):
                         "note": "mission belongs to another user",
                     }
                 )
-            return JSONResponse(self._render(m, decorate=True))
+            return JSONResponse(lies.other_record(self, m) or self._render(m, decorate=True))
 
     async def _digest(self, request: Request, user: str) -> Response:
         """``GET /missions/:id/digest``: the compact view behind MCP ``get_mission`` (§3.5); no ``agent``."""

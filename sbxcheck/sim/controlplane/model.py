@@ -246,6 +246,15 @@ CONTROLPLANE_FAULTS: Final[dict[str, str]] = {
 # issue 21: the ``ops.*`` faults (named and described in sbxcheck.sim.faults.FAULTS; sim/controlplane/ops.py)
 OPS_FAULTS: Final[dict[str, str]] = {n: f.summary for n, f in ALL_FAULTS.items() if n.startswith("ops.")}
 CONTROLPLANE_FAULTS.update(OPS_FAULTS)
+# a control plane that lies in well-formed answers (sim/controlplane/lies.py); named in sim/faults.py
+LIES_FAULTS: Final = (
+    "cp.coalesce-foreign",
+    "cp.stream-lies",
+    "cp.stream-endless-line",
+    "cp.list-flood",
+    "cp.record-id-mismatch",
+)
+CONTROLPLANE_FAULTS.update({n: ALL_FAULTS[n].summary for n in LIES_FAULTS})
 DEFAULT_FAULT_TARGETS: Final[dict[str, str]] = {
     "cp.path-shaped-id": "gemini",  # issue 20
     "cp.control-chars": "opencode",  # issue 20
@@ -260,6 +269,10 @@ DEFAULT_FAULT_TARGETS: Final[dict[str, str]] = {
     "fleet.node-offline": "dgx-spark",
     "fleet.node-degraded": "nippur",
     "fleet.node-cordoned": "babylon",
+    "cp.coalesce-foreign": "claudecode",
+    "cp.stream-lies": "gemini",
+    "cp.list-flood": "gemini",
+    "cp.record-id-mismatch": "opencode",
 }
 
 

@@ -1,0 +1,88 @@
+"""Read the control plane's mission list back far enough to judge what an unanswered create made.
+
+The list is newest first and a page holds at most 200 missions, so one page says nothing about a
+mission made before the 200 newest. An intent is settled only against a listing that reached back
+to it: pages are read until a row older than the oldest intent (less the clock slack) or the end
+of the list, and at most ``max_pages`` of them. A listing cut at that bound is *incomplete*: an
+intent it did not find stays open and is reported, never closed as "never created".
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from sbxcheck.lifecycle.ledger import LedgerEntry
+from sbxcheck.lifecycle.reconcile import CLOCK_SLACK_S, Resolution, parse_ts, resolve_mission
+
+LIST_PAGE = 200  # the list endpoint's largest page
+MAX_LIST_PAGES = 25  # 5,000 missions: beyond that the listing is reported as incomplete
+
+Page = Callable[[int, int], list[dict[str, Any]]]  # (limit, offset) -> rows, newest first
+
+
+@dataclass(frozen=True)
+class Listing:
+    """Missions read newest first, and whether they reach back to the time that was asked for."""
+
+    missions: list[dict[str, Any]]
+    reached: bool  # the listing went back past ``since`` or to the end of the list
+    pages: int
+    since: str | None  # the time it had to reach (ISO), None: the whole list
+
+    def describe(self) -> str:
+        """Where the listing stopped, for a report line."""
+        goal = f"back to {self.since}" if self.since else "to its end"
+        if self.reached:
+            return f"{len(self.missions)} mission(s) in {self.pages} page(s), listed {goal}"
+        return (
+            f"the {len(self.missions)} newest mission(s) ({self.pages} pages, the bound) did not reach {goal}"
+        )
+
+
+def missions_since(
+    page: Page,
+    since: dt.datetime | None,
+    *,
+    page_size: int = LIST_PAGE,
+    max_pages: int = MAX_LIST_PAGES,
+) -> Listing:
+    """Pages of the list until a row created before ``since`` (less the slack) or a short page."""
+    size = max(1, min(LIST_PAGE, page_size))
+    floor = since - dt.timedelta(seconds=CLOCK_SLACK_S) if since is not None else None
+    rows: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    pages = 0
+    reached = False
+    while pages < max_pages:
+        batch = page(size, pages * size)
+        pages += 1
+        fresh = [r for r in batch if str(r.get("id")) not in seen]  # a list shifting under us repeats rows
+        seen.update(str(r.get("id")) for r in fresh)
+        rows.extend(fresh)
+        if len(batch) < size or not fresh:
+            reached = True
+            break
+        if floor is not None and any(
+            (created := parse_ts(r.get("created_at"))) is not None and created < floor for r in fresh
+        ):
+            reached = True
+            break
+    return Listing(rows, reached, pages, since.isoformat() if since is not None else None)
+
+
+def oldest_intent(entries: Iterable[LedgerEntry]) -> dt.datetime | None:
+    """When the oldest of ``entries`` was opened (None: none has a usable time)."""
+    times = [t for e in entries if (t := parse_ts(e.opened_at)) is not None]
+    return min(times) if times else None
+
+
+def resolve_listed(entry: LedgerEntry, listing: Listing, *, claimed: Iterable[str] = ()) -> Resolution:
+    """:func:`resolve_mission` against ``listing``; not found in a listing that stopped short of the
+    intent is ``ambiguous`` (reported, nothing done), never ``unmatched``."""
+    found = resolve_mission(entry, listing.missions, claimed=claimed)
+    if found.status != "unmatched" or listing.reached:
+        return found
+    return Resolution("ambiguous", None, f"{found.why.split(':')[0]} in {listing.describe()}: left open")

@@ -1,0 +1,162 @@
+"""A control plane that lies in well-formed answers, end to end: each fault on the embedded fleet.
+
+Never act on another's mission (a create joined to a person's live mission), never let one stream
+event decide cleanup or spend, never buffer an endless stream line, page the mission list back to
+an unanswered create, and never judge a record of another mission as the one asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.gate_harness import CANARY_SUITES
+
+from sbxcheck.lifecycle.ledger import Ledger
+from sbxcheck.sim.controlplane import ControlPlaneDouble
+from sbxcheck.sim.controlplane.lies import FOREIGN_ID, OTHER_RECORD_ID
+from sbxcheck.sim.fleet import SimFleet
+from sbxcheck.sim.httpserver import BackgroundServer
+
+pytestmark = pytest.mark.slow  # end-to-end: child sessions against a fleet
+
+
+def _canary(tmp: Path, faults: list[str], select: str) -> tuple[subprocess.CompletedProcess[str], Any, Any]:
+    """``pytest -m canary -k select`` against a fleet with ``faults``: (process, control plane, results)."""
+    suites = tmp / "suites"
+    suites.mkdir()
+    for suite in CANARY_SUITES:
+        shutil.copy(suite, suites / suite.name)
+    with SimFleet(tmp / "fleet", faults) as fleet:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-m", "canary",
+             str(suites), "-k", select, f"--sbx-inventory={fleet.inventory_path}",
+             f"--sbx-report={tmp / 'report'}", f"--sbx-state={tmp / 'state'}"],
+            cwd=tmp, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        cp = fleet.controlplane
+        assert cp is not None
+        document = json.loads((tmp / "report" / "results.json").read_text(encoding="utf-8"))
+    return proc, cp, document
+
+
+def _checks(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["nodeid"].split("::", 1)[1]: c for c in document["checks"]}
+
+
+def _session_left_open(cp: ControlPlaneDouble, foreign: set[str]) -> list[str]:
+    return [m for m in cp.missions_nonterminal() if m not in foreign]
+
+
+def test_a_create_joined_to_another_mission_never_touches_it(tmp_path: Path) -> None:
+    proc, cp, document = _canary(tmp_path, ["cp.coalesce-foreign"], "claudecode-opus")
+    # the person's mission: still live, and nothing but reads ever named it
+    assert cp._missions[FOREIGN_ID].status == "active", proc.stdout[-3000:]
+    named = [(r.method, r.path) for r in cp.requests if FOREIGN_ID in r.path or FOREIGN_ID in r.query]
+    assert all(method == "GET" for method, _ in named), named
+    assert _session_left_open(cp, {FOREIGN_ID}) == []
+    dispatched = _checks(document)["test_route_dispatched[claudecode-opus]"]
+    assert (dispatched["outcome"], dispatched["classification"]) == ("error", "bad_response")
+    assert FOREIGN_ID in dispatched["message"] and "did not create" in dispatched["message"]
+    [foreign] = [c for c in document["cleanup"] if c["ident"] == FOREIGN_ID]
+    assert foreign["kind"] == "foreign mission" and foreign["action"].startswith("left alone")
+    assert f"cleanup: foreign mission {FOREIGN_ID}: left alone" in proc.stdout
+    assert document["spend"]["missions"] == 0  # another's mission is no spend of this run
+    ledger = Ledger(tmp_path / "state")
+    assert [e for e in ledger.state() if e.is_open] == []
+    assert FOREIGN_ID not in {e.ident for e in ledger.state()}
+
+
+def test_a_stream_that_says_completed_does_not_close_a_pending_mission(tmp_path: Path) -> None:
+    proc, cp, document = _canary(tmp_path, ["cp.stream-lies"], "gemini-flash")
+    [mission_id] = cp.mission_ids()
+    # the stored record said pending: cleanup cancelled it (the stream's "completed" decided nothing)
+    assert cp._missions[mission_id].status == "interrupted", proc.stdout[-3000:]
+    assert ("POST", f"/api/control/missions/{mission_id}/cancel") in {(r.method, r.path) for r in cp.requests}
+    [cleanup] = document["cleanup"]
+    assert cleanup["action"] == "cancelled" and cleanup["ok"]
+    # the $50 the stream announced was never stored: the spend is the stored record's
+    assert cleanup["cost_usd"] is None and document["spend"]["total_usd"] == 0
+    reached = _checks(document)["test_route_reaches_execution[gemini-flash]"]
+    assert (reached["outcome"], reached["classification"]) == ("failed", "timeout")
+    assert "still pending" in reached["message"]
+    # the stream's unconfirmed "completed" wakes the reader at a backed-off pace, not once a second
+    assert reached["evidence"]["reads"] <= 12, reached["evidence"]
+    entries = Ledger(tmp_path / "state").state()
+    [entry] = [e for e in entries if e.ident == mission_id]
+    assert entry.state == "released" and entry.how == "cancelled"
+
+
+_STREAM_CHILD = """
+import json, os, resource, sys, time
+from sbxcheck.clients.sandboxed import SandboxedClient
+from sbxcheck.clients.stream import ControlStream
+client = SandboxedClient(sys.argv[1], password=os.environ["SBX_TEST_CP_PASSWORD"], timeout_s=10.0)
+stream = ControlStream(sys.argv[1], client.auth_headers, connect_timeout_s=5.0)
+stream.start(wait_s=5.0)
+end = time.monotonic() + float(sys.argv[2])
+while time.monotonic() < end and not stream.absent:
+    time.sleep(0.2)
+stream.close()
+print(json.dumps({"maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                  "connects": stream.connects, "absent": stream.absent}))
+"""
+
+
+def test_an_endless_stream_line_is_cut_at_the_cap_while_it_is_read(tmp_path: Path) -> None:
+    double = ControlPlaneDouble(tmp_path / "cp", latency_scale=0.02, seed=3)
+    double.inject("cp.stream-endless-line")
+    try:
+        with BackgroundServer(double.app, name="controlplane") as server:
+            env = {**os.environ, "SBX_TEST_CP_PASSWORD": double.password}
+            started = time.monotonic()
+            proc = subprocess.run(
+                [sys.executable, "-c", _STREAM_CHILD, server.url, "6"],
+                capture_output=True, text=True, timeout=120, check=False, env=env,
+            )  # fmt: skip
+            wall = time.monotonic() - started
+    finally:
+        double.stop()
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    peak_mb = seen["maxrss_kb"] / 1024
+    print(f"endless stream line: peak RSS {peak_mb:.0f} MB, {seen['connects']} connects in {wall:.1f}s")
+    assert peak_mb < 200, seen
+    assert seen["connects"] >= 2  # each over-long line dropped the connection; the reader went on
+
+
+def test_a_mission_past_the_first_page_is_found_and_cancelled(tmp_path: Path) -> None:
+    proc, cp, document = _canary(tmp_path, ["cp.create-500", "cp.list-flood"], "gemini-flash")
+    flood = {m for m in cp.mission_ids() if m not in cp.missions_nonterminal()}
+    assert len(cp.mission_ids()) > 250
+    assert cp.missions_nonterminal() == [], proc.stdout[-3000:]  # the unanswered create's mission too
+    pages = [r for r in cp.requests if r.method == "GET" and r.path == "/api/control/missions"]
+    assert any("offset=200" in r.query for r in pages), [r.query for r in pages]
+    assert len(pages) <= 25
+    found = [c for c in document["cleanup"] if "its create was never answered" in c["action"]]
+    assert len(found) >= 1 and all(c["ok"] for c in found), document["cleanup"]
+    assert {c["ident"] for c in found} <= flood  # cancelled: now terminal
+    assert not any(c["action"] == "never created" for c in document["cleanup"])
+    assert [e for e in Ledger(tmp_path / "state").state() if e.is_open] == []
+
+
+def test_a_record_for_another_mission_is_a_bad_response_naming_both(tmp_path: Path) -> None:
+    proc, cp, document = _canary(tmp_path, ["cp.record-id-mismatch"], "opencode-glm")
+    ours = [m for m in cp.mission_ids() if m != OTHER_RECORD_ID]
+    assert ours and _session_left_open(cp, set()) == [], proc.stdout[-3000:]
+    checks = _checks(document)
+    for name in ("route_record_echoes_request", "route_reaches_execution"):
+        item = checks[f"test_{name}[opencode-glm]"]
+        assert (item["outcome"], item["classification"]) == ("error", "bad_response"), item
+        assert OTHER_RECORD_ID in item["message"] and ours[0] in item["message"]
+        # the other record's backend and model are never judged
+        assert "sonnet" not in item["message"] and "claudecode" not in item["message"]
+    named = [(r.method, r.path) for r in cp.requests if OTHER_RECORD_ID in r.path]
+    assert named == []
