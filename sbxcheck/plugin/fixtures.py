@@ -96,7 +96,18 @@ def sbx_mission(request: pytest.FixtureRequest) -> Iterator[Callable[..., dict[s
             "mission", key, run_id=None, detail={"item": request.node.nodeid, "title": title}
         )
         spec = MissionSpec(idempotency_key=key, title=title, **fields)
-        mission = client.submit_mission(spec).mission
+        outcome = client.submit_mission(spec)
+        mission = outcome.mission
+        if outcome.coalesced_with is not None and mission.id not in {m for m, _ in created}:
+            # joined someone else's mission: not this item's to use or to cancel
+            session.ledger().mark_released(entry, f"never created: joined {mission.id} (x-coalesced-with)")
+            from sbxcheck.errors import BadResponseError
+
+            raise BadResponseError(
+                f"the create was answered with mission {mission.id} (x-coalesced-with), which this session "
+                "did not create: it is left alone",
+                evidence={"answered_mission_id": mission.id, "coalesced_with": outcome.coalesced_with},
+            )
         session.ledger().mark_created(entry, mission.id)
         created.append((mission.id, entry))
         return mission.model_dump(mode="json")

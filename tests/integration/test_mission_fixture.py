@@ -47,3 +47,27 @@ def test_mission_fixture_dispatches_records_and_cancels(pytester: pytest.Pyteste
     [entry] = Ledger(state).state()
     assert (entry.kind, entry.ident, entry.state) == ("mission", mission_id, "released")
     assert entry.how == "cancelled at teardown"
+
+
+def test_mission_fixture_never_cancels_a_mission_its_create_joined(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    from sbxcheck.sim.controlplane.lies import FOREIGN_ID
+
+    pytester.makepyfile(
+        test_adhoc=CANARY.replace('backend="codex", model_override="gpt-5.6-terra"', 'backend="claudecode"')
+    )
+    state = tmp_path / "state"
+    with SimFleet(tmp_path / "fleet", ["cp.coalesce-foreign"]) as fleet:
+        cp = fleet.controlplane
+        assert cp is not None
+        result = pytester.runpytest_subprocess(
+            "-m", "canary", f"--sbx-inventory={fleet.inventory_path}", "--sbx-state", str(state),
+            "--sbx-report", str(tmp_path / "report"),
+        )  # fmt: skip
+        result.assert_outcomes(errors=1)  # could not tell: the create made nothing of ours
+        assert cp.missions_nonterminal() == [FOREIGN_ID]  # the person's mission runs on
+        assert [r.method for r in cp.requests if FOREIGN_ID in r.path] == []
+    [entry] = Ledger(state).state()
+    assert entry.state == "released" and entry.how is not None and FOREIGN_ID in entry.how
+    assert "did not create" in result.stdout.str()
