@@ -120,7 +120,7 @@ def check_sssf_checkout(path: Path) -> None:
     if why is not None:
         from sbxcheck.errors import InventoryError
 
-        raise InventoryError(f"--sssf-checkout: {why}")
+        raise InventoryError(f"the SSSF checkout for the simulated fleet (--sssf-checkout, --sbx-sim-sssf): {why}")
 
 
 def check_fault(name: str) -> None:

@@ -93,7 +93,7 @@ def test_doctor_and_a_bad_checkout(world: World, tmp_path: Path, capsys: pytest.
     assert f"✓ simulated fleet's recipes: real ({UPSTREAM})" in capsys.readouterr().out
     assert cli_main(["sim", "up", "--dir", str(tmp_path / "d"), "--sssf-checkout", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert f"--sssf-checkout: {tmp_path} is not an SSSF checkout: no justfile" in err and "Traceback" not in err
+    assert f"{tmp_path} is not an SSSF checkout: no justfile" in err and "Traceback" not in err
 
 
 def test_mount_without_the_venv_on_path(world: World) -> None:
