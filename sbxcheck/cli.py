@@ -57,6 +57,10 @@ def _parser() -> argparse.ArgumentParser:
             "--seed", type=int, default=None, help="a different fleet layout (run ids, ports); default fixed"
         )
         command.add_argument("--runs", type=int, default=3, metavar="N", help="simulated runs (VMs), default 3")
+        command.add_argument(
+            "--sssf-checkout", type=Path, default=None, metavar="DIR",
+            help="run this SSSF checkout's real `just sbx` recipes (copied; never written) instead of the stand-ins",
+        )  # fmt: skip
     down = sim.add_parser("down", help="stop a fleet started with `up`")
     down.add_argument("--dir", required=True, type=Path, help="the directory given to `sim up`")
     sim.add_parser("faults", help="list every fault name with one line each")
@@ -118,19 +122,19 @@ def main(argv: list[str] | None = None) -> int:
             print(describe_faults())
             return 0
         if args.sim_command == "serve":
-            return _serve(args.dir, args.fault, args.seed, args.runs)
+            return _serve(args.dir, args.fault, args.seed, args.runs, args.sssf_checkout)
         if args.sim_command == "up":
-            return _up(args.dir, args.fault, args.seed, args.runs)
+            return _up(args.dir, args.fault, args.seed, args.runs, args.sssf_checkout)
         return _down(args.dir)
     except SbxError as exc:
         print(f"sbxcheck: {for_display(exc.message)}", file=sys.stderr)
         return 2
 
 
-def _serve(root: Path, faults: list[str], seed: int | None, runs: int = 3) -> int:
+def _serve(root: Path, faults: list[str], seed: int | None, runs: int = 3, sssf: Path | None = None) -> int:
     from sbxcheck.fleetsource import open_embedded
 
-    fleet = open_embedded(root, faults, seed=seed, runs=runs, embedded=False)
+    fleet = open_embedded(root, faults, seed=seed, runs=runs, embedded=False, sssf_checkout=sssf)
     root.mkdir(parents=True, exist_ok=True)
     (root / READY_FILE).unlink(missing_ok=True)
     stop = threading.Event()
@@ -153,11 +157,14 @@ def _serve(root: Path, faults: list[str], seed: int | None, runs: int = 3) -> in
     return 0
 
 
-def _up(root: Path, faults: list[str], seed: int | None, runs: int = 3) -> int:
-    from sbxcheck.fleetsource import check_fault
+def _up(root: Path, faults: list[str], seed: int | None, runs: int = 3, sssf: Path | None = None) -> int:
+    from sbxcheck.fleetsource import check_fault, check_sssf_checkout
 
     for fault in faults:
         check_fault(fault)  # a bad name fails here, before anything starts
+    if sssf is not None:
+        sssf = sssf.resolve()
+        check_sssf_checkout(sssf)
     root = root.resolve()
     if _alive_pid(root) is not None:
         print(f"sbxcheck sim: already running in {root} (sbxcheck sim down --dir {root})", file=sys.stderr)
@@ -170,6 +177,8 @@ def _up(root: Path, faults: list[str], seed: int | None, runs: int = 3) -> int:
     if seed is not None:
         cmd += ["--seed", str(seed)]
     cmd += ["--runs", str(runs)]
+    if sssf is not None:
+        cmd += ["--sssf-checkout", str(sssf)]
     with open(root / LOG_FILE, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + UP_DEADLINE_S
@@ -181,9 +190,10 @@ def _up(root: Path, faults: list[str], seed: int | None, runs: int = 3) -> int:
             print(f"inventory: {root / 'sbxcheck.toml'}")
             print(f"  pytest -m gate --sbx-inventory={root / 'sbxcheck.toml'}")
             first = ready.split(",")[0].strip()  # the fleet's own `just sbx` recipes run from its checkout
+            just = "just" if sssf is None else f"{root / 'upstream' / 'bin' / 'sim-env'} just"
             print(
-                f"  (cd {root / 'sssf'} && just sbx lifecycle execute {first} 'add a health endpoint'"
-                f" && just sbx lifecycle observe {first})"
+                f"  (cd {root / 'sssf'} && {just} sbx lifecycle execute {first} 'add a health endpoint'"
+                f" && {just} sbx lifecycle observe {first})"
             )
             print(f"  pytest -m run --sbx-inventory={root / 'sbxcheck.toml'}")
             print(f"  sbxcheck sim down --dir {root}")

@@ -72,6 +72,8 @@ def run_doctor(choice: InventoryChoice, out: TextIO | None = None) -> int:
         if path is not None:
             inv = _check_inventory(path, choice, emit)
             simulated = simulated or (inv is not None and inv.sim is not None)  # `sbxcheck sim up`'s fleet
+            if inv is not None and inv.sim is not None:
+                emit(Finding(True, "simulated fleet's recipes", inv.sim.recipes))
             if inv is not None:
                 _check_files(inv, emit)
                 _check_known_hosts(inv, emit)

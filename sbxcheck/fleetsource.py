@@ -24,6 +24,7 @@ __all__ = [
     "EmbeddedFleet",
     "FleetSource",
     "check_fault",
+    "check_sssf_checkout",
     "describe_faults",
     "node_toolchain",
     "open_embedded",
@@ -90,13 +91,36 @@ def _require_sim() -> None:
 
 
 def open_embedded(
-    root: Path, faults: list[str], *, seed: int | None = None, runs: int = 3, embedded: bool = True
+    root: Path,
+    faults: list[str],
+    *,
+    seed: int | None = None,
+    runs: int = 3,
+    embedded: bool = True,
+    sssf_checkout: Path | None = None,
 ) -> EmbeddedFleet:
-    """The embedded simulated fleet in ``root`` (not yet materialized or serving)."""
+    """The embedded simulated fleet in ``root`` (not yet materialized or serving).
+
+    ``sssf_checkout``: a real SSSF checkout whose recipes the fleet runs instead of its stand-ins.
+    """
     _require_sim()
     from sbxcheck.sim.fleet import SimFleet
 
-    return SimFleet(root, faults, seed=seed, runs=runs, embedded=embedded)
+    if sssf_checkout is not None:
+        check_sssf_checkout(sssf_checkout)
+    return SimFleet(root, faults, seed=seed, runs=runs, embedded=embedded, sssf_checkout=sssf_checkout)
+
+
+def check_sssf_checkout(path: Path) -> None:
+    """Raise a usage error when ``path`` is not an SSSF checkout the embedded fleet can run the recipes of."""
+    _require_sim()
+    from sbxcheck.sim.upstream_recipes import looks_like_sssf_checkout
+
+    why = looks_like_sssf_checkout(path)
+    if why is not None:
+        from sbxcheck.errors import InventoryError
+
+        raise InventoryError(f"the SSSF checkout for the simulated fleet (--sssf-checkout, --sbx-sim-sssf): {why}")
 
 
 def check_fault(name: str) -> None:

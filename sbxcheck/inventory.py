@@ -498,6 +498,7 @@ class SimSection(_Strict):
     pi: str = ""
     faults: list[str] = Field(default_factory=list)
     pid: int | None = None
+    recipes: str = Field(default="stand-in", description="which SSSF recipes: 'stand-in' or 'real (<checkout>)'")
 
 
 class Inventory(_Strict):

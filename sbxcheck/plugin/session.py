@@ -164,7 +164,8 @@ class SbxSession:
         if self._sim is None:
             from sbxcheck.fleetsource import open_embedded
 
-            fleet = open_embedded(Path(tempfile.mkdtemp(prefix="sbxcheck-sim-")), self.faults, seed=self.sim_seed)
+            root = Path(tempfile.mkdtemp(prefix="sbxcheck-sim-"))
+            fleet = open_embedded(root, self.faults, seed=self.sim_seed, sssf_checkout=self.settings.sim_sssf)
             self._sim_dir, self._sim = fleet.root, fleet
         return self._sim
 

@@ -153,6 +153,12 @@ OPTIONS: tuple[Option, ...] = (
         "a different layout of the embedded fleet (default: the simulator's fixed one)",
     ),
     Option(
+        "sim_sssf", "--sbx-sim-sssf", "SBXCHECK_SIM_SSSF", "sbx_sim_sssf", None, path,
+        "the embedded fleet runs this SSSF checkout's real `just sbx` recipes (copied, never written) "
+        "instead of its stand-ins",
+        metavar="DIR",
+    ),
+    Option(
         "run_ids", "--sbx-run-id", None, None, (), listed,
         "gate only this run (repeatable; default: every open run)", action="append", metavar="ID",
     ),
@@ -248,6 +254,7 @@ class Settings:
     sim: bool = False
     sim_faults: tuple[str, ...] = ()
     sim_seed: int | None = None
+    sim_sssf: Path | None = None
     run_ids: tuple[str, ...] = ()
     remediate: bool = False
     mounts: tuple[str, ...] = ()

@@ -107,6 +107,11 @@ FAULTS: dict[str, Fault] = {
         Fault("exedev.ls-garbage", "exe.dev's `ls --json` prints a banner, not JSON"),
         Fault("gh.no-auth", "the verity workspace has no stored gh/git credentials"),
         Fault("openrouter.orphan-key", "an sbx- key of a closed run is still listed (never revoked)"),
+        Fault(
+            "host.gnu-mktemp",
+            "a real checkout's recipes (--sssf-checkout) meet GNU mktemp, as on a Linux host: its BSD "
+            "`mktemp -t PREFIX` form fails (by default they get macOS's behaviour)",
+        ),
         # issue 22
         Fault(
             "vm.noisy-shell",
@@ -264,7 +269,7 @@ def is_controlplane_fault(name: str) -> bool:
 
 def is_fleet_host_fault(name: str) -> bool:
     """Faults of the fleet's own hosts and accounts (agent-core, the DGX, exe.dev, GitHub, orphan keys, state dir)."""
-    return name.startswith(("dgx.", "exedev.", "gh.", "state.")) or name in (
+    return name.startswith(("dgx.", "exedev.", "gh.", "state.", "host.")) or name in (
         "openrouter.orphan-key",
         "openrouter.revoke-ignored",
         "openrouter.balance-low",  # issue 21

@@ -74,6 +74,7 @@ from sbxcheck.sim.sssf_recipes import (
     write_recipes,
     write_sim_env,
 )
+from sbxcheck.sim.upstream_recipes import UpstreamRecipes
 
 ROSTER_CONFIG = "adws/adw_sssf_config/sssf.config.yaml"
 ROSTER_YAML = """\
@@ -206,6 +207,7 @@ class SimFleet:
         seed: int | None = None,
         runs: int = 3,
         embedded: bool = True,
+        sssf_checkout: Path | None = None,
     ) -> None:
         if not 1 <= runs <= MAX_RUNS:
             raise SimError(f"sim: runs must be between 1 and {MAX_RUNS}")
@@ -241,6 +243,11 @@ class SimFleet:
         self._created: list[str] = []
         self._vm_lock = threading.Lock()
         self._dgx_route: DgxRoute | None = None
+        # a real SSSF checkout's recipes instead of the stand-ins (copied; the original is never written)
+        self.upstream: UpstreamRecipes | None = None
+        if sssf_checkout is not None:
+            gnu = any(s.name == "host.gnu-mktemp" for s in self.fault_specs)
+            self.upstream = UpstreamRecipes(Path(sssf_checkout).resolve(), self.root, gnu_mktemp=gnu)
 
     # ------------------------------------------------------------ stage 1: files
 
@@ -300,7 +307,14 @@ class SimFleet:
         self._materialized = True
         return self.inventory_path
 
+    @property
+    def recipe_set(self) -> str:
+        """Which recipes the fleet runs: ``stand-in`` or ``real (<checkout>)``."""
+        return self.upstream.describe() if self.upstream is not None else "stand-in"
+
     def _make_checkout(self) -> str:
+        if self.upstream is not None:
+            return self.upstream.make_checkout(self.openrouter.provisioning_key)
         repo = self.checkout
         if repo.exists():
             shutil.rmtree(repo)
@@ -824,6 +838,7 @@ class SimFleet:
                 openrouter_base_url=f"http://127.0.0.1:{self._openrouter_port}/api/v1",
                 provisioning_key_env=None,
                 provisioning_key_file=self.checkout / ".env",
+                recipes=self.upstream.templates() if self.upstream is not None else None,
                 account_credit_floor_usd=5.0,  # issue 21: test_credits
                 observe_probe="vm",  # issue 22: https://<vm>.exe.xyz is not reachable here
             ),
@@ -834,6 +849,7 @@ class SimFleet:
                 pi=pi_status(),
                 faults=[str(f) for f in self.fault_specs],
                 pid=os.getpid(),
+                recipes=self.recipe_set,
             ),
         )
         header = (
@@ -896,6 +912,13 @@ class SimFleet:
                 "SBX_PYTHON": sys.executable or "python3",
             },
         )
+        if self.upstream is not None:
+            self.upstream.install_host_tools(
+                ssh_config=self.ssh_dir / "ssh_config",
+                known_hosts=self.ssh_dir / "known_hosts",
+                openrouter_url=base_url,
+                vms_root=self.root / "vms",
+            )
 
     def _key_name(self, key_hash: str) -> str | None:
         try:
@@ -935,6 +958,8 @@ class SimFleet:
             if self.pi is not None:
                 write_pi_shim(home / "bin", self.pi)  # exeuntu ships pi at /usr/local/bin
             write_run_shims(home / "bin")
+            if self.upstream is not None:
+                self.upstream.prepare_vm(home, openrouter_url=f"http://127.0.0.1:{self._openrouter_port}/api/v1")
             sim_host = SimHost(name=host_name, home=home, user=VM_USER, path_dirs=(home / "bin",))
             port = self.ssh_server.add_host(sim_host, 0)
             self._recipe_vms[name] = RecipeVm(name, home, port)

@@ -177,6 +177,7 @@ def test_doctor_on_a_healthy_fleet_passes(healthy_fleet: SimFleet) -> None:
         "pytest-xdist",
     ):
         assert f"✓ {label}:" in out, label
+    assert "✓ simulated fleet's recipes: stand-in" in out  # a --sssf-checkout fleet says real (<dir>)
     assert "✗" not in out and out.rstrip().endswith("sbxcheck doctor: all preconditions met")
     password = (
         Path(healthy_fleet.inventory_path.parent / "secrets" / "controlplane_password").read_text().strip()

@@ -17,6 +17,7 @@ PUBLISHED = {
     "sim": ("--sbx-sim", None, None, False),
     "sim_faults": ("--sbx-sim-fault", None, None, ()),
     "sim_seed": (None, "SBXCHECK_SIM_SEED", None, None),
+    "sim_sssf": ("--sbx-sim-sssf", "SBXCHECK_SIM_SSSF", "sbx_sim_sssf", None),
     "run_ids": ("--sbx-run-id", None, None, ()),
     "remediate": ("--sbx-remediate", None, None, False),
     "mounts": ("--sbx-mount", None, None, ()),
