@@ -80,7 +80,17 @@ class Mounted:
             "ssh": self.ssh_hint(suffix) if self.run_id else None,
             "ledger_entry": self.entry_id,
             **({"reason": self.reason} if self.reason else {}),
+            **({"teardown": self.teardown_proof()} if self.teardown else {}),
         }
+
+    def teardown_proof(self) -> dict[str, Any]:
+        """What the teardown recipe said and what GET /keys proved, without the recipe's output."""
+        proof = {k: self.teardown[k] for k in ("exit_code", "key", "gate", "duration_s") if k in self.teardown}
+        revocation = self.teardown.get("revocation")
+        proof["revocation"] = revocation if isinstance(revocation, dict) else {"status": "not checked"}
+        if self.harvest:
+            proof["harvest"] = self.harvest.get("status")
+        return proof
 
 
 class MountManager:

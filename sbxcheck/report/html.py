@@ -411,16 +411,26 @@ def _next_step(recommendation: str, commands: Sequence[str]) -> str:
     return f'<div class="next"><strong>Next step</strong>{_e(recommendation)}{cmds}</div>'
 
 
+def _key_proof(mount: Mapping[str, Any]) -> str:
+    """The runtime key's end as GET /keys proved it ("" before any teardown ran)."""
+    teardown = mount.get("teardown")
+    if not isinstance(teardown, Mapping):
+        return ""
+    revocation = teardown.get("revocation")
+    status = revocation.get("status") if isinstance(revocation, Mapping) else None
+    return f"{status} (GET /keys)" if status and status != "not checked" else f"recipe: {teardown.get('key') or '?'}"
+
+
 def _mounts(report: RunReport) -> str:
     rows = [m for m in report.mounts if isinstance(m, Mapping)]
     if not rows:
         return ""
     body = "".join(
         f"<tr><td>{_e(m.get('name'))}</td><td>{_e(m.get('run_id'))}</td><td>{_e(m.get('action'))}</td>"
-        f"<td><code>{_e(m.get('ssh') or '')}</code></td><td>{_e(m.get('why'))}</td></tr>"
+        f"<td><code>{_e(m.get('ssh') or '')}</code></td><td>{_e(_key_proof(m))}</td><td>{_e(m.get('why'))}</td></tr>"
         for m in rows
     )
-    head = "<tr><th>mount</th><th>run id</th><th>action</th><th>get in</th><th>why</th></tr>"
+    head = "<tr><th>mount</th><th>run id</th><th>action</th><th>get in</th><th>key</th><th>why</th></tr>"
     return f'<h2 id="mounts">Mounted runs ({len(rows)})</h2><table>{head}{body}</table>'
 
 
