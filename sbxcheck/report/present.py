@@ -3,7 +3,8 @@
 - :func:`next_step` — the recommendation (the check's own, else the classification's default), whole;
 - :func:`key_evidence_lines` — the few evidence lines that say what was seen (the changed files,
   the missing models), not counts of them;
-- :func:`user_text` — runbook section references (``§8.8``, ``sandboxed-sh.md §8.3``) removed;
+- :func:`user_text` — runbook section references (a section sign and number, maybe after a spec
+  file name) removed: the reader has no runbook open;
 - :func:`detail_block` — all of the above as one block of text;
 - :func:`outcome_counts`, :func:`counts_line` — checks per outcome, the items an interrupt left unrun
   apart from the skips.
