@@ -30,7 +30,8 @@ __all__ = [
     "user_text",
 ]
 
-_SECTION = r"(?:[\w./-]+\.md\s*)?§[\d.]*\d(?:\s*[–-]\s*§?[\d.]*\d)?"
+# a spec section reference: a section sign (\u00a7) and its number, maybe after the spec file name
+_SECTION = r"(?:[\w./-]+\.md\s*)?\u00a7[\d.]*\d(?:\s*[–-]\s*\u00a7?[\d.]*\d)?"
 _RUNBOOK_REF = re.compile(
     rf"\s*\((?:see\s+)?(?:the\s+)?(?:runbook\s+)?{_SECTION}(?:\s*,\s*{_SECTION})*\)"
     rf"|(?:see\s+)?(?:(?:the\s+)?runbook\s+)?{_SECTION}(?:\s*,\s*{_SECTION})*"
