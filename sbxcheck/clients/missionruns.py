@@ -64,7 +64,7 @@ class RouteRun:
     first_status_at_retry: str | None = None  # the first mission's status when the retry made a second
     retry_joined: str | None = None  # the keyed retry was answered with this mission of someone else's
     check_idempotency: bool = True
-    not_dispatched: CheckResult | None = None  # the readiness failure that kept it back (no money on a doomed mission)
+    not_dispatched: CheckResult | None = None  # the readiness failure that kept it back: nothing spent
     output_retry: RouteRun | None = None  # the one direct-output retry of a model that ended silent
     stream_generation: int = -1  # the live stream's generation when the create was sent (-1: not live)
     followed_by: str | None = None  # "stream" or "polling (why)"
@@ -107,7 +107,7 @@ class CanaryRun:
     exec_error: str | None = None
     skipped_incident: str | None = None
     error: SbxError | None = None
-    not_dispatched: CheckResult | None = None  # the readiness failure that kept it back (no money on a doomed mission)
+    not_dispatched: CheckResult | None = None  # the readiness failure that kept it back: nothing spent
     done: threading.Event = field(default_factory=threading.Event)
 
 

@@ -28,7 +28,7 @@ from sbxcheck.sim.sshd import SimHost
 
 PingMode = Literal["ok", "derp", "no-reply", "timeout", "silent"]
 PING_MODES: Final = ("ok", "derp", "no-reply", "timeout", "silent")
-DGX_TAILSCALE_IP: Final = "100.77.4.93"  # the DGX's tailnet address; duplicated on purpose: sim imports no checks
+DGX_TAILSCALE_IP: Final = "100.77.4.93"  # the DGX's tailnet IP; duplicated on purpose: sim imports no checks
 _STATE: Final = ".sim"
 _PLACEHOLDER: Final = re.compile(r"@[A-Z_]+@")
 
