@@ -1,4 +1,4 @@
-"""The inventory: which fleet to check and how to reach it (a TOML file, design.md §5).
+"""The inventory: which fleet to check and how to reach it (a TOML file).
 
 Secrets never appear here, only the names of the env vars that hold them. Relative paths are
 resolved against the inventory file's directory. A bad file raises one ``InventoryError``
@@ -175,7 +175,7 @@ class SssfSection(_Strict):
     vm_host_suffix: str = ".exe.xyz"
     openrouter_base_url: str = "https://openrouter.ai/api/v1"
     credit_floor_usd: float = Field(default=1.0, ge=0, allow_inf_nan=False)
-    account_credit_floor_usd: float | None = Field(  # issue 21: test_credits
+    account_credit_floor_usd: float | None = Field(  # test_credits fails below it
         default=None, ge=0, allow_inf_nan=False, description="the OpenRouter account balance floor (USD)"
     )
     cost_probe_model: str = DEFAULT_COST_PROBE_MODEL
@@ -193,7 +193,7 @@ class SssfSection(_Strict):
     )
     recipes: RecipeTemplates | None = Field(default=None, description="the just sbx command templates")
     mounts: list[str] = Field(default_factory=list, description="sandboxes to mount before the gate")
-    observe_probe: Literal["https", "vm"] = Field(  # issue 22: the run items' test_observe_app/obs
+    observe_probe: Literal["https", "vm"] = Field(  # how the run items' test_observe_app/obs reach the app
         default="https",
         description="how the run items reach app and trace UI: 'https' from this host as a user would "
         "(https://<vm>/ and :<obs port>), 'vm' the VM's local ports (curl inside the VM, over SSH)",
@@ -241,7 +241,7 @@ class RouteSpec(_Strict):
     prompt: str = (
         "sbxcheck route probe: run `echo ok` once with your shell tool, then reply with the word ok."
     )
-    # issue 21: an opt-in dispatch contract this route's mission is created under (test_dispatch_contract)
+    # an opt-in dispatch contract this route's mission is created under (test_dispatch_contract)
     contract: Literal["none", "roadmap", "conversational"] = "none"
     project: str | None = None
     track: str | None = None
@@ -307,7 +307,7 @@ GIT_REMOTE_RE = re.compile(r"^(?:https|ssh)://(?P<auth>[^/@]*@)?[A-Za-z0-9.-]+(?
 
 
 def _no_userinfo(url: str, fix: str) -> None:
-    """Refuse ``http://user:PASSWORD@host``: a secret in a URL would be sent, logged and echoed (issue 20)."""
+    """Refuse ``http://user:PASSWORD@host``: a secret in a URL would be sent, logged and echoed."""
     authority = url.split("://", 1)[1].split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
     if "@" in authority:
         raise ValueError(f"must not carry a user name or password (user:…@host); {fix}")
@@ -351,7 +351,7 @@ class GithubProbeSpec(_Strict):
 
 
 class DgxSection(_Strict):
-    """The DGX routing runbook (§8.13): agent-core reaches the DGX over tailscale."""
+    """The DGX routing runbook: agent-core reaches the DGX over tailscale."""
 
     agent_core: str | list[str] = Field(
         default="agent-core",
@@ -365,7 +365,7 @@ class DgxSection(_Strict):
         default="auto",
         description="--sbx-remediate runs its command with `sudo -n`: auto = when the SSH user is not root",
     )
-    sentinel_command: str | None = Field(  # issue 22
+    sentinel_command: str | None = Field(
         default=None,
         description="the fleet sentinel, run over SSH (e.g. `disk-sentinel --once`): one line per unreachable "
         "node, silent when all answer; without it the fleet view is GET /api/remote-nodes",
@@ -400,7 +400,7 @@ class DgxSection(_Strict):
 
 
 class HygieneSection(_Strict):
-    """Mission-hygiene thresholds (seconds of ``idle_seconds``; defaults are the spec's, §3.3)."""
+    """Mission-hygiene thresholds (seconds of ``idle_seconds``; defaults are the server's ``health_verdict`` ones)."""
 
     quiet_s: float = Field(default=300.0, gt=0)
     stalled_s: float = Field(default=1800.0, gt=0)
@@ -456,9 +456,9 @@ class SandboxedSection(_Strict):
     expected_nodes: list[str] = Field(default_factory=list, description="remote nodes that must be healthy")
     node_max_age_s: float = Field(default=120.0, gt=0, le=86400)
     github_probes: list[GithubProbeSpec] = Field(default_factory=list)
-    hygiene: HygieneSection = Field(default_factory=HygieneSection)  # issue 21
-    workspaces: list[WorkspaceExpectation] = Field(default_factory=list)  # issue 21
-    removed_providers: list[str] = Field(default_factory=lambda: ["virtuals"])  # issue 21
+    hygiene: HygieneSection = Field(default_factory=HygieneSection)  # when an idle mission is stale
+    workspaces: list[WorkspaceExpectation] = Field(default_factory=list)  # what each must carry
+    removed_providers: list[str] = Field(default_factory=lambda: ["virtuals"])  # flagged before dispatch
 
     @field_validator("url")
     @classmethod

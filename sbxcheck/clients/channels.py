@@ -129,7 +129,7 @@ class McpChannel:
         check_id(
             mission["id"], field="id", source="MCP start_mission"
         )  # data, never a path or a ledger ident
-        # the MCP start_mission tool takes no idempotency_key (§7): a retried create is a new mission
+        # the MCP start_mission tool takes no idempotency_key: a retried create is a new mission
         return Created(mission, None, idempotency_supported=False)
 
     def get(self, mission_id: str) -> dict[str, Any]:

@@ -6,7 +6,7 @@ pytest item shares one server process and one session. Every wait is bounded: th
 ``startup_timeout_s``, each call by ``timeout_s``, teardown by ``shutdown_timeout_s`` (the SDK's
 own stdio shutdown closes stdin, then terminates and kills the process group).
 
-Tool names may be given with or without the host prefix (``mcp_sandboxed_assistant_``, spec §7);
+Tool names may be given with or without the host prefix (``mcp_sandboxed_assistant_``, as a host names them);
 they are resolved against the names the server advertises. Failures map onto :mod:`sbxcheck.errors`:
 
 * the server cannot be spawned, exits, or never completes the handshake → :class:`McpServerUnavailable`
@@ -237,7 +237,7 @@ def _json_or_none(text: str) -> Any | None:
 
 
 class AssistantMcpClient:
-    """A sync facade over one MCP stdio session (spec §7); a context manager.
+    """A sync facade over one assistant-MCP stdio session; a context manager.
 
     ``env`` is merged over the SDK's safe default environment (HOME, PATH, …) for the server
     process; its values are masked in every message this client produces.
@@ -560,7 +560,7 @@ class AssistantMcpClient:
             result.json(self.redact)
         return result
 
-    # -- the assistant MCP's tools (spec §7); None arguments are left out ---------------------
+    # -- the assistant MCP's tools (specs/sandboxed-sh.md, 7); None arguments are left out -----
 
     def _tool(self, tool: str, **arguments: Any) -> McpToolResult:
         return self.call_json(tool, {k: v for k, v in arguments.items() if v is not None})
@@ -581,7 +581,7 @@ class AssistantMcpClient:
         agent: str | None = None,
         **extra: Any,
     ) -> McpToolResult:
-        """``start_mission`` → ``{"mission": <create response>}``; ``extra`` passes other §7 fields."""
+        """``start_mission`` → ``{"mission": <create response>}``; ``extra`` passes the tool's other fields."""
         return self._tool(
             "start_mission",
             title=title,

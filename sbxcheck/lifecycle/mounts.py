@@ -101,7 +101,7 @@ class MountManager:
         self.ledger = ledger
         self.vm_suffix = vm_suffix
         self.mounts: list[Mounted] = []
-        self.revocation: Revocations | None = None  # issue 22: GET /keys proves each revoke
+        self.revocation: Revocations | None = None  # GET /keys afterwards proves each revoke took effect
 
     def mount(self, name: str) -> Mounted:
         """Run the mount recipe for ``name``; the ledger entry is written before anything exists."""

@@ -318,7 +318,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [item for item in items if not placeholder(item)]
         config.hook.pytest_deselected(items=dropped)
     probe = config.stash[SETTINGS_KEY].probe
-    if probe:  # issue 21: --sbx-probe=ROUTE keeps that route's three items, nothing else
+    if probe:  # --sbx-probe=ROUTE keeps that route's three items, nothing else
         from sbxcheck.lifecycle.prompts import probe_items
 
         kept, other = probe_items(items, probe)
@@ -341,7 +341,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     canaries: set[str] = set()
     for item in session.items:
         params = getattr(getattr(item, "callspec", None), "params", {})
-        for key in ("sbx_route", "sbx_contract"):  # issue 21: a contract item needs its route dispatched
+        for key in ("sbx_route", "sbx_contract"):  # a contract item needs its route dispatched
             if isinstance(params.get(key), str):
                 routes.add(params[key])
         if isinstance(params.get("sbx_canary"), str):
@@ -455,7 +455,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         redact_exception(call.excinfo)  # before pytest, junit or Allure format it
         from sbxcheck.display import neutralise_exception
 
-        neutralise_exception(call.excinfo)  # then control characters shown visibly (issue 20)
+        neutralise_exception(call.excinfo)  # then control characters shown visibly (fleet text never drives a terminal)
     if call.excinfo is not None and not item.config.getoption("fulltrace", False):
         _hide_sbxcheck_frames(call.excinfo)
     report: pytest.TestReport = yield

@@ -46,7 +46,10 @@ class ResultCollector:
         self.interrupted_reason = self.interrupted_reason or _interrupt_reason(excinfo.value)
 
     def remove_stale_reports(self) -> None:
-        """Once, when this run is known to write a report: the previous run's files go first (issue 20)."""
+        """Once, when this run is known to write a report: the previous run's files go first.
+
+        A red run must never leave the last run's green report behind for a CI upload.
+        """
         if self._stale_removed:
             return
         self._stale_removed = True
@@ -177,7 +180,7 @@ class ResultCollector:
             )
         info = InventoryInfo(
             source=sbx.describe_source(),
-            sim=simulated_fleet(sbx),  # issue 18: a `sbxcheck sim up` inventory is a simulated fleet too
+            sim=simulated_fleet(sbx),  # a `sbxcheck sim up` inventory is a simulated fleet too
             details=sbx.describe_details(),
         )
         report = assemble_report(records, started_at=self.started_at, finished_at=_now(), inventory=info)
@@ -191,7 +194,7 @@ class ResultCollector:
         machines = [r.evidence["machine_inventory"] for r in records if "machine_inventory" in r.evidence]
         if machines and isinstance(machines[0], list):
             report = report.model_copy(update={"machine_inventory": machines[0]})
-        from sbxcheck.spend import summarize_spend  # issue 21
+        from sbxcheck.spend import summarize_spend
 
         report = report.model_copy(
             update={
@@ -324,11 +327,11 @@ class ResultCollector:
                 mark = "" if item.get("ok", True) else "FAILED "
                 tr.write_line(f"cleanup: {mark}{item['kind']} {item.get('ident')}: {item.get('action')}")
         sbx_probe = settings_of(self.config).probe
-        if sbx_probe:  # issue 21
+        if sbx_probe:  # say what was left out, so a probe run never reads as a full one
             tr.write_line(f"probe: one narrow no-push probe of route {sbx_probe}; nothing else was run")
         from sbxcheck.spend import spend_worth_showing
 
-        if spend_worth_showing(document.get("spend")):  # issue 21
+        if spend_worth_showing(document.get("spend")):
             from sbxcheck.spend import spend_line
 
             tr.write_line(spend_line(document["spend"]))

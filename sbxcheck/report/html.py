@@ -253,7 +253,7 @@ def _top(ctx: _Ctx) -> str:
     ]
     from sbxcheck.spend import spend_worth_showing
 
-    if spend_worth_showing(report.spend):  # issue 21
+    if spend_worth_showing(report.spend):
         from sbxcheck.spend import spend_line
 
         meta.append(("spend", spend_line(report.spend).removeprefix("spend: ")))

@@ -157,7 +157,7 @@ def build_registry(
     )
     for value in Outcome:
         checks.labels(value.value, run_suite, fleet).set(report.summary.get(value.value, 0))
-    if report.spend:  # issue 21: what the last run spent, and its cap (labelled like every run-level series)
+    if report.spend:  # what the last run spent, and its cap (labelled like every run-level series)
         Gauge(
             "sbxcheck_last_run_spend_usd",
             "what the last run's missions reported costing (USD)",

@@ -1,4 +1,4 @@
-"""The results.json document (design.md §5, schema 1): assemble, render, write atomically, load."""
+"""The results.json document (schema 1): assemble, render, write atomically, load."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ __all__ = [
     "report_dict",
 ]
 
-#: Key order of one check in results.json: the §5 contract first, then the extra fields.
+#: Key order of one check in results.json: the published schema-1 fields first, then the extra fields.
 CHECK_KEY_ORDER = (
     "nodeid",
     "suite",

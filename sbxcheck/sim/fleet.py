@@ -141,7 +141,7 @@ def plan_run_ids(seed: int, count: int, day: dt.date | None = None) -> list[str]
     return ids
 
 
-DGX_ROUTE_FAULTS = ("dgx.two-nodes-down", "dgx.sentinel-stuck")  # issue 22: tailscaled down, and more
+DGX_ROUTE_FAULTS = ("dgx.two-nodes-down", "dgx.sentinel-stuck")  # tailscaled down, and more
 FOREIGN_UID = 65534  # "nobody": the owner of a clone another user made (vm.foreign-clone)
 
 
@@ -506,7 +506,7 @@ class SimFleet:
                 backend="codex",
                 model_override="gpt-5.6-terra",
                 model_effort="high",
-                contract="roadmap",  # issue 21: test_dispatch_contract
+                contract="roadmap",  # test_dispatch_contract
                 project="verity",
                 track="sbxcheck-canary",
                 acceptance_criteria=["the route answers ok", "the record echoes project and track"],
@@ -532,7 +532,7 @@ class SimFleet:
                 backend="claudecode",
                 model_override="claude-opus-4-8",
                 model_effort="high",
-                contract="conversational",  # issue 21: test_dispatch_contract
+                contract="conversational",  # test_dispatch_contract
                 origin_session_id="sbxcheck-canary-chat",
             ),
             RouteSpec(name="opencode-glm", agent="build", backend="opencode", model_override="glm-5.2"),
@@ -579,7 +579,7 @@ class SimFleet:
                 GithubProbeSpec(workspace="verity", repo="verity-lang/verity"),
                 GithubProbeSpec(workspace="lean-lab", repo="lean-lab/lab", via="mcp"),
             ],
-            workspaces=[  # issue 21: what each workspace is expected to carry (names only)
+            workspaces=[  # what each workspace is expected to carry (names only)
                 WorkspaceExpectation(
                     name="verity",
                     init_scripts=["base", "uv-python", "github-cli"],
@@ -630,7 +630,7 @@ class SimFleet:
                 record_path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
             elif spec.name == "vm.no-models":
                 models.unlink()
-            elif spec.name == "vm.foreign-clone":  # issue 22
+            elif spec.name == "vm.foreign-clone":
                 _chown_tree(app, FOREIGN_UID)
             elif spec.name == "vm.wide-modes":
                 for path in (app / ".env", models, self.checkout / ".sandbox" / "runs" / f"{run.run_id}.key"):
@@ -651,18 +651,18 @@ class SimFleet:
                 key.models_down.add(sorted(MODEL_TABLE)[1])
             elif spec.name == "openrouter.reasoning-only":
                 key.reasoning_only = True
-            elif spec.name == "vm.control-chars":  # issue 20
+            elif spec.name == "vm.control-chars":
                 key.hostile_text = HOSTILE_TEXT
                 key.models_down.add(sorted(MODEL_TABLE)[1])
             elif spec.name == "openrouter.key-exhausted":
                 self.openrouter.set_usage(run.key_hash, 50.0)
             elif spec.name == "openrouter.key-uncapped":
                 self.openrouter.set_limit(run.key_hash, None)
-            elif spec.name in RUN_FAULTS:  # issue 22: read by the stand-in SDLC, app and trace UI
+            elif spec.name in RUN_FAULTS:  # read by the stand-in SDLC, app and trace UI
                 apply_run_fault(run.home, spec.name)
 
     def _apply_state_faults(self) -> None:
-        """Issue 20: a FIFO or a symlink where a session's ledger goes (embedded and `sim up` state dirs)."""
+        """Hostile state: a FIFO or a symlink where a session's ledger goes (embedded and `sim up` state dirs)."""
         faults = self._fleet_faults()
         for state in (self.root / "state", self.root / ".sbxcheck" / "state"):
             ledger = state / "ledger.jsonl"
@@ -743,12 +743,12 @@ class SimFleet:
             self.openrouter.mint(
                 f"sbx-{closed}", 50.0
             )  # teardown closed the record but never revoked the key
-        if "openrouter.revoke-ignored" in faults:  # issue 22
+        if "openrouter.revoke-ignored" in faults:
             self.openrouter.ignore_deletes = True
             for i in range(100):  # personal keys listed first: sbx- keys minted later land on page 2
                 self.openrouter.mint(f"personal-{i:03d}", None)
         self._make_github_shims("gh.no-auth" in faults)
-        if "openrouter.balance-low" in faults:  # issue 21: the account is nearly spent
+        if "openrouter.balance-low" in faults:  # the account is nearly spent
             self.openrouter.total_credits = self.openrouter.total_usage() + 2.0
 
     def _dgx_mode(self) -> Literal["ok", "refuse"]:
@@ -839,8 +839,8 @@ class SimFleet:
                 provisioning_key_env=None,
                 provisioning_key_file=self.checkout / ".env",
                 recipes=self.upstream.templates() if self.upstream is not None else None,
-                account_credit_floor_usd=5.0,  # issue 21: test_credits
-                observe_probe="vm",  # issue 22: https://<vm>.exe.xyz is not reachable here
+                account_credit_floor_usd=5.0,  # test_credits
+                observe_probe="vm",  # https://<vm>.exe.xyz is not reachable here
             ),
             dgx=DgxSection(command_timeout_s=5.0, sentinel_command="disk-sentinel --once"),
             sandboxed=self._sandboxed_section(),
@@ -1005,7 +1005,7 @@ class SimFleet:
         for run in self.runs:
             if not self._has_fault("vm.no-pi", run):
                 write_pi_shim(run.home / "bin", self.pi)
-            write_run_shims(run.home / "bin")  # issue 22: execute's just/adw, observe's app and trace UI
+            write_run_shims(run.home / "bin")  # execute's just/adw, observe's app and trace UI
         try:
             gated = KnobGate(self.openrouter.app, self.knobs_dir, self._key_name)
             self.http = BackgroundServer(gated, port=self._openrouter_port)
@@ -1042,7 +1042,7 @@ class SimFleet:
                 mode = self._dgx_mode() if name == "dgx-spark" else "ok"
                 self.ssh_server.add_host(home.sim_host(user=VM_USER, mode=mode), self._host_ports[name])
             if self._dgx_mode() == "refuse" and "dgx.unreachable" not in self._fleet_faults():
-                self._dgx_route = DgxRoute(  # issue 22: `enable --now tailscaled` brings the DGX back
+                self._dgx_route = DgxRoute(  # `enable --now tailscaled` brings the DGX back
                     self.ssh_server,
                     self.hosts["agent-core"],
                     self.hosts["dgx-spark"],

@@ -1,4 +1,4 @@
-"""The control plane's live event stream, ``GET /api/control/stream`` (spec §3.7), for the double.
+"""The control plane's live event stream, ``GET /api/control/stream``, for the double.
 
 One :class:`StreamHub` per control plane fans every stored event out to its subscribers as SSE:
 first a ``status`` snapshot, then ``event: <type>`` + ``data: <json with "type">`` per event, a
@@ -36,7 +36,7 @@ BUFFER: Final = 512
 
 
 def sse_payload(row: dict[str, Any]) -> dict[str, Any]:
-    """A stored event row as the live stream carries it (the payload fields of §3.7's table)."""
+    """A stored event row as the live stream carries it (the payload fields of each event type)."""
     kind = str(row.get("event_type"))
     meta = row.get("metadata") or {}
     payload: dict[str, Any] = {"type": kind, "mission_id": row.get("mission_id")}
