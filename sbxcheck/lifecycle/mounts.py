@@ -85,7 +85,8 @@ class Mounted:
 
     def teardown_proof(self) -> dict[str, Any]:
         """What the teardown recipe said and what GET /keys proved, without the recipe's output."""
-        proof = {k: self.teardown[k] for k in ("exit_code", "key", "gate", "duration_s") if k in self.teardown}
+        kept = ("exit_code", "key", "gate", "duration_s")
+        proof: dict[str, Any] = {k: self.teardown[k] for k in kept if k in self.teardown}
         revocation = self.teardown.get("revocation")
         proof["revocation"] = revocation if isinstance(revocation, dict) else {"status": "not checked"}
         if self.harvest:
