@@ -7,7 +7,8 @@ import re
 from support import report_scenarios as scenarios
 
 from sbxcheck.redact import MASK, Redactor
-from sbxcheck.report.html import extract_commands, render_html, rerun_command
+from sbxcheck.report.html import render_html
+from sbxcheck.report.nextsteps import extract_commands, rerun_command
 from sbxcheck.report.results_json import report_dict
 from sbxcheck.results import RunReport
 
