@@ -163,6 +163,7 @@ def _preflight(config: pytest.Config, settings: Settings) -> None:
         required=required,
         faults=list(settings.sim_faults),
         markexpr=str(config.getoption("markexpr") or ""),
+        sim_seed=settings.sim_seed,
     )
     if problem:
         raise pytest.UsageError(problem)

@@ -141,6 +141,26 @@ def plan_run_ids(seed: int, count: int, day: dt.date | None = None) -> list[str]
     return ids
 
 
+def task_of(run_id: str) -> str:
+    """The task a run id was made for: ``bravo`` of ``bravo-20261130-9c04be``."""
+    return run_id.rsplit("-", 2)[0]
+
+
+def unknown_run_target(target: str, run_ids: list[str]) -> str:
+    """Why ``target`` names no run of a fleet with ``run_ids``, and what would."""
+    return (
+        f"no simulated run {target!r}; name a run by its task ({', '.join(task_of(r) for r in run_ids)}) "
+        f"or by its id ({', '.join(run_ids)})"
+    )
+
+
+def check_run_target(spec: FaultSpec, run_ids: list[str]) -> None:
+    """Raise SimError when a run-targeted fault names no run of a fleet with ``run_ids``."""
+    targeted = spec.run_id is not None and not (is_controlplane_fault(spec.name) or is_fleet_host_fault(spec.name))
+    if targeted and spec.run_id not in run_ids and spec.run_id not in {task_of(r) for r in run_ids}:
+        raise SimError(f"fault {spec}: {unknown_run_target(str(spec.run_id), run_ids)}")
+
+
 DGX_ROUTE_FAULTS = ("dgx.two-nodes-down", "dgx.sentinel-stuck")  # tailscaled down, and more
 FOREIGN_UID = 65534  # "nobody": the owner of a clone another user made (vm.foreign-clone)
 
@@ -470,14 +490,13 @@ class SimFleet:
         if spec.run_id is None:
             return self.runs[0]
         for run in self.runs:
-            if run.run_id == spec.run_id:
+            if spec.run_id in (run.run_id, task_of(run.run_id)):
                 return run
-        raise SimError(f"fault {spec}: no simulated run {spec.run_id!r}; runs: {', '.join(self.run_ids)}")
+        raise SimError(f"fault {spec}: {unknown_run_target(spec.run_id, self.run_ids)}")
 
     def _validate_fault_targets(self) -> None:
         for spec in self.fault_specs:
-            if not (is_controlplane_fault(spec.name) or is_fleet_host_fault(spec.name)):
-                self._target(spec)
+            check_run_target(spec, self.run_ids)
 
     # ------------------------------------------------------------ the sandboxed.sh control plane
 
