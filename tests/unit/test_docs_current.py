@@ -15,6 +15,8 @@ from support.secret_seeds import seeded_secrets
 
 from sbxcheck import docs_inventory
 from sbxcheck.inventory import Inventory
+from sbxcheck.plugin import docs_settings
+from sbxcheck.plugin.settings import OPTIONS
 from sbxcheck.secrets import find_secrets
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,6 +37,18 @@ def test_the_inventory_reference_is_what_the_model_generates() -> None:
     assert docs_inventory.render() == committed, (
         f"docs/inventory.md is out of date with sbxcheck/inventory.py: run `{docs_inventory.COMMAND}`"
     )
+
+
+def test_the_settings_reference_is_what_the_options_table_generates() -> None:
+    page = REPO / "docs" / "settings.md"
+    committed = page.read_text(encoding="utf-8") if page.exists() else ""
+    assert docs_settings.render() == committed, (
+        f"docs/settings.md is out of date with OPTIONS in sbxcheck/plugin/settings.py: run `{docs_settings.COMMAND}`"
+    )
+    for option in OPTIONS:
+        assert f"| `{option.name}` |" in committed
+        for written in (option.flag, option.env, option.ini):
+            assert written is None or f"`{written}" in committed, f"{written} is not on docs/settings.md"
 
 
 def test_every_table_and_field_is_in_the_reference() -> None:
@@ -145,11 +159,12 @@ def test_the_readme_links_every_docs_page() -> None:
     assert not missing, "docs pages the README's contents do not link: " + ", ".join(missing)
 
 
-def test_the_generator_writes_the_page_and_refuses_options(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("generator", [docs_inventory, docs_settings], ids=["inventory", "settings"])
+def test_each_generator_writes_its_page_and_refuses_options(
+    generator: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = tmp_path / "inventory.md"
-    assert docs_inventory.main([str(out)]) == 0
-    assert out.read_text(encoding="utf-8") == docs_inventory.render()
-    assert docs_inventory.main(["--check"]) == 2
-    assert "usage: python -m sbxcheck.docs_inventory" in capsys.readouterr().err
+    out = tmp_path / "page.md"
+    assert generator.main([str(out)]) == 0
+    assert out.read_text(encoding="utf-8") == generator.render()
+    assert generator.main(["--check"]) == 2
+    assert f"usage: {generator.COMMAND.rsplit(' ', 1)[0]} [OUT.md]" in capsys.readouterr().err
