@@ -240,7 +240,8 @@ def render() -> str:
         need = "required" if section.required else "optional"
         parts.append(f"{level} `{section.header}`\n")
         parts.append(f"{_doc(section.model)}\n")
-        parts.append(f"*{held.capitalize()}; {need}.*\n")
+        what = f": {section.description}" if section.description else ""
+        parts.append(f"*{held.capitalize()}, {need}{what}.*\n")
         rows = [field_row(name, info, by_key, section.key) for name, info in _fields(section.model)]
         parts.append(
             "| field | type | default | required | description |\n| --- | --- | --- | --- | --- |\n"

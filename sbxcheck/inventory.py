@@ -620,10 +620,10 @@ class Inventory(_Strict):
 
     ssh: SshSection = Field(default_factory=SshSection, description="how every host is reached")
     sssf: SssfSection | None = Field(
-        default=None, description="the SSSF fleet: the gate and run items, test_credits, the orphan audit"
+        default=None, description="the SSSF fleet, for the gate and run items, test_credits and the orphan audit"
     )
     sandboxed: SandboxedSection | None = Field(
-        default=None, description="the control plane: the canary and triage items"
+        default=None, description="the control plane, for the canary and triage items"
     )
     dgx: DgxSection | None = Field(default=None, description="the DGX items and their triage")
     state: StateSection = Field(default_factory=StateSection, description="the ledger")
