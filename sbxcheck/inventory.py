@@ -479,7 +479,7 @@ class DgxSection(_Strict):
 
 
 class HygieneSection(_Strict):
-    """Mission-hygiene thresholds, in seconds of a mission's ``idle_seconds`` (defaults: the server's health_verdict ones)."""
+    """Mission-hygiene thresholds, in seconds of a mission's ``idle_seconds`` (defaults: the server's own)."""
 
     quiet_s: float = Field(default=300.0, gt=0, description="an active mission idle this long is quiet (< stalled_s)")
     stalled_s: float = Field(default=1800.0, gt=0, description="an active mission idle this long is stalled")
