@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from support.secret_seeds import seeded_secrets
 
 from sbxcheck import docs_inventory
-from sbxcheck.inventory import Inventory
+from sbxcheck.inventory import Inventory, load_inventory
 from sbxcheck.plugin import docs_settings
 from sbxcheck.plugin.settings import OPTIONS
 from sbxcheck.secrets import find_secrets
@@ -101,6 +101,19 @@ def test_the_example_inventories_validate_against_the_model(name: str, sections:
         model = getattr(inventory, section)
         assert isinstance(model, BaseModel), f"examples/inventory/{name}.toml has no [{section}]"
         assert model.model_fields_set, f"examples/inventory/{name}.toml: [{section}] sets nothing"
+
+
+@pytest.mark.parametrize("name", ["gate", "canary"])
+def test_the_example_inventories_load_as_a_run_reads_them(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the files they name in place (under a fresh HOME), each example loads with no problem."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for needed in (".ssh/config", ".ssh/known_hosts", "src/inkwell/adws/adw_sssf_config/sssf.config.yaml"):
+        (tmp_path / needed).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / needed).write_text("", encoding="utf-8")
+    inventory = load_inventory(EXAMPLES / f"{name}.toml")
+    assert inventory.ssh.config == tmp_path / ".ssh" / "config"
 
 
 def test_the_canary_example_exercises_routes_canaries_and_the_mcp() -> None:
