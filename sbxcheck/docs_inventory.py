@@ -143,8 +143,12 @@ def toml_value(value: Any) -> str:
     raise TypeError(f"no TOML form for the default {value!r}")
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+def table_cell(text: str) -> str:
+    """``text`` for one Markdown table cell: ``|`` escaped, and ``<x>`` kept as text outside code spans."""
+    parts = text.replace("\n", " ").split("`")
+    for i in range(0, len(parts), 2):  # the even parts lie outside backticks
+        parts[i] = parts[i].replace("<", "&lt;").replace(">", "&gt;")
+    return "`".join(parts).replace("|", "\\|")
 
 
 def _secret(info: FieldInfo) -> str | None:
@@ -173,7 +177,7 @@ def field_row(name: str, info: FieldInfo, by_key: dict[str, Section], key: str) 
     if secret is not None:
         description = f"{_SECRET_NOTE[secret]}: {description}"
     cells = (f"`{name}`", kind, default, required, description)
-    return "| " + " | ".join(_cell(c) for c in cells) + " |"
+    return "| " + " | ".join(table_cell(c) for c in cells) + " |"
 
 
 def _default(info: FieldInfo) -> str:

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sbxcheck.docs_inventory import table_cell
 from sbxcheck.plugin.settings import OPTIONS, Option
 
 COMMAND = "python -m sbxcheck.plugin.docs_settings docs/settings.md"
@@ -53,10 +54,6 @@ def _default(value: Any) -> str:
     return f"`{value}`"
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def row(option: Option) -> str:
     """One table row for ``option``."""
     env = f"`{option.env}`" if option.env else "—"
@@ -64,7 +61,7 @@ def row(option: Option) -> str:
         env = f"`{option.env}=1`"
     ini = f"`{option.ini}`" if option.ini else "—"
     cells = (f"`{option.name}`", _flag(option), env, ini, _default(option.default), option.help)
-    return "| " + " | ".join(_cell(c) for c in cells) + " |"
+    return "| " + " | ".join(table_cell(c) for c in cells) + " |"
 
 
 def render() -> str:

@@ -60,6 +60,16 @@ def test_every_table_and_field_is_in_the_reference() -> None:
             assert f"| `{name}` |" in page, f"{table}.{name} is missing from docs/inventory.md"
 
 
+@pytest.mark.parametrize("generator", [docs_inventory, docs_settings], ids=["inventory", "settings"])
+def test_placeholders_show_as_text_not_as_html_tags(generator: Any) -> None:
+    """A ``<id>`` outside a code span would be taken for an HTML tag and vanish from the rendered page."""
+    for line in generator.render().splitlines():
+        if line.startswith("<!--"):
+            continue
+        outside_code = line.split("`")[::2]
+        assert not any(re.search(r"<[A-Za-z]", part) for part in outside_code), line
+
+
 def test_every_field_says_what_it_is_for() -> None:
     undescribed = [f"{table}.{name}".lstrip(".") for table, name, info in _all_fields() if not info.description]
     assert not undescribed, "fields without Field(description=...): " + ", ".join(undescribed)
