@@ -176,6 +176,17 @@ def test_every_relative_link_reaches_its_file_and_heading(page: Path) -> None:
     assert not broken, f"{page.relative_to(REPO)}: broken links: " + ", ".join(broken)
 
 
+def test_the_readme_stays_short_and_starts_with_the_two_quick_start_commands() -> None:
+    """The topics live in docs/; the quick start's first block is what CI runs (.ci/fresh-env.sh, .ci/run)."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 150, "README.md grew past 150 lines: give the topic a page in docs/"
+    quick = readme.split("## Quick start", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0].splitlines()
+    assert [line.split("#")[0].strip() for line in quick] == [
+        "pip install -e '.[sim]' && pytest -m gate",
+        "pip install -e '.[test]' && pytest tests -n 3",
+    ]
+
+
 def test_the_readme_links_every_docs_page() -> None:
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     missing = [p.name for p in sorted((REPO / "docs").glob("*.md")) if f"(docs/{p.name})" not in readme]
