@@ -140,7 +140,7 @@ def _check_inventory(
                 False,
                 "inventory validates",
                 exc.message,
-                f"edit {path} (sbxcheck/inventory.py lists every field)",
+                f"edit {path} (docs/inventory.md lists every field; offline: python -m sbxcheck.docs_inventory)",
             )
         )
         return None

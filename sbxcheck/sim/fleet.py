@@ -873,6 +873,7 @@ class SimFleet:
         )
         header = (
             "# Written by the sbxcheck simulator. Secrets are not here: keys stay on the simulated VMs.\n"
+            "# Every field: docs/inventory.md (or `python -m sbxcheck.docs_inventory`).\n"
         )
         self.inventory_path.write_text(header + dump_inventory(inv), encoding="utf-8")
 

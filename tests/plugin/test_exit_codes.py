@@ -1,4 +1,4 @@
-"""Exit codes (README "Exit codes"): sbxcheck keeps pytest's, and says "could not tell" in the reports.
+"""Exit codes (docs/reports-and-alerting.md): sbxcheck keeps pytest's, and says "could not tell" in the reports.
 
 0 all passed (or skipped) · 1 a check failed or could not tell · 2 interrupted · 4 usage or
 configuration error · 5 nothing collected. Also: --sbx-history / ini sbx_history keep the runs, a

@@ -273,6 +273,7 @@ def test_doctor_other_failures_each_name_their_fix(
     bad.write_text("[ssh]\nport_knocking = true\n")
     code, out = _doctor(bad)
     assert code == 1 and "✗ inventory validates:" in out and "unknown field 'ssh.port_knocking'" in out
+    assert "docs/inventory.md lists every field" in out  # the manual's page, not the model's source
     doc = tomllib.loads(healthy_fleet.inventory_path.read_text())
     doc["ssh"]["config"] = str(tmp_path / "no-such-ssh-config")
     doc["sandboxed"]["token_env"] = "SBX_DOCTOR_WRONG_TOKEN"
