@@ -116,3 +116,39 @@ def test_a_password_in_a_configured_url_reaches_no_output(tmp_path: Path) -> Non
         p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file() and p.name != "inv.toml"
     ]
     assert sum(text.count(password) for text in outputs) == 0
+
+
+def _file_size_limit(limit: int) -> None:
+    """In the child: every regular-file write past ``limit`` bytes fails (EFBIG), like a disk that fills up."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+@pytest.mark.parametrize(("failing", "expected"), [("", 3), ("1", 1)])
+def test_a_disk_that_refuses_the_report_is_one_line_and_no_partial_set(
+    tmp_path: Path, failing: str, expected: int
+) -> None:
+    """results.json and junit.xml fit under the limit and report.html does not: no file of the set is
+    left, one line on stderr names them, the summary still prints, and a green run is not exit 0."""
+    suite = SUITE + (
+        "\n\ndef test_broken(sbx_verdict):\n"
+        "    if os.environ.get('SBX_TEST_FAIL'):\n"
+        "        sbx_verdict(CheckResult.failed('broken', 'vm-1', 'it broke', {'checked': 'x'}))\n"
+        "    sbx_verdict(CheckResult.passed('broken', 'vm-1', 'fine', {'checked': 'x'}))\n"
+    )
+    (tmp_path / "test_suite.py").write_text(suite)
+    argv = [sys.executable, "-m", "pytest", *QUIET, "-q", "test_suite.py", "--sbx-report", "rep"]
+    proc = subprocess.run(
+        argv, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "SBX_TEST_FAIL": failing}, preexec_fn=lambda: _file_size_limit(6000),
+    )  # fmt: skip
+    output = proc.stdout + proc.stderr
+    assert "Traceback" not in output and "INTERNALERROR" not in output, output[-3000:]
+    assert proc.returncode == expected, output[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1 and errors[0].startswith("sbxcheck: "), errors
+    assert all(name in errors[0] for name in ("results.json", "junit.xml", "report.html")), errors
+    assert "File too large" in errors[0], errors
+    assert not list((tmp_path / "rep").iterdir())
+    assert "verdict: " in proc.stdout and "report: FAILED: " in proc.stdout, proc.stdout[-2000:]
