@@ -92,19 +92,31 @@ def _check_outputs(config: pytest.Config, settings: Settings) -> None:
         raise pytest.UsageError("; ".join(problems))
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """Settings and output paths are checked here, before any plugin's ``pytest_configure`` runs:
+    allure-pytest creates its ``--alluredir`` in its own configure, and crashes on a regular file."""
+    if getattr(config, "workerinput", None) is not None or config.option.help or config.option.version:
+        return  # a worker takes the controller's checked settings; --help and --version write nothing
+    settings = build(config)
+    config.stash[SETTINGS_KEY] = settings
+    _check_outputs(config, settings)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
     handed = workerinput.get("sbxcheck_settings") if workerinput else None
     # a worker takes the controller's settings whole; elsewhere a bad value is a usage error now
-    settings = Settings.from_wire(handed) if handed else build(config)
+    # (pytest_cmdline_main built them already, unless a caller configured pytest without it)
+    settings = Settings.from_wire(handed) if handed else config.stash.get(SETTINGS_KEY, None) or build(config)
     config.stash[SETTINGS_KEY] = settings
     if settings.doctor:
         _run_doctor(settings)
     if workerinput is None and not getattr(config.option, "help", False):
         _preflight(config, settings)  # a bad configuration is one usage error, before collection (exit 4)
-    _check_outputs(config, settings)  # a wrong output path is exit 4, before anything runs
+    _check_outputs(config, settings)  # again, for a caller that skipped pytest_cmdline_main
     config.stash[PARAMS_KEY] = {}
     config.stash[SESSION_TAG_KEY] = (
         workerinput.get("sbxcheck_session_tag") if workerinput else None

@@ -41,6 +41,7 @@ QUIET = ("-p", "no:randomly", "-p", "no:cacheprovider", "-p", "no:hypothesispyte
         ("--sbx-history", "file", "is a regular file, expected a directory"),
         ("--sbx-metrics", "dir", "is a directory, expected a regular file"),
         ("--sbx-report", "link", "is a symlink (to "),
+        ("--alluredir", "file", "is a regular file, expected a directory"),  # before allure's own configure
     ],
 )
 def test_a_wrong_output_path_is_one_usage_line_and_nothing_runs(
