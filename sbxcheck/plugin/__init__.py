@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from collections.abc import Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from pytest import ExitCode
 
 from sbxcheck.fleetsource import FleetSource
 from sbxcheck.plugin.collector import ResultCollector
@@ -92,15 +94,36 @@ def _check_outputs(config: pytest.Config, settings: Settings) -> None:
         raise pytest.UsageError("; ".join(problems))
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_cmdline_main(config: pytest.Config) -> None:
-    """Settings and output paths are checked here, before any plugin's ``pytest_configure`` runs:
-    allure-pytest creates its ``--alluredir`` in its own configure, and crashes on a regular file."""
-    if getattr(config, "workerinput", None) is not None or config.option.help or config.option.version:
-        return  # a worker takes the controller's checked settings; --help and --version write nothing
-    settings = build(config)
-    config.stash[SETTINGS_KEY] = settings
-    _check_outputs(config, settings)
+@pytest.hookimpl(wrapper=True)
+def pytest_cmdline_main(config: pytest.Config) -> Generator[None, ExitCode | int | None, ExitCode | int | None]:
+    """Settings and output paths are checked here, before any plugin's ``pytest_configure`` runs
+    (allure-pytest creates its ``--alluredir`` in its own configure, and crashes on a regular file);
+    a run that ends in a usage error leaves no earlier run's report behind it."""
+    controller = getattr(config, "workerinput", None) is None
+    try:
+        if controller and not (config.option.help or config.option.version):  # these two write nothing
+            settings = build(config)
+            config.stash[SETTINGS_KEY] = settings
+            _check_outputs(config, settings)
+        return (yield)
+    except pytest.UsageError:
+        if controller:
+            _remove_old_report(config)
+        raise
+
+
+def _remove_old_report(config: pytest.Config) -> None:
+    """Delete the previous run's report files: after a usage error none may pass for this run's."""
+    from sbxcheck.plugin.outputs import remove_stale_reports
+    from sbxcheck.plugin.settings import read_one
+
+    settings = config.stash.get(SETTINGS_KEY, None)
+    try:
+        report_dir = settings.report_dir if settings is not None else read_one(config, "report_dir")
+    except pytest.UsageError:  # the report dir itself is what is wrong: there is nothing to trust in it
+        return
+    with contextlib.suppress(OSError):
+        remove_stale_reports(report_dir)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import sbxcheck.plugin.fixtures  # noqa: F401  imported once here: pytester drops modules a run imports itself
-from sbxcheck.plugin.outputs import output_path_problem
+from sbxcheck.plugin.outputs import output_path_problem, remove_stale_reports
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -69,6 +69,15 @@ def test_output_path_checks(tmp_path: Path) -> None:
     assert problem is not None and "is not a directory" in problem
     assert output_path_problem(tmp_path / "new" / "deeper", "dir", "--sbx-history") is None
     assert "FIFO" in (output_path_problem(_fifo(), "file", "--sbx-metrics") or "")
+
+
+def test_old_reports_are_never_removed_through_a_symlink(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "results.json").write_text("{}\n")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    assert remove_stale_reports(tmp_path / "link") == []
+    assert (tmp_path / "real" / "results.json").exists()
+    assert remove_stale_reports(tmp_path / "real") == [tmp_path / "real" / "results.json"]
 
 
 def _fifo() -> Path:
@@ -153,3 +162,27 @@ def test_a_disk_that_refuses_the_report_is_one_line_and_no_partial_set(
     assert "File too large" in errors[0], errors
     assert not list((tmp_path / "rep").iterdir())
     assert "verdict: " in proc.stdout and "report: FAILED: " in proc.stdout, proc.stdout[-2000:]
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        ("--sbx-history-keep", "0"),  # a bad setting: the report dir is read on its own
+        ("--sbx-metrics", "out-dir"),  # a wrong output path
+        ("--sbx-sim-fault", "no.such-fault"),  # a configuration the preflight refuses
+        ("no_such_test_file.py",),  # pytest's own usage error, after configure
+    ],
+    ids=["setting", "output", "preflight", "pytest"],
+)
+def test_a_usage_error_leaves_no_green_report_of_an_earlier_run(
+    pytester: pytest.Pytester, wrong: tuple[str, ...]
+) -> None:
+    pytester.makepyfile(test_suite=SUITE)
+    (pytester.path / "out-dir").mkdir()
+    first = pytester.runpytest_inprocess(*QUIET, "test_suite.py", "--sbx-report", "rep")
+    assert first.ret == pytest.ExitCode.OK
+    assert {p.name for p in (pytester.path / "rep").iterdir()} >= {"results.json", "junit.xml", "report.html"}
+    (pytester.path / "rep" / "notes.txt").write_text("not sbxcheck's\n")
+    result = pytester.runpytest_inprocess(*QUIET, "test_suite.py", "--sbx-report", "rep", *wrong)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.outlines + result.errlines
+    assert sorted(p.name for p in (pytester.path / "rep").iterdir()) == ["notes.txt"]
