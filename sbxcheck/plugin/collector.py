@@ -292,7 +292,7 @@ class ResultCollector:
         verdict = verdict_of(self.report)
         why = f" ({document['interrupted_reason']})" if document.get("interrupted_reason") else ""
         tr.write_line(
-            f"verdict: {verdict_headline(verdict)}{why}",
+            f"verdict: {verdict_headline(verdict, document['summary'])}{why}",
             bold=True,
             purple=verdict == "interrupted",
             red=verdict == "failed",
@@ -354,6 +354,11 @@ class ResultCollector:
                 tr.write_line(f"    not run: {nodeid}")
             if len(not_run) > NOT_RUN_SHOWN:
                 tr.write_line(f"    … and {len(not_run) - NOT_RUN_SHOWN} more (results.json: not_run)")
+            from sbxcheck.report.html import not_run_command
+
+            rerun = not_run_command(self.report)
+            if rerun:
+                tr.write_line(f"    re-run what did not run: {rerun}")
         for entry in document.get("left") or []:
             tr.write_line(
                 f"left open: {entry['kind']} {entry['ident']} ({entry['state']}) {entry['why']}".rstrip()
