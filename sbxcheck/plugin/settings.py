@@ -339,25 +339,41 @@ def declare(parser: pytest.Parser) -> None:
 
 def build(config: pytest.Config, environ: Mapping[str, str] | None = None) -> Settings:
     """Read every row once (command line > environment > ini > default); a bad value is a UsageError."""
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for option in OPTIONS:
+        found = _read(config, option, environ)
+        if found is not None:
+            values[option.name], source = found
+            if source:
+                sources[option.name] = source
+    invocation = Path(str(config.invocation_params.dir))
+    return Settings(rootdir=Path(str(config.rootpath)), invocation_dir=invocation, sources=sources, **values)
+
+
+def read_one(config: pytest.Config, name: str, environ: Mapping[str, str] | None = None) -> Any:
+    """The one setting ``name`` as :func:`build` reads it (for when another setting is bad); None when unset."""
+    option = next(o for o in OPTIONS if o.name == name)
+    found = _read(config, option, environ)
+    return found[0] if found is not None else None
+
+
+def _read(config: pytest.Config, option: Option, environ: Mapping[str, str] | None) -> tuple[Any, str] | None:
+    """``option``'s parsed value and where it was written ("" for a default); None when unset, no default."""
     env = os.environ if environ is None else environ
     invocation = Path(str(config.invocation_params.dir))
     ini_base = config.inipath.parent if config.inipath is not None else Path(str(config.rootpath))
     ini_file = config.inipath.name if config.inipath is not None else "the ini file"
-    values: dict[str, Any] = {}
-    sources: dict[str, str] = {}
-    for option in OPTIONS:
-        found = _raw(config, env, option, invocation, ini_base, ini_file)
-        if found is None:
-            if isinstance(option.default, str):  # a default path is taken from the invocation directory
-                values[option.name] = option.parse(option.default, invocation)
-            continue
-        raw, source, base = found
-        try:
-            values[option.name] = option.parse(raw, base)
-        except ValueError as exc:
-            raise pytest.UsageError(f"{source}: {exc}") from None
-        sources[option.name] = source
-    return Settings(rootdir=Path(str(config.rootpath)), invocation_dir=invocation, sources=sources, **values)
+    found = _raw(config, env, option, invocation, ini_base, ini_file)
+    if found is None:
+        if isinstance(option.default, str):  # a default path is taken from the invocation directory
+            return option.parse(option.default, invocation), ""
+        return None
+    raw, source, base = found
+    try:
+        return option.parse(raw, base), source
+    except ValueError as exc:
+        raise pytest.UsageError(f"{source}: {exc}") from None
 
 
 def _raw(

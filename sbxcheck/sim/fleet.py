@@ -1113,11 +1113,13 @@ class SimFleet:
         if self.http is not None:
             self.http.stop()
             self.http = None
+        if self.controlplane is not None:
+            # its agent tasks are cancelled and its event streams ended while its loop still runs, so
+            # the server's graceful shutdown has no open response to cancel (and nothing to log)
+            self.controlplane.stop()
         if self.cp_http is not None:
             self.cp_http.stop()
             self.cp_http = None
-        if self.controlplane is not None:
-            self.controlplane.stop()
         self._ports.close()
         self._serving = False
 

@@ -402,3 +402,37 @@ def test_report_package_reads_results_only() -> None:
     assert "import pytest" not in source
     for name in forbidden:
         assert name not in source
+
+
+# --- a full or broken disk ---------------------------------------------------------------------
+
+
+def test_a_disk_that_refuses_one_file_leaves_no_part_of_the_set(
+    tmp_path: Path, redactor: Redactor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The set is all or nothing: a refused report.html takes results.json and junit.xml with it,
+    an older results.json does not stand in for this run's, and the failure is returned, not raised."""
+    import errno
+
+    from sbxcheck.report import results_json, writers
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.json").write_text('{"an older": "green run"}\n')
+    real_stage = results_json.stage_text
+
+    def full_disk(path: Path, text: str) -> str:
+        if path.name == "report.html":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_stage(path, text)
+
+    monkeypatch.setattr(writers, "stage_text", full_disk)
+    written = writers.write_artifacts(make_report(), out, redactor)
+    assert sorted(p.name for p in out.iterdir()) == []  # nothing left: no set, no temporary file
+    assert set(written.missing) == {out / "results.json", out / "junit.xml", out / "report.html"}
+    assert written.paths == {}
+    problem = written.problem()
+    assert "\n" not in problem and "No space left on device" in problem
+    assert all(name in problem for name in ("results.json", "junit.xml", "report.html"))
+    with pytest.raises(OSError, match=r"report\.html"):
+        write_reports(make_report(), out, redactor)
