@@ -208,7 +208,7 @@ def _top(ctx: _Ctx) -> str:
     ]
     from sbxcheck.spend import spend_worth_showing
 
-    if spend_worth_showing(report.spend):  # issue 21
+    if spend_worth_showing(report.spend):  # only when the run dispatched missions
         from sbxcheck.spend import spend_line
 
         meta.append(("spend", spend_line(report.spend).removeprefix("spend: ")))
