@@ -35,6 +35,7 @@ from pathlib import Path
 
 from sbxcheck.errors import SimError, SimSetupError
 from sbxcheck.redact import default_redactor
+from sbxcheck.safeio import UnsafeInput, loads_bounded, read_text_file
 
 PI_PACKAGE = "@mariozechner/pi-coding-agent"
 PI_VERSION = "0.73.1"
@@ -192,8 +193,8 @@ def _cached(cache: Path, tools: NodeToolchain) -> PiInstall | None:
     return _pi_install(entry, tools) if entry is not None else None
 
 
-def pi_status(cache_dir: Path | str | None = None) -> str:
-    """One line for a report header; never installs anything."""
+def pi_status(cache_dir: Path | str | None = None, *, attempt: str | None = None) -> str:
+    """One line for a report header; never installs anything. ``attempt``: see :func:`ensure_pi`."""
     try:
         tools = node_toolchain()
     except SimError as exc:
@@ -203,6 +204,8 @@ def pi_status(cache_dir: Path | str | None = None) -> str:
     if cached is not None:
         return f"real pi {PI_VERSION} (cached; {_provenance(cached.via, cached.runner)})"
     failed = install_failure(cache)
+    if failed is None and (shared := _shared_failure(cache, attempt)) is not None:
+        failed = f"{shared.message} [{_NOT_RETRIED}]"
     if failed is not None:
         return f"no pi: {failed}"
     return f"real pi {PI_VERSION} (will be installed with the {tools.via}'s npm on first use)"
@@ -219,12 +222,18 @@ def _again(failed: SimError) -> SimError:
 
 
 def ensure_pi(
-    cache_dir: Path | str | None = None, *, allow_install: bool = True, timeout_s: float = 300.0
+    cache_dir: Path | str | None = None,
+    *,
+    allow_install: bool = True,
+    timeout_s: float = 300.0,
+    attempt: str | None = None,
 ) -> PiInstall:
     """The real pi, cached or installed now; SimError saying what failed when it cannot be had.
 
     A failed install is remembered for the rest of the process: a later call raises the same error
     without running npm again (one misconfigured registry costs one npm run, not one per check).
+    ``attempt`` names processes that share one try (the workers of one xdist session): the first one's
+    failure is recorded in the cache under the lock, and the others raise it without running npm.
     """
     tools = node_toolchain()
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
@@ -238,7 +247,7 @@ def ensure_pi(
     if failed is not None:
         raise _again(failed)
     try:
-        return _install_locked(tools, cache, timeout_s, key)
+        return _install_locked(tools, cache, timeout_s, key, attempt)
     except SimError as exc:
         if key not in _FAILED_INSTALLS:
             remembered = f"{exc.message} [{_NOT_RETRIED}]"
@@ -253,7 +262,7 @@ def install_failure(cache_dir: Path | str | None = None) -> str | None:
 
 
 def _install_locked(
-    tools: NodeToolchain, cache: Path, timeout_s: float, key: tuple[Path, tuple[str, ...]]
+    tools: NodeToolchain, cache: Path, timeout_s: float, key: tuple[Path, tuple[str, ...]], attempt: str | None
 ) -> PiInstall:
     """Install under the cache's lock (another worker may finish, or fail, first); SimError when it fails."""
     deadline = time.monotonic() + timeout_s
@@ -265,17 +274,60 @@ def _install_locked(
                 return cached
             if key in _FAILED_INSTALLS:  # a thread of this process failed while we waited
                 raise _again(_FAILED_INSTALLS[key])
+            shared = _shared_failure(cache, attempt)  # another process of this attempt failed first
+            if shared is not None:
+                raise shared
             # the one long silence of a first run: say what it is and how long it may take
             sys.stderr.write(
                 f"sbxcheck: installing the real pi {PI_VERSION} for the simulated VMs with the {tools.via}'s "
                 f"npm into {cache} (first run only, ~15 s; at most {timeout_s:g} s)\n"
             )
             sys.stderr.flush()
-            return _install(tools, cache, deadline)
+            try:
+                installed = _install(tools, cache, deadline)
+            except SimError as exc:
+                if attempt is not None:
+                    _record_failure(cache, attempt, exc)
+                raise
+            _failure_file(cache).unlink(missing_ok=True)
+            return installed
     except TimeoutError:
         raise SimError(f"timed out after {timeout_s:g}s waiting for the pi install lock in {cache}") from None
     except OSError as exc:
         raise SimError(f"cannot install pi into {cache}: {exc.strerror or exc}") from None
+
+
+def _failure_file(cache: Path) -> Path:
+    return cache / f"pi-{PI_VERSION}.failed.json"
+
+
+def _record_failure(cache: Path, attempt: str, exc: SimError) -> None:
+    """Note the failed install for the other processes of ``attempt`` (written while holding the lock)."""
+    failure = {
+        "attempt": attempt,
+        "message": exc.message,
+        "recommendation": exc.recommendation,
+        "setup": isinstance(exc, SimSetupError),
+    }
+    with contextlib.suppress(OSError):
+        _failure_file(cache).write_text(json.dumps(failure), encoding="utf-8")
+
+
+def _shared_failure(cache: Path, attempt: str | None) -> SimError | None:
+    """The failure another process of ``attempt`` recorded, or None (none, another attempt's, unreadable)."""
+    if attempt is None:
+        return None
+    try:
+        failure = loads_bounded(read_text_file(_failure_file(cache), 64 * 1024))
+    except (OSError, ValueError, UnsafeInput):
+        return None
+    if not isinstance(failure, dict) or failure.get("attempt") != attempt:
+        return None
+    message, fix = failure.get("message"), failure.get("recommendation")
+    if not isinstance(message, str):
+        return None
+    kind = SimSetupError if failure.get("setup") is True else SimError
+    return kind(message, recommendation=fix if isinstance(fix, str) else None)
 
 
 @contextlib.contextmanager

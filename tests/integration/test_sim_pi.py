@@ -460,6 +460,29 @@ def test_an_untrusted_registry_costs_one_npm_run_and_names_the_fix(
     assert pi_status(cache) == f"no pi: {first.message}"
 
 
+def test_a_failure_is_shared_by_the_processes_of_one_attempt_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workers of one session (one attempt) share a failure through the cache; a new session tries again."""
+    log = fake_npm(tmp_path, monkeypatch, "fail")
+    cache = tmp_path / "cache"
+
+    def another_process() -> None:
+        monkeypatch.setattr(pi_module, "_FAILED_INSTALLS", {})
+
+    with pytest.raises(SimError, match="E404") as first:
+        ensure_pi(cache, timeout_s=60, attempt="session-1")
+    another_process()  # a second xdist worker of the same session
+    with pytest.raises(SimError) as second:
+        ensure_pi(cache, timeout_s=60, attempt="session-1")
+    assert second.value.message == first.value.message and len(log.read_text().split()) == 1
+    assert pi_status(cache, attempt="session-1") == f"no pi: {first.value.message}"
+    another_process()  # the next session: npm runs again (the registry may be fixed by now)
+    with pytest.raises(SimError, match="E404"):
+        ensure_pi(cache, timeout_s=60, attempt="session-2")
+    assert len(log.read_text().split()) == 2
+
+
 NPM_LOG_LINE = "npm error A complete log of this run can be found in: /root/.npm/_logs/x-debug-0.log"
 
 

@@ -20,9 +20,11 @@ exit 1
 """
 
 
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["serial", "two-workers"])
 def test_a_failed_pi_install_is_tried_once_and_reported_once(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, xdist: tuple[str, ...]
 ) -> None:
+    """Serial or with xdist workers that each build the embedded fleet: npm runs once in the session."""
     bin_dir = tmp_path / "bin"  # an npm and node on PATH that must not be chosen over the wheel's
     bin_dir.mkdir()
     log = tmp_path / "path-npm.log"
@@ -38,7 +40,8 @@ def test_a_failed_pi_install_is_tried_once_and_reported_once(
         monkeypatch.setenv("npm_config_registry", registry.url)
         monkeypatch.setenv("npm_config_fetch_retries", "0")  # npm's own retries take ~70 s per attempt
         result = pytester.runpytest_subprocess(
-            "-m", "gate", "-p", "no:cacheprovider", "-p", "no:randomly", "--sbx-report=report", timeout=300
+            "-m", "gate", "-p", "no:cacheprovider", "-p", "no:randomly", "--sbx-report=report", *xdist,
+            timeout=300,
         )  # fmt: skip
         connections = registry.connections
     printed = "\n".join(result.outlines + result.errlines)  # an item's captured stderr is in its report
