@@ -101,17 +101,22 @@ def open_embedded(
     runs: int = EMBEDDED_RUNS,
     embedded: bool = True,
     sssf_checkout: Path | None = None,
+    install_attempt: str | None = None,
 ) -> EmbeddedFleet:
     """The embedded simulated fleet in ``root`` (not yet materialized or serving).
 
     ``sssf_checkout``: a real SSSF checkout whose recipes the fleet runs instead of its stand-ins.
+    ``install_attempt``: processes sharing one try at installing pi (a session's xdist workers).
     """
     _require_sim()
     from sbxcheck.sim.fleet import SimFleet
 
     if sssf_checkout is not None:
         check_sssf_checkout(sssf_checkout)
-    return SimFleet(root, faults, seed=seed, runs=runs, embedded=embedded, sssf_checkout=sssf_checkout)
+    return SimFleet(
+        root, faults, seed=seed, runs=runs, embedded=embedded, sssf_checkout=sssf_checkout,
+        install_attempt=install_attempt,
+    )  # fmt: skip
 
 
 def check_sssf_checkout(path: Path) -> None:
@@ -150,13 +155,13 @@ def describe_faults() -> str:
     return describe()
 
 
-def pi_status() -> str:
-    """Which pi the simulated VMs run (the real CLI, or the simulator's stand-in)."""
+def pi_status(attempt: str | None = None) -> str:
+    """Which pi the simulated VMs run (the real CLI, or why there is none); ``attempt``: a session tag."""
     if not sim_installed():
         return "not installed (" + SIM_EXTRA + ")"
     from sbxcheck.sim.pi import pi_status as status
 
-    return status()
+    return status(attempt=attempt)
 
 
 def node_toolchain() -> NodeToolchain:

@@ -435,8 +435,9 @@ def _result_from_report(
         host = exc.evidence.get("alias") or exc.evidence.get("service") or exc.evidence.get("endpoint")
         cause = f"{exc.classification.value}:{host}" if host else None  # one unreachable host = one incident
         return CheckResult.errored(
-            check, target, exc.message, exc.classification, dict(exc.evidence), cause=cause
-        )
+            check, target, exc.message, exc.classification, dict(exc.evidence), cause=cause,
+            recommendation=exc.recommendation,
+        )  # fmt: skip
     if report.skipped:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr or "")
         return CheckResult(

@@ -211,6 +211,7 @@ class ResultCollector:
                 "not_run": self.not_run() if interrupted else [],
                 "cleanup": cleanup,
                 "left": left,
+                "report_url": settings.report_url or "",
             }
         )
         for incident in report.incidents:
@@ -375,6 +376,8 @@ class ResultCollector:
             tr.write_line(f"report: FAILED: {self.not_written}", bold=True, red=True)
         if self.written:
             tr.write_line("report: " + ", ".join(str(p) for p in self.written.values()))
+        if document.get("report_url"):
+            tr.write_line(f"report page: {document['report_url']}")
 
 
 #: How many not-run items the terminal names (results.json and report.html have every one).

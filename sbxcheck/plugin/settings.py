@@ -60,6 +60,20 @@ def listed(raw: Any, base: Path) -> tuple[str, ...]:
     return tuple(str(v) for v in raw)
 
 
+def web_url(raw: Any, base: Path) -> str | None:
+    """An http(s) URL a person can open (the run's report page); never one holding a password."""
+    value = str(raw).strip()
+    if not value:
+        return None
+    scheme, sep, rest = value.partition("://")
+    host = rest.split("/", 1)[0]
+    if not sep or scheme.lower() not in ("http", "https") or not host.strip("@:"):
+        raise ValueError(f"expected an http:// or https:// URL (e.g. https://ci.example.com/job/42); got {raw!r}")
+    if "@" in host or any(ch.isspace() for ch in value):
+        raise ValueError("expected a URL without user:password@ or spaces (it is printed and exported)")
+    return value
+
+
 def choice(*choices: str) -> Parse:
     def parse(raw: Any, base: Path) -> str:
         value = str(raw).strip()
@@ -229,6 +243,12 @@ OPTIONS: tuple[Option, ...] = (
         metavar="FILE",
     ),
     Option(
+        "report_url", "--sbx-report-url", "SBXCHECK_REPORT_URL", "sbx_report_url", None, web_url,
+        "where this run's report.html will be published (e.g. the CI job's artifact URL): printed in the "
+        "terminal summary and written to junit.xml, results.json and the metrics, so an alert links to the page",
+        metavar="URL",
+    ),
+    Option(
         "require_inventory", "--sbx-require-inventory", "SBXCHECK_REQUIRE_INVENTORY", "sbx_require_inventory",
         False, flag,
         "no inventory found is a usage error (exit 4) instead of a run on the embedded simulated fleet "
@@ -268,6 +288,7 @@ class Settings:
     history: Path | None = None
     history_keep: int = HISTORY_KEEP_DEFAULT
     metrics: Path | None = None
+    report_url: str | None = None
     require_inventory: bool = False
     doctor: bool = False
     #: setting name -> "--sbx-x", "$SBXCHECK_X", "ini sbx_x in pyproject.toml" or "default"

@@ -228,7 +228,9 @@ class SimFleet:
         runs: int = 3,
         embedded: bool = True,
         sssf_checkout: Path | None = None,
+        install_attempt: str | None = None,
     ) -> None:
+        """``install_attempt``: the processes that share one try at installing pi (see ``ensure_pi``)."""
         if not 1 <= runs <= MAX_RUNS:
             raise SimError(f"sim: runs must be between 1 and {MAX_RUNS}")
         self.root = root.resolve()
@@ -236,6 +238,7 @@ class SimFleet:
         self.seed = seed if seed is not None else DEFAULT_SEED
         self.run_count = runs
         self.embedded = embedded
+        self.install_attempt = install_attempt
         self.runs: list[SimRun] = []
         self.openrouter = OpenRouterDouble()
         self.controlplane: ControlPlaneDouble | None = None
@@ -1021,7 +1024,7 @@ class SimFleet:
         if self._serving:
             return
         self.materialize()
-        self.pi = ensure_pi()
+        self.pi = ensure_pi(attempt=self.install_attempt)
         for run in self.runs:
             if not self._has_fault("vm.no-pi", run):
                 write_pi_shim(run.home / "bin", self.pi)

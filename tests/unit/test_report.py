@@ -288,11 +288,12 @@ def test_junit_xml_structure(written: dict[str, Path]) -> None:
     assert float(gate.get("time", "0")) == pytest.approx(12 * 0.25)
     assert len(root.findall(".//failure")) == 8  # junit-10.xsd has no <error> inside a testcase
     assert not root.findall(".//error") and not root.findall(".//testcase/properties")
-    # no suite-level evidence dump either: a testsuite's properties only say which fleet was checked (issue 18)
+    # no suite-level evidence dump either: a testsuite's properties say which fleet was checked and the verdict
     [properties] = root.findall(".//properties")
     assert {p.get("name"): p.get("value") for p in properties} == {
         "sbxcheck.fleet": "simulated",
         "sbxcheck.inventory": "sim (embedded)",
+        "sbxcheck.verdict": "failed",
     }
     assert len(root.findall(".//skipped")) == 1
 
@@ -307,6 +308,24 @@ def test_junit_xml_structure(written: dict[str, Path]) -> None:
     assert "(incident INC-" in message and "next step: check the host is up" in message
     out = case.find("system-out")
     assert out is not None and "host: 10.0.0.2" in (out.text or "") and '"port": 22' in (out.text or "")
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "verdict"),
+    [((Outcome.PASSED, Outcome.SKIPPED), "passed"), ((Outcome.PASSED, Outcome.ERROR), "error")],
+)
+def test_junit_names_the_verdict_of_every_run_in_every_suite(
+    tmp_path: Path, redactor: Redactor, outcomes: tuple[Outcome, ...], verdict: str
+) -> None:
+    records = [rec(f"c{n}", "t", o, suite=suite) for n, o in enumerate(outcomes) for suite in ("gate", "canary")]
+    url = "https://ci.example.com/job/42/artifacts/report.html"
+    report = make_report(records).model_copy(update={"report_url": url})
+    root = ET.parse(write_reports(report, tmp_path, redactor)["junit.xml"]).getroot()
+    suites = root.findall("testsuite")
+    assert len(suites) == 2
+    for suite in suites:
+        props = {p.get("name"): p.get("value") for p in suite.iter("property")}
+        assert props["sbxcheck.verdict"] == verdict and props["sbxcheck.report_url"] == url
 
 
 def test_junit_trims_long_evidence(tmp_path: Path, redactor: Redactor) -> None:
