@@ -199,8 +199,10 @@ def test_junit_validates_one_suite_each_with_message_incident_and_next_step(synt
     path = synthetic.dir / "rep" / "junit.xml"
     root = ET.parse(path).getroot()
     assert [s.get("name") for s in root.findall("testsuite")] == ["gate", "canary", "triage"]
-    # the only properties say which fleet was checked (issue 18: a simulated run says so in junit.xml)
-    assert {p.get("name") for p in root.iter("property")} == {"sbxcheck.fleet", "sbxcheck.inventory"}
+    # the only properties say which fleet was checked (a simulated run says so in junit.xml) and the
+    # run's verdict, on every run
+    properties = {p.get("name") for p in root.iter("property")}
+    assert properties == {"sbxcheck.fleet", "sbxcheck.inventory", "sbxcheck.verdict"}
     gate = root.find("testsuite[@name='gate']")
     assert gate is not None and float(gate.get("time", "0")) >= 0.3
     cases = {c.get("name"): c for c in root.iter("testcase")}
