@@ -20,17 +20,16 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sbxcheck.checks.base import RemoteShell, trim
-from sbxcheck.checks.gate import (
-    _NEED_CURL,
-    _PRELUDE,
-    _TMPDIR,
+from sbxcheck.checks.gate import GateTarget, ssh_login
+from sbxcheck.checks.script import (
+    MAKE_TMPDIR,
+    NEED_CURL,
+    PRELUDE,
     GateScript,
-    GateTarget,
     ScriptRun,
-    _script_failure,
-    _section,
     run_script,
-    ssh_login,
+    script_failure,
+    section,
 )
 from sbxcheck.results import CheckResult, Classification, Outcome
 
@@ -179,7 +178,7 @@ def _fatal_cause(fatal: FatalClass, run_id: str) -> str:
 
 
 _RUN_SCRIPT = (
-    _PRELUDE
+    PRELUDE
     + r"""
 pid=$1
 app="$HOME/app"
@@ -220,9 +219,9 @@ echo "SBX_END"
 )
 
 _CURL_SCRIPT = (
-    _PRELUDE
-    + _NEED_CURL
-    + _TMPDIR
+    PRELUDE
+    + NEED_CURL
+    + MAKE_TMPDIR
     + r"""
 code=$(curl -sS --noproxy '*' -o "$sbx_tmp/body" -D "$sbx_tmp/headers" --max-time "$2" -w '%{http_code}' "$1" \
        2>"$sbx_tmp/err")
@@ -300,9 +299,9 @@ def parse_run_log(lines: list[str]) -> RunLog:
     head = next((ln.split() for ln in lines if ln.startswith("SBX_LOG ")), None)
     size = int(head[1]) if head and len(head) > 1 and head[1].isdigit() else None
     count = int(head[2]) if head and len(head) > 2 and head[2].isdigit() else None
-    tail = _body(_section(lines, "SBX_TAIL_BEGIN", "SBX_TAIL_END") or [])
+    tail = _body(section(lines, "SBX_TAIL_BEGIN", "SBX_TAIL_END") or [])
     matches: list[tuple[int, str]] = []
-    for text in _body(_section(lines, "SBX_MATCH_BEGIN", "SBX_MATCH_END") or []):
+    for text in _body(section(lines, "SBX_MATCH_BEGIN", "SBX_MATCH_END") or []):
         number, sep, rest = text.partition(":")
         if sep and number.isdigit():
             matches.append((int(number), rest))
@@ -378,7 +377,7 @@ def judge_run_alive(target: GateTarget, run: ScriptRun) -> CheckResult:
     pid = target.pid
     ev: dict[str, Any] = {"host": run.host, "ran": run_probe_script(target).ran, "exit_code": run.exit_code}
     ev["pid"] = pid
-    if (failure := _script_failure(check, tgt, run, ev)) is not None:
+    if (failure := script_failure(check, tgt, run, ev)) is not None:
         return failure
     lines = run.stdout.splitlines()
     if "SBX_NOPS" in lines:
@@ -386,7 +385,7 @@ def judge_run_alive(target: GateTarget, run: ScriptRun) -> CheckResult:
             check, tgt, f"neither ps nor /proc on {run.host}: cannot tell whether pid {pid} runs",
             Classification.BAD_RESPONSE, ev,
         )  # fmt: skip
-    ps_lines = _section(lines, "SBX_PS_BEGIN", "SBX_PS_END")
+    ps_lines = section(lines, "SBX_PS_BEGIN", "SBX_PS_END")
     if ps_lines is None:
         ev["stdout"] = trim(run.stdout, 500)
         return CheckResult.errored(check, tgt, "unexpected output from the pid probe", Classification.BAD_RESPONSE, ev)
@@ -448,10 +447,10 @@ def judge_run_log_clean(target: GateTarget, run: ScriptRun) -> CheckResult:
     check, tgt = "log_clean", target.run_id
     ev: dict[str, Any] = {"host": run.host, "ran": run_probe_script(target).ran, "exit_code": run.exit_code}
     ev["pid"] = target.pid
-    if (failure := _script_failure(check, tgt, run, ev)) is not None:
+    if (failure := script_failure(check, tgt, run, ev)) is not None:
         return failure
     lines = run.stdout.splitlines()
-    if "SBX_NOLOG" not in lines and _section(lines, "SBX_MATCH_BEGIN", "SBX_MATCH_END") is None:
+    if "SBX_NOLOG" not in lines and section(lines, "SBX_MATCH_BEGIN", "SBX_MATCH_END") is None:
         ev["stdout"] = trim(run.stdout, 500)
         what = "unexpected output from the run.log probe"
         return CheckResult.errored(check, tgt, what, Classification.BAD_RESPONSE, ev)
@@ -554,8 +553,8 @@ def parse_curl(url: str, run: ScriptRun) -> HttpProbe | None:
     if rc is None or code is None:
         return None
     location = next((ln[len("SBX_LOCATION ") :] for ln in lines if ln.startswith("SBX_LOCATION ")), "")
-    body = "\n".join(_body(_section(lines, "SBX_BODY_BEGIN", "SBX_BODY_END") or []))
-    err = " ".join(_body(_section(lines, "SBX_ERR_BEGIN", "SBX_ERR_END") or [])).strip()
+    body = "\n".join(_body(section(lines, "SBX_BODY_BEGIN", "SBX_BODY_END") or []))
+    err = " ".join(_body(section(lines, "SBX_ERR_BEGIN", "SBX_ERR_END") or [])).strip()
     error = f"curl exit {rc}: {err}" if rc != "0" else ""
     return HttpProbe(url, f"curl on {run.host}", int(code), error, body, location.strip())
 
@@ -676,7 +675,7 @@ def _observe(shell: RemoteShell, target: GateTarget, which: str) -> CheckResult:
     probe = _probe(shell, target, url)
     if isinstance(probe, ScriptRun):
         ev: dict[str, Any] = {"host": probe.host, "url": url, "exit_code": probe.exit_code}
-        if (failure := _script_failure(check, target.run_id, probe, ev)) is not None:
+        if (failure := script_failure(check, target.run_id, probe, ev)) is not None:
             return failure
         ev["stdout"] = trim(probe.stdout, 500)
         if "SBX_NOCURL" in probe.stdout.splitlines():

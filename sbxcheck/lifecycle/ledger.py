@@ -70,16 +70,15 @@ from typing import Any, Literal
 
 from sbxcheck.errors import LedgerError
 from sbxcheck.lifecycle.owners import (
-    _HELD_OWNER_LOCKS,
-    _OWNER_LOCKS_GUARD,
     OWNERS_DIR,
     OwnerLock,
-    _flock,
-    _is_zombie,
-    _lock_is_held,
-    _proc_start,
     default_owner,
+    flock_within,
+    hold_owner_lock,
+    is_zombie,
+    lock_is_held,
     owner_lock_name,
+    proc_start,
     release_owner_locks,
 )
 from sbxcheck.redact import default_redactor
@@ -188,9 +187,9 @@ class Ledger:
             raise LedgerError(f"unknown ledger kind {kind!r}; expected 'mount' or 'mission'")
         entry_id = uuid.uuid4().hex
         own = owner or default_owner()
-        start = _proc_start(os.getpid()) if own == default_owner() else None
+        start = proc_start(os.getpid()) if own == default_owner() else None
         if own == default_owner():
-            self._hold_owner_lock(start)
+            hold_owner_lock(self.state_dir, start, self.lock_timeout_s)
         self._append(
             {
                 "op": "intent",
@@ -205,19 +204,6 @@ class Ledger:
             }
         )
         return entry_id
-
-    def _hold_owner_lock(self, start: str | None) -> None:
-        """Hold this process's owner lock from its first intent until it exits (proof of life)."""
-        key = (str(self.state_dir.resolve()), os.getpid())
-        with _OWNER_LOCKS_GUARD:  # threads of one process (the mission dispatcher's pool) share one lock
-            if key in _HELD_OWNER_LOCKS:
-                return
-            lock = OwnerLock(self.state_dir / OWNERS_DIR, owner_lock_name(default_owner(), start))
-            if not lock.acquire(timeout_s=self.lock_timeout_s):
-                raise LedgerError(
-                    f"{lock.path}: this process's owner lock is held by {lock.holder() or 'another'}"
-                )
-            _HELD_OWNER_LOCKS[key] = lock
 
     def mark_created(self, entry_id: str, ident: str) -> None:
         """The thing exists; ``ident`` is its real identity (for a mount, the printed run id)."""
@@ -277,7 +263,7 @@ class Ledger:
             if fd is None:
                 return None
             try:
-                _flock(fd, lock, self.lock_timeout_s, str(self.path))
+                flock_within(fd, lock, self.lock_timeout_s, str(self.path))
                 held = os.fstat(fd)
                 try:
                     now = os.stat(self.path, follow_symlinks=False)
@@ -404,7 +390,7 @@ class Ledger:
         an owner on another host, or one we cannot parse, counts as alive (we cannot tell).
         """
         lock_path = self.state_dir / OWNERS_DIR / f"{owner_lock_name(entry.owner, entry.owner_start)}.lock"
-        held = _lock_is_held(lock_path)
+        held = lock_is_held(lock_path)
         if held is not None:
             return held
         return _pid_alive(entry)
@@ -421,10 +407,10 @@ def _pid_alive(entry: LedgerEntry) -> bool:
         return False
     except PermissionError:
         pass  # exists, owned by someone else
-    start = _proc_start(pid)
+    start = proc_start(pid)
     if entry.owner_start is not None and start is not None and start != entry.owner_start:
         return False  # the pid was reused by a later process
-    return not _is_zombie(pid)
+    return not is_zombie(pid)
 
 
 def _opt_str(value: Any) -> str | None:

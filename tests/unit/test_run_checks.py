@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sbxcheck.checks.gate import GateTarget, ScriptRun
+from sbxcheck.checks.gate import GateTarget
 from sbxcheck.checks.run import (
     FATAL_CLASSES,
     FATAL_GREP,
@@ -26,6 +26,7 @@ from sbxcheck.checks.run import (
     observe_url,
     parse_ps,
 )
+from sbxcheck.checks.script import ScriptRun
 from sbxcheck.results import Classification, Outcome
 from sbxcheck.transports.ssh import CommandResult
 
