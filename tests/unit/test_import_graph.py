@@ -1,5 +1,6 @@
 """The layout keeps its layers (ARCHITECTURE.md): no import circle, each layer imports only below it, no
-module imports another module's ``_private`` name, no file over 800 lines outside the simulator.
+module imports another module's ``_private`` name, no file over 600 lines outside the simulator (but
+those pinned in ``OVER_THE_CAP``, which may not grow).
 
 Every module under ``sbxcheck/`` is parsed with ``ast``; every ``import`` / ``from ... import`` counts,
 at any level (module top, inside functions and methods), except those under ``if TYPE_CHECKING:``
@@ -19,7 +20,7 @@ from pathlib import Path
 import sbxcheck
 
 PACKAGE = Path(sbxcheck.__file__).parent
-MAX_LINES = 800
+MAX_LINES = 600
 
 #: The core: leaves every other layer builds on (they import only each other).
 CORE = {
@@ -300,11 +301,39 @@ def test_the_private_rule_sees_every_spelling(tmp_path: Path) -> None:
     ]
 
 
-def test_no_module_outside_the_simulator_exceeds_800_lines() -> None:
-    long = {
-        str(path.relative_to(PACKAGE.parent)): n
+#: Modules still over ``MAX_LINES``, each pinned at its length: it may shrink (lower its pin when it does),
+#: never grow. A module leaves the list when it is split along an interface (a piece with a public surface of
+#: its own), not cut at a line count; no module joins it.
+OVER_THE_CAP = {
+    "sbxcheck/clients/sandboxed.py": 791,  # the control-plane REST client: every endpoint's call and mapping
+    "sbxcheck/report/html.py": 753,  # the report page: one renderer per section of the page
+    "sbxcheck/checks/missions.py": 753,  # the mission-event judges of the route and canary items
+    "sbxcheck/lifecycle/missions.py": 721,  # the mission dispatcher: dispatch, follow, cancel
+    "sbxcheck/lifecycle/ledger.py": 717,  # the ledger: append, fold, compaction, owner liveness
+    "sbxcheck/checks/run.py": 700,  # the run items: alive, run.log, observe app and trace UI
+    "sbxcheck/clients/mcp.py": 666,  # the MCP client: session, tools, streamable HTTP
+    "sbxcheck/plugin/session.py": 658,  # SbxSession: the resources a run opens and closes
+    "sbxcheck/inventory.py": 632,  # the inventory model: every section and its validation
+}
+
+
+def _lengths() -> dict[str, int]:
+    """Lines of every module outside the simulator, by path from the repository root."""
+    return {
+        str(path.relative_to(PACKAGE.parent)): len(path.read_text(encoding="utf-8").splitlines())
         for path in PACKAGE.rglob("*.py")
         if "sim" not in path.relative_to(PACKAGE).parts
-        and (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     }
-    assert long == {}
+
+
+def test_no_module_outside_the_simulator_exceeds_the_cap() -> None:
+    long = {path: n for path, n in _lengths().items() if n > MAX_LINES and path not in OVER_THE_CAP}
+    assert long == {}, f"over {MAX_LINES} lines: split along an interface"
+
+
+def test_the_modules_over_the_cap_never_grow() -> None:
+    lengths = _lengths()
+    grown = {path: (lengths.get(path), pin) for path, pin in OVER_THE_CAP.items() if lengths.get(path, 0) > pin}
+    assert grown == {}, "(lines, pin): a module over the cap grew"
+    under = {path: lengths.get(path) for path in OVER_THE_CAP if lengths.get(path, 0) <= MAX_LINES}
+    assert under == {}, "these are under the cap now: take them off OVER_THE_CAP"
