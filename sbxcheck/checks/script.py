@@ -10,6 +10,7 @@ a verdict.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,3 +125,8 @@ def section(lines: list[str], begin: str, end_prefix: str | None) -> list[str] |
         if lines[i].startswith(end_prefix):
             return lines[start:i]
     return None
+
+
+def content_lines(lines: Iterable[str]) -> list[str]:
+    """The content lines of a section (the VM prefixes each with ``| ``, so content never forges a marker)."""
+    return [ln[2:] for ln in lines if ln.startswith("| ")]

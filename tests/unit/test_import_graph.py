@@ -309,7 +309,6 @@ OVER_THE_CAP = {
     "sbxcheck/report/html.py": 753,  # the report page: one renderer per section of the page
     "sbxcheck/checks/missions.py": 753,  # the mission-event judges of the route and canary items
     "sbxcheck/lifecycle/missions.py": 721,  # the mission dispatcher: dispatch, follow, cancel
-    "sbxcheck/checks/run.py": 700,  # the run items: alive, run.log, observe app and trace UI
     "sbxcheck/clients/mcp.py": 666,  # the MCP client: session, tools, streamable HTTP
     "sbxcheck/plugin/session.py": 658,  # SbxSession: the resources a run opens and closes
     "sbxcheck/inventory.py": 632,  # the inventory model: every section and its validation
