@@ -166,6 +166,8 @@ class RunReport(BaseModel):
     left: list[dict[str, Any]] = Field(default_factory=list)
     # what the run spent ({total_usd, missions, missions_cost_unknown, cap_usd, cap_reached, not_run})
     spend: dict[str, Any] = Field(default_factory=dict)
+    # where the run's report.html is published (--sbx-report-url), so a page or alert can link to it
+    report_url: str = ""
 
     model_config = ConfigDict(populate_by_name=True)
 

@@ -21,7 +21,7 @@ from sbxcheck.plugin.stash import (
 )
 
 if TYPE_CHECKING:
-    from sbxcheck.results import CheckRecord
+    from sbxcheck.results import CheckRecord, RunReport
 
 
 #: The session's collector, in ``config.stash`` (set in ``pytest_configure``).
@@ -36,6 +36,8 @@ class ResultCollector:
         self.records: dict[str, CheckRecord] = {}
         self.started_at = _now()
         self.written: dict[str, Path] = {}
+        self.report: RunReport | None = None
+        self.not_written = ""  # one line naming every output the disk refused; empty when all were written
         self._nodeids: dict[str, str] = {}  # report nodeid (maybe with @group) -> plain nodeid
         self.selected: dict[str, str] = {}  # plain nodeid -> parameter id, of every selected item
         self.reported: set[str] = set()  # plain nodeids that ran (a call, or a failed/skipped phase)
@@ -120,13 +122,18 @@ class ResultCollector:
         if interrupted:
             self._add_not_run(session)
         self.finish(interrupted=interrupted)
-        if crashed and self.written:  # pytest prints no terminal summary after an internal error
+        if crashed and self.report is not None:  # pytest prints no terminal summary after an internal error
+            where = self.written.get("results.json", "not written")
             line = (
                 f"sbxcheck: verdict: INTERRUPTED ({self.interrupted_reason}): {len(self.report.not_run)} "
-                f"selected item(s) did not run; report: {self.written.get('results.json', '')}\n"
+                f"selected item(s) did not run; report: {where}\n"
             )
             with contextlib.suppress(OSError):
                 os.write(2, line.encode())
+        if self.not_written and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+            # a green run without its report is no green run: exit as pytest does when it cannot write
+            # its own --junitxml (internal error); a failed or interrupted run keeps its status
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
         sbx = self.config.stash.get(SESSION_KEY, None)
         failed_cleanup = [c for c in (sbx.cleanup if sbx else []) if not c.get("ok", True)]
         if failed_cleanup and session.exitstatus == pytest.ExitCode.OK:
@@ -208,6 +215,7 @@ class ResultCollector:
                 "not_run": self.not_run() if interrupted else [],
                 "cleanup": cleanup,
                 "left": left,
+                "report_url": settings.report_url or "",
             }
         )
         for incident in report.incidents:
@@ -222,11 +230,17 @@ class ResultCollector:
         )
         self.written, self.history_warnings = written.paths, written.warnings
         self.report = report
-        self.config.hook.pytest_sbxcheck_report(report=report, paths=dict(self.written), config=self.config)
+        self.not_written = written.problem()
+        if self.not_written:  # a full or broken disk: one line, and the terminal summary still follows
+            with contextlib.suppress(OSError):
+                os.write(2, f"sbxcheck: {self.not_written}\n".encode())
+        if {"results.json", "junit.xml", "report.html"} <= self.written.keys():
+            self.config.hook.pytest_sbxcheck_report(report=report, paths=dict(self.written), config=self.config)
         if interrupted and not self.config.stash.get(PYTEST_SESSION_KEY, None):
             # no terminal summary follows an interrupt before the session started: say it here
+            where = self.written.get("results.json", "not written")
             with contextlib.suppress(OSError):
-                os.write(2, f"sbxcheck: interrupted; report: {out_dir / 'results.json'}\n".encode())
+                os.write(2, f"sbxcheck: interrupted; report: {where}\n".encode())
 
     def _add_not_run(self, session: pytest.Session) -> None:
         """Interrupted: every selected item without a result is reported as not run, and why."""
@@ -273,7 +287,7 @@ class ResultCollector:
         return out
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if not self.written:
+        if self.report is None:
             return
         from sbxcheck.display import SanitisingWriter
         from sbxcheck.report.history import verdict_of
@@ -286,7 +300,7 @@ class ResultCollector:
         verdict = verdict_of(self.report)
         why = f" ({document['interrupted_reason']})" if document.get("interrupted_reason") else ""
         tr.write_line(
-            f"verdict: {verdict_headline(verdict)}{why}",
+            f"verdict: {verdict_headline(verdict, document['summary'])}{why}",
             bold=True,
             purple=verdict == "interrupted",
             red=verdict == "failed",
@@ -348,6 +362,11 @@ class ResultCollector:
                 tr.write_line(f"    not run: {nodeid}")
             if len(not_run) > NOT_RUN_SHOWN:
                 tr.write_line(f"    … and {len(not_run) - NOT_RUN_SHOWN} more (results.json: not_run)")
+            from sbxcheck.report.html import not_run_command
+
+            rerun = not_run_command(self.report)
+            if rerun:
+                tr.write_line(f"    re-run what did not run: {rerun}")
         for entry in document.get("left") or []:
             tr.write_line(
                 f"left open: {entry['kind']} {entry['ident']} ({entry['state']}) {entry['why']}".rstrip()
@@ -357,7 +376,12 @@ class ResultCollector:
             tr.write_line(f"interrupted during {note}")
         for warning in self.history_warnings:
             tr.write_line(f"warning: {warning}", yellow=True)
-        tr.write_line("report: " + ", ".join(str(p) for p in self.written.values()))
+        if self.not_written:
+            tr.write_line(f"report: FAILED: {self.not_written}", bold=True, red=True)
+        if self.written:
+            tr.write_line("report: " + ", ".join(str(p) for p in self.written.values()))
+        if document.get("report_url"):
+            tr.write_line(f"report page: {document['report_url']}")
 
 
 #: How many not-run items the terminal names (results.json and report.html have every one).

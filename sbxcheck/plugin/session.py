@@ -135,7 +135,7 @@ class SbxSession:
             return {}
         from sbxcheck.fleetsource import pi_status
 
-        details: dict[str, object] = {"pi": pi_status(), "faults": list(self.faults)}
+        details: dict[str, object] = {"pi": pi_status(self.session_tag), "faults": list(self.faults)}
         if self._sim is not None and self._sim.pi is not None:
             pi = self._sim.pi
             details["pi"] = pi.describe()
@@ -165,7 +165,10 @@ class SbxSession:
             from sbxcheck.fleetsource import open_embedded
 
             root = Path(tempfile.mkdtemp(prefix="sbxcheck-sim-"))
-            fleet = open_embedded(root, self.faults, seed=self.sim_seed, sssf_checkout=self.settings.sim_sssf)
+            fleet = open_embedded(
+                root, self.faults, seed=self.sim_seed, sssf_checkout=self.settings.sim_sssf,
+                install_attempt=self.session_tag,  # the session's xdist workers try npm once between them
+            )  # fmt: skip
             self._sim_dir, self._sim = fleet.root, fleet
         return self._sim
 

@@ -34,7 +34,14 @@ from sbxcheck.report.history import (
     verdict_of,
 )
 from sbxcheck.report.incidents import default_recommendation
-from sbxcheck.report.nextsteps import inventory_flag, next_step_commands, probe_command
+from sbxcheck.report.nextsteps import (
+    extract_commands,
+    inventory_flag,
+    next_step_commands,
+    not_run_command,
+    probe_command,
+    rerun_command,
+)
 from sbxcheck.report.present import outcome_counts
 from sbxcheck.results import GATE_COLUMNS, CheckRecord, Classification, Incident, Outcome, RunReport
 
@@ -47,8 +54,12 @@ _CSS = _asset("report.css")
 _SCRIPT = _asset("report.js")
 
 __all__ = [
+    "extract_commands",
     "item_anchor",
+    "next_step_commands",
+    "not_run_command",
     "render_html",
+    "rerun_command",
     "verdict_headline",
 ]
 
@@ -190,7 +201,7 @@ def _top(ctx: _Ctx) -> str:
     ]
     from sbxcheck.spend import spend_worth_showing
 
-    if spend_worth_showing(report.spend):
+    if spend_worth_showing(report.spend):  # only when the run dispatched missions
         from sbxcheck.spend import spend_line
 
         meta.append(("spend", spend_line(report.spend).removeprefix("spend: ")))
@@ -225,14 +236,20 @@ def _top(ctx: _Ctx) -> str:
     )
     return (
         f'<header class="verdict v-{verdict}" id="verdict" data-verdict="{verdict}">'
-        f"<h1>{_e(_HEADLINE[verdict])}</h1><p>{_e(total)} checks: {pills_text(tally)}</p>"
+        f"<h1>{_e(verdict_headline(verdict, summary))}</h1><p>{_e(total)} checks: {pills_text(tally)}</p>"
         f"{_not_run_banner(report)}</header>"
         f'<main>{banner}<div class="meta">{meta_html}{history}</div><p>{pills}</p>{nav}{details}'
     )
 
 
-def verdict_headline(verdict: str) -> str:
-    """The banner's headline for a verdict (``verdict_of``), e.g. "INTERRUPTED — the run stopped …"."""
+def verdict_headline(verdict: str, summary: Mapping[str, int] | None = None) -> str:
+    """The banner's headline for a verdict (``verdict_of``), e.g. "INTERRUPTED — the run stopped …".
+
+    A healthy run with skipped items says how many passed and how many were skipped, not "every check".
+    """
+    skipped = (summary or {}).get("skipped", 0)
+    if verdict == "passed" and skipped:
+        return f"HEALTHY — {(summary or {}).get('passed', 0)} passed, {skipped} skipped"
     return _HEADLINE.get(verdict, verdict.upper())
 
 
@@ -245,9 +262,12 @@ def _not_run_banner(report: RunReport) -> str:
     more = len(report.not_run) - _BANNER_NOT_RUN
     if more > 0:
         names += f"<li>… and {more} more (see the items below)</li>"
+    rerun = not_run_command(report)
     return (
         f'<p class="not-run">{len(report.not_run)} selected item(s) did not run{_e(why)}; '
-        "re-run them for a verdict</p>" + (f'<ul class="not-run">{names}</ul>' if names else "")
+        "re-run them for a verdict</p>"
+        + (_next_step("", [rerun], title="Re-run what did not run") if rerun else "")
+        + (f'<ul class="not-run">{names}</ul>' if names else "")
     )
 
 
@@ -340,12 +360,12 @@ def _status_tag(status: IncidentStatus | None) -> str:
     return f'<span class="tag {_e(status.status)}">{_e(status.status.upper())}</span>'
 
 
-def _next_step(recommendation: str, commands: Sequence[str]) -> str:
+def _next_step(recommendation: str, commands: Sequence[str], *, title: str = "Next step") -> str:
     cmds = "".join(
         f'<div class="cmd"><pre><code>{_e(c)}</code></pre><button class="copy" type="button" hidden>copy</button></div>'
         for c in commands
     )
-    return f'<div class="next"><strong>Next step</strong>{_e(recommendation)}{cmds}</div>'
+    return f'<div class="next"><strong>{_e(title)}</strong>{_e(recommendation)}{cmds}</div>'
 
 
 def _key_proof(mount: Mapping[str, Any]) -> str:

@@ -3,7 +3,9 @@
 An SSH host is probed with ``ssh`` by the alias sbxcheck itself connected to (with ``-F`` when the
 inventory names its own ssh_config, so the alias resolves as it did for the check); an HTTP service
 with ``curl`` on its base URL. When the evidence names neither, no command is offered rather than
-one with a ``<target>`` to fill in or an empty argument.
+one with a ``<target>`` to fill in or an empty argument. A next-step text's own commands are taken
+from it (:func:`extract_commands`), and every item set has its re-run command (:func:`rerun_command`;
+:func:`not_run_command` for what an interrupted run did not reach).
 """
 
 from __future__ import annotations
@@ -13,19 +15,30 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sbxcheck.results import CheckRecord
+from sbxcheck.results import CheckRecord, RunReport
 
 __all__ = [
     "extract_commands",
     "fill_probe",
     "inventory_flag",
     "next_step_commands",
+    "not_run_command",
     "probe_command",
     "probe_of",
     "rerun_command",
 ]
 
 _PLACEHOLDER_CLAUSE = re.compile(r"\s*\([^()]*<target>[^()]*\)")
+_GATE_RUN = re.compile(r"^(?P<run>[a-z0-9][a-z0-9-]*?-\d{8}-[0-9a-f]{6})(?:-.+)?$")
+_COMMAND_VERBS = (
+    r"(?:ssh|just|systemctl|sudo|tailscale|journalctl|pytest|sbxcheck|curl|git|gh|docker|kubectl)"
+)
+_BACKTICKS = re.compile(r"`([^`\n]{2,300})`")
+_PARENTHESISED = re.compile(r"\((" + _COMMAND_VERBS + r"\s[^()\n]{1,300})\)")
+_LEADING = re.compile(
+    r"(?:^|[;:]\s+)((?:ssh|just|systemctl|sudo|tailscale|journalctl|pytest|sbxcheck|curl)\s[^,;()`\n]+?)"
+    r"(?=\s*(?:[,;]|$|\bthen\b))"
+)
 
 
 def probe_command(evidence: Mapping[str, Any]) -> str | None:
@@ -60,18 +73,6 @@ def inventory_flag(source: str) -> str:
     return f"--sbx-inventory={shlex.quote(source)}"
 
 
-_GATE_RUN = re.compile(r"^(?P<run>[a-z0-9][a-z0-9-]*?-\d{8}-[0-9a-f]{6})(?:-.+)?$")
-_COMMAND_VERBS = (
-    r"(?:ssh|just|systemctl|sudo|tailscale|journalctl|pytest|sbxcheck|curl|git|gh|docker|kubectl)"
-)
-_BACKTICKS = re.compile(r"`([^`\n]{2,300})`")
-_PARENTHESISED = re.compile(r"\((" + _COMMAND_VERBS + r"\s[^()\n]{1,300})\)")
-_LEADING = re.compile(
-    r"(?:^|[;:]\s+)((?:ssh|just|systemctl|sudo|tailscale|journalctl|pytest|sbxcheck|curl)\s[^,;()`\n]+?)"
-    r"(?=\s*(?:[,;]|$|\bthen\b))"
-)
-
-
 def extract_commands(text: str) -> list[str]:
     """Commands a next-step text names: `backticked`, (parenthesised), or leading a clause (``; ssh host``)."""
     hits: list[tuple[int, str]] = []
@@ -83,9 +84,10 @@ def extract_commands(text: str) -> list[str]:
     return [command for _, command in sorted(hits)]
 
 
-def rerun_command(records: Sequence[CheckRecord], inventory_flag: str = "") -> str | None:
+def rerun_command(records: Sequence[CheckRecord], inventory_flag: str = "", *, every: bool = False) -> str | None:
     """The command that re-runs these items: the gate per run id, anything else by node id; with the
-    run's ``--sbx-inventory=PATH`` when it used one, so it checks the same fleet."""
+    run's ``--sbx-inventory=PATH`` when it used one, so it checks the same fleet. ``every``: name every
+    node id (for the items an interrupted run did not reach), not the first few of a suite."""
     if not records:
         return None
     pytest_cmd = f"pytest {inventory_flag}" if inventory_flag else "pytest"
@@ -95,9 +97,9 @@ def rerun_command(records: Sequence[CheckRecord], inventory_flag: str = "") -> s
             f"--sbx-run-id {shlex.quote(r)}" for r in dict.fromkeys(runs)
         )
     nodeids = [r.nodeid for r in records]
-    shown = " ".join(shlex.quote(n) for n in nodeids[:6])
+    shown = " ".join(shlex.quote(n) for n in (nodeids if every else nodeids[:6]))
     suite = shlex.quote(records[0].suite)
-    return f"{pytest_cmd} {shown}" if len(nodeids) <= 6 else f"{pytest_cmd} -m {suite} {shown}"
+    return f"{pytest_cmd} {shown}" if every or len(nodeids) <= 6 else f"{pytest_cmd} -m {suite} {shown}"
 
 
 def next_step_commands(
@@ -109,3 +111,10 @@ def next_step_commands(
     if rerun and rerun not in commands:
         commands.append(rerun)
     return commands
+
+
+def not_run_command(report: RunReport) -> str | None:
+    """The command that runs what an interrupted run did not reach, against the same fleet."""
+    not_run = set(report.not_run)
+    records = [r for r in report.checks if r.nodeid in not_run]
+    return rerun_command(records, inventory_flag(report.inventory.source), every=True)

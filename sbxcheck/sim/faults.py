@@ -1,4 +1,6 @@
-"""Named faults the embedded fleet can inject. ``NAME`` targets the first run, ``NAME@<run-id>`` another.
+"""Named faults the embedded fleet can inject. ``NAME`` targets the first run, ``NAME@<run>`` another.
+
+A run is named by its id or its task (``@bravo``).
 
 A fault changes the simulated world (a file on a VM, a key's state in the OpenRouter double, how a
 host answers SSH); it never tells a check what to conclude.

@@ -141,6 +141,26 @@ def plan_run_ids(seed: int, count: int, day: dt.date | None = None) -> list[str]
     return ids
 
 
+def task_of(run_id: str) -> str:
+    """The task a run id was made for: ``bravo`` of ``bravo-20261130-9c04be``."""
+    return run_id.rsplit("-", 2)[0]
+
+
+def unknown_run_target(target: str, run_ids: list[str]) -> str:
+    """Why ``target`` names no run of a fleet with ``run_ids``, and what would."""
+    return (
+        f"no simulated run {target!r}; name a run by its task ({', '.join(task_of(r) for r in run_ids)}) "
+        f"or by its id ({', '.join(run_ids)})"
+    )
+
+
+def check_run_target(spec: FaultSpec, run_ids: list[str]) -> None:
+    """Raise SimError when a run-targeted fault names no run of a fleet with ``run_ids``."""
+    targeted = spec.run_id is not None and not (is_controlplane_fault(spec.name) or is_fleet_host_fault(spec.name))
+    if targeted and spec.run_id not in run_ids and spec.run_id not in {task_of(r) for r in run_ids}:
+        raise SimError(f"fault {spec}: {unknown_run_target(str(spec.run_id), run_ids)}")
+
+
 DGX_ROUTE_FAULTS = ("dgx.two-nodes-down", "dgx.sentinel-stuck")  # tailscaled down, and more
 FOREIGN_UID = 65534  # "nobody": the owner of a clone another user made (vm.foreign-clone)
 
@@ -208,7 +228,9 @@ class SimFleet:
         runs: int = 3,
         embedded: bool = True,
         sssf_checkout: Path | None = None,
+        install_attempt: str | None = None,
     ) -> None:
+        """``install_attempt``: the processes that share one try at installing pi (see ``ensure_pi``)."""
         if not 1 <= runs <= MAX_RUNS:
             raise SimError(f"sim: runs must be between 1 and {MAX_RUNS}")
         self.root = root.resolve()
@@ -216,6 +238,7 @@ class SimFleet:
         self.seed = seed if seed is not None else DEFAULT_SEED
         self.run_count = runs
         self.embedded = embedded
+        self.install_attempt = install_attempt
         self.runs: list[SimRun] = []
         self.openrouter = OpenRouterDouble()
         self.controlplane: ControlPlaneDouble | None = None
@@ -470,14 +493,13 @@ class SimFleet:
         if spec.run_id is None:
             return self.runs[0]
         for run in self.runs:
-            if run.run_id == spec.run_id:
+            if spec.run_id in (run.run_id, task_of(run.run_id)):
                 return run
-        raise SimError(f"fault {spec}: no simulated run {spec.run_id!r}; runs: {', '.join(self.run_ids)}")
+        raise SimError(f"fault {spec}: {unknown_run_target(spec.run_id, self.run_ids)}")
 
     def _validate_fault_targets(self) -> None:
         for spec in self.fault_specs:
-            if not (is_controlplane_fault(spec.name) or is_fleet_host_fault(spec.name)):
-                self._target(spec)
+            check_run_target(spec, self.run_ids)
 
     # ------------------------------------------------------------ the sandboxed.sh control plane
 
@@ -854,6 +876,7 @@ class SimFleet:
         )
         header = (
             "# Written by the sbxcheck simulator. Secrets are not here: keys stay on the simulated VMs.\n"
+            "# Every field: docs/inventory.md (or `python -m sbxcheck.docs_inventory`).\n"
         )
         self.inventory_path.write_text(header + dump_inventory(inv), encoding="utf-8")
 
@@ -1001,7 +1024,7 @@ class SimFleet:
         if self._serving:
             return
         self.materialize()
-        self.pi = ensure_pi()
+        self.pi = ensure_pi(attempt=self.install_attempt)
         for run in self.runs:
             if not self._has_fault("vm.no-pi", run):
                 write_pi_shim(run.home / "bin", self.pi)
@@ -1093,11 +1116,13 @@ class SimFleet:
         if self.http is not None:
             self.http.stop()
             self.http = None
+        if self.controlplane is not None:
+            # its agent tasks are cancelled and its event streams ended while its loop still runs, so
+            # the server's graceful shutdown has no open response to cancel (and nothing to log)
+            self.controlplane.stop()
         if self.cp_http is not None:
             self.cp_http.stop()
             self.cp_http = None
-        if self.controlplane is not None:
-            self.controlplane.stop()
         self._ports.close()
         self._serving = False
 
