@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -172,3 +173,27 @@ class RunReport(BaseModel):
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, indent=2)
+
+
+@dataclass(frozen=True)
+class GateColumn:
+    """One column of the report page's gate grid (runs × items): a gate check and its short label."""
+
+    check: str
+    label: str
+    #: one column per roster model, labelled ``<label> <model>``; the check's target is ``<run id>-<model>``
+    per_model: bool = False
+
+
+#: The gate grid of the report page, in column order. A gate check declares its column here, in the
+#: core that both ``checks/`` and ``report/`` read: the page builds the grid from this table alone, so a
+#: new gate check is one row and no edit of the page. A check without a row is listed below the grid.
+GATE_COLUMNS: tuple[GateColumn, ...] = (
+    GateColumn("run_record", "record"),
+    GateColumn("A_git_integrity", "A git"),
+    GateColumn("B_pi_models", "B pi"),
+    GateColumn("C_roster_matches", "C roster"),
+    GateColumn("C_model_answers", "C", per_model=True),
+    GateColumn("D_cost_reported", "D cost"),
+    GateColumn("E_credit_remaining", "E credit"),
+)

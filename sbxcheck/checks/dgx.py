@@ -270,7 +270,7 @@ def _judge_ping(host: str, ip: str, secs: int, ran: str, res: CommandResult) -> 
             peer=first.group("name"), via=first.group("via"), latency=first.group("latency"), direct=direct
         )
         note = (
-            "" if res.exit_code == 0 else f"; exit {res.exit_code} ({_last_line(res.stderr) or 'no message'})"
+            "" if res.exit_code == 0 else f"; exit {res.exit_code} ({error_line(res.stderr) or 'no message'})"
         )
         return CheckResult.passed(
             check,
@@ -300,11 +300,11 @@ def _judge_ping(host: str, ip: str, secs: int, ran: str, res: CommandResult) -> 
     ):
         why = f"tailscaled is not running on {host}"
     else:
-        why = f"no pong (exit {res.exit_code}: {_last_line(res.stderr) or _last_line(res.stdout)})"
+        why = f"no pong (exit {res.exit_code}: {error_line(res.stderr) or error_line(res.stdout)})"
     return CheckResult.failed(check, host, f"{host} -> {ip}: {why}", ev)
 
 
-def _last_line(text: str) -> str:
+def error_line(text: str) -> str:
     """The last non-empty line (where tailscale prints its error), capped."""
     stripped = text.strip()
     return clip(stripped.splitlines()[-1].strip(), 200) if stripped else ""

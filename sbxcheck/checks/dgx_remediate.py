@@ -17,7 +17,7 @@ from sbxcheck.checks.dgx import (
     NO_TUNNEL,
     REMEDIATION_COMMAND,
     UnitAnswer,
-    _last_line,
+    error_line,
     probe_unit,
 )
 from sbxcheck.results import CheckResult, Classification, Outcome
@@ -195,7 +195,7 @@ def remediate_tailscaled(
             return CheckResult.errored(
                 CHECK_REMEDIATE,
                 host,
-                f"{host}: sudo refused `{command}` ({_last_line(res.stderr)}); nothing was changed",
+                f"{host}: sudo refused `{command}` ({error_line(res.stderr)}); nothing was changed",
                 Classification.CONFIG_DEFECT,
                 ev,
                 recommendation=f"give the SSH user on {host} passwordless sudo for `{REMEDIATION_COMMAND}` "

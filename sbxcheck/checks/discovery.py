@@ -29,8 +29,9 @@ from pydantic import ValidationError
 
 from sbxcheck.checks.base import run_check
 from sbxcheck.clients.mcp_auth import auth_refusal
-from sbxcheck.clients.sandboxed import _validation_summary, excerpt
+from sbxcheck.clients.sandboxed import excerpt
 from sbxcheck.clients.sandboxed_models import Workspace
+from sbxcheck.clients.validation import validation_summary
 from sbxcheck.errors import BadResponseError, SbxError
 from sbxcheck.results import CheckResult, Classification
 from sbxcheck.safeio import loads_bounded
@@ -189,7 +190,7 @@ def _reduce_mcp_result(result: McpToolResult) -> tuple[DiscoveredWorkspace, ...]
         try:
             out.append(DiscoveredWorkspace.from_workspace(Workspace.model_validate(item)))
         except ValidationError as exc:
-            return f"workspace #{index} is not a workspace record ({_validation_summary(exc)})"
+            return f"workspace #{index} is not a workspace record ({validation_summary(exc)})"
     return tuple(out)
 
 

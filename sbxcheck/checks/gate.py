@@ -1,7 +1,7 @@
 """The SSSF setup gate A–E as pure checks: (remote shell, run record, settings) -> CheckResult.
 
 Each check is two parts, so an executor can start every VM's scripts at once and judge later:
-``<check>_script(target)`` builds a :class:`GateScript` (bash for ``bash -s``, its arguments and
+``<check>_script(target)`` builds a :class:`~sbxcheck.checks.script.GateScript` (bash for ``bash -s``, its arguments and
 deadline) and ``judge_<check>(target, ScriptRun)`` turns what came back into a CheckResult with no
 I/O. ``check_<check>(shell, target)`` runs one and judges it. A (git), B (pi models) and the roster
 check are here; the checks that spend the runtime key (C model answers, D cost, E credit) are in
@@ -27,6 +27,16 @@ from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec
 
 from sbxcheck.checks.base import RemoteShell, trim
+from sbxcheck.checks.script import (
+    END,
+    PRELUDE,
+    GateScript,
+    ScriptRun,
+    base_evidence,
+    run_script,
+    script_failure,
+    section,
+)
 from sbxcheck.clients.roster import parse_roster
 from sbxcheck.results import CheckResult, Classification, Outcome
 
@@ -67,37 +77,8 @@ class GateTarget:
     observe_timeout_s: float = 20.0
 
 
-# Every script announces its end with SBX_END on stdout; a script that stops without it failed
-# itself (setup error, a redirect that could not be opened, bash missing), and its item is an
-# ``error`` ("the check could not run") with the script's stderr as evidence, never a verdict.
-END = "SBX_END"
-SCRIPT_ERROR = "SBX_SCRIPT_ERROR"
-_PRELUDE = r"""set -u
-sbx_script_error() { echo "SBX_SCRIPT_ERROR $*"; exit 0; }
-"""
-# A private temp directory (mktemp, removed by a trap), for scripts that need a file: never a fixed
-# path in a shared directory, which another user, an earlier run or a concurrent check may own.
-_TMPDIR = r"""
-sbx_tmp=$(mktemp -d "${TMPDIR:-/tmp}/sbxcheck.XXXXXXXX") || sbx_script_error "mktemp -d failed in ${TMPDIR:-/tmp}"
-trap 'rm -rf -- "$sbx_tmp"' EXIT
-"""
-# Reads the runtime key from ~/app/.env into $key, as the SDLC run gets it: the last
-# OPENROUTER_API_KEY= line, optional `export`, one layer of quotes stripped. Only pipes and
-# builtins touch the value (never argv); the script runs on in ~/app.
-_READ_KEY = r"""
-cd "$HOME/app" 2>/dev/null || { echo "SBX_NOAPP"; echo "SBX_END"; exit 0; }
-key=$(grep -E '^[[:space:]]*(export[[:space:]]+)?OPENROUTER_API_KEY=' .env 2>/dev/null | tail -n 1 \
-      | sed -E 's/^[[:space:]]*(export[[:space:]]+)?OPENROUTER_API_KEY=//')
-key=${key%$'\r'}
-case $key in \"*\") key=${key#\"}; key=${key%\"};; \'*\') key=${key#\'}; key=${key%\'};; esac
-[ -n "$key" ] || { echo "SBX_NOKEY"; echo "SBX_END"; exit 0; }
-"""
-_NEED_CURL = r"""
-command -v curl >/dev/null 2>&1 || { echo "SBX_NOCURL"; echo "SBX_END"; exit 0; }
-"""
-
 _GIT_SCRIPT = (
-    _PRELUDE
+    PRELUDE
     + r"""
 [ -d "$HOME/app" ] || { echo "SBX_NOAPP"; echo "SBX_END"; exit 0; }
 cd "$HOME/app" || { echo "SBX_NOAPP"; echo "SBX_END"; exit 0; }
@@ -116,7 +97,7 @@ echo "SBX_END"
 
 # pi 0.73.1 prints its table on stderr without a TTY: both streams are read; markers go to stdout.
 _LIST_SCRIPT = (
-    _PRELUDE
+    PRELUDE
     + r"""
 if ! command -v pi >/dev/null 2>&1; then echo "SBX_NOPI"; echo "SBX_END"; exit 0; fi
 echo "SBX_PI $(command -v pi)"
@@ -127,7 +108,7 @@ echo "SBX_END"
 )
 
 _CONFIG_SCRIPT = (
-    _PRELUDE
+    PRELUDE
     + r"""
 cfg="$HOME/app/$1"
 [ -d "$HOME/app" ] || { echo "SBX_NOAPP"; echo "SBX_END"; exit 0; }
@@ -141,74 +122,8 @@ echo "SBX_END"
 )
 
 
-@dataclass(frozen=True)
-class GateScript:
-    """One gate item's remote work: a bash script for ``bash -s``, its arguments and its deadline.
-
-    The runtime key is never an argument: scripts read it inside the VM.
-    """
-
-    script: str
-    args: tuple[str, ...]
-    timeout_s: float
-    ran: str  # what the evidence says was run
-
-    @property
-    def command(self) -> str:
-        return "bash -s" + "".join(" " + shlex.quote(a) for a in (["--", *self.args] if self.args else []))
-
-
-@dataclass(frozen=True)
-class ScriptRun:
-    """What a gate script produced on one host (the input of a judge)."""
-
-    host: str
-    exit_code: int
-    stdout: str
-    stderr: str
-
-
-def run_script(shell: RemoteShell, script: GateScript) -> ScriptRun:
-    """Send ``script`` to ``shell``; transport errors propagate (the plugin maps them)."""
-    result = shell.run(script.command, stdin=script.script, timeout=script.timeout_s)
-    return ScriptRun(shell.alias, result.exit_code, result.stdout, result.stderr)
-
-
-def _base_evidence(run: ScriptRun, what: str) -> dict[str, Any]:
-    return {"host": run.host, "ran": what, "exit_code": run.exit_code}
-
-
-def _script_failure(check: str, tgt: str, run: ScriptRun, ev: dict[str, Any]) -> CheckResult | None:
-    """An ``error`` when the script itself failed (it said so, or it never reached its end)."""
-    lines = run.stdout.splitlines()
-    said = next((ln[len(SCRIPT_ERROR) :].strip() for ln in lines if ln.startswith(SCRIPT_ERROR)), None)
-    if said is None and END in lines:
-        return None
-    ev["script_stdout"], ev["script_stderr"] = trim(run.stdout, 500), trim(run.stderr, 1000)
-    why = said or (
-        f"the remote script stopped before its end (exit {run.exit_code})"
-        + (f": {_last_line(run.stderr)}" if run.stderr.strip() else "")
-    )
-    return CheckResult.errored(
-        check,
-        tgt,
-        f"the check could not run on {run.host}: {trim(why, 200)}",
-        Classification.BAD_RESPONSE,
-        ev,
-        recommendation=f"read script_stderr in the evidence, fix what stopped the script on {run.host} "
-        "(nothing about the gated system is known yet), then re-run; nothing was changed",
-    )
-
-
-def _last_line(text: str) -> str:
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    return lines[-1].strip() if lines else ""
-
-
 def ssh_login(target: GateTarget) -> str:
     """``ssh [-F CONFIG] HOST``: the login that resolves the alias as the gate's own connection did."""
-    import shlex
-
     config = f"-F {shlex.quote(target.ssh_config)} " if target.ssh_config else ""
     return f"ssh {config}{shlex.quote(target.host)}"
 
@@ -269,9 +184,9 @@ def git_integrity_script(target: GateTarget) -> GateScript:
 def judge_git_integrity(target: GateTarget, run: ScriptRun) -> CheckResult:
     """A: HEAD starts with the recorded commit_sha and ``git status --porcelain`` printed nothing."""
     check, tgt = "A_git_integrity", target.run_id
-    ev = _base_evidence(run, git_integrity_script(target).ran)
+    ev = base_evidence(run, git_integrity_script(target).ran)
     ev["recorded_commit_sha"] = target.commit_sha
-    if (failure := _script_failure(check, tgt, run, ev)) is not None:
+    if (failure := script_failure(check, tgt, run, ev)) is not None:
         return failure
     lines = run.stdout.splitlines()
     if "SBX_NOAPP" in lines:
@@ -284,7 +199,7 @@ def judge_git_integrity(target: GateTarget, run: ScriptRun) -> CheckResult:
             ev["app_owner"], ev["ssh_user"] = owner
         return git_refusal(check, tgt, "\n".join(output), ev, target)
     head = next((ln.split(" ", 1)[1].strip() for ln in lines if ln.startswith("SBX_HEAD ")), "")
-    status = _section(lines, "SBX_STATUS_BEGIN", "SBX_STATUS_END")
+    status = section(lines, "SBX_STATUS_BEGIN", "SBX_STATUS_END")
     end = next((ln for ln in lines if ln.startswith("SBX_STATUS_END ")), None)
     if not re.fullmatch(r"\S+", head) or status is None or end is None:
         ev["stdout"], ev["stderr"] = trim(run.stdout, 500), trim(run.stderr, 500)
@@ -400,8 +315,8 @@ def pi_models_script(target: GateTarget) -> GateScript:
 def judge_pi_models(target: GateTarget, run: ScriptRun) -> CheckResult:
     """B: ``pi`` is on PATH and ``pi --list-models`` lists every roster model (its exit code ignored)."""
     check, tgt = "B_pi_models", target.run_id
-    ev = _base_evidence(run, pi_models_script(target).ran)
-    if (failure := _script_failure(check, tgt, run, ev)) is not None:
+    ev = base_evidence(run, pi_models_script(target).ran)
+    if (failure := script_failure(check, tgt, run, ev)) is not None:
         return failure
     out_lines = run.stdout.splitlines()
     if "SBX_NOPI" in out_lines:
@@ -473,15 +388,15 @@ def roster_script(target: GateTarget) -> GateScript:
 def judge_roster_matches(target: GateTarget, run: ScriptRun) -> CheckResult:
     """C roster: the roster on the VM equals the roster the C items were collected for."""
     check, tgt = "C_roster_matches", target.run_id
-    ev = _base_evidence(run, roster_script(target).ran)
-    if (failure := _script_failure(check, tgt, run, ev)) is not None:
+    ev = base_evidence(run, roster_script(target).ran)
+    if (failure := script_failure(check, tgt, run, ev)) is not None:
         return failure
     lines = run.stdout.splitlines()
     if "SBX_NOAPP" in lines:
         return CheckResult.failed(check, tgt, "no ~/app on this VM — FILL never ran", ev)
     if "SBX_NOCONFIG" in lines:
         return CheckResult.failed(check, tgt, f"missing {target.roster_config} on the VM", ev)
-    config = _section(lines, "SBX_CONFIG_BEGIN", "SBX_CONFIG_END")
+    config = section(lines, "SBX_CONFIG_BEGIN", "SBX_CONFIG_END")
     if config is None:
         ev["stdout"], ev["stderr"] = trim(run.stdout, 500), trim(run.stderr, 500)
         return CheckResult.errored(
@@ -509,18 +424,3 @@ def judge_roster_matches(target: GateTarget, run: ScriptRun) -> CheckResult:
 def check_roster_matches(shell: RemoteShell, target: GateTarget) -> CheckResult:
     """C roster: the roster on the VM equals the roster the C items were collected for."""
     return judge_roster_matches(target, run_script(shell, roster_script(target)))
-
-
-# ---------------------------------------------------------------- shared by the judges
-
-
-def _section(lines: list[str], begin: str, end_prefix: str | None) -> list[str] | None:
-    if begin not in lines:
-        return None
-    start = lines.index(begin) + 1
-    if end_prefix is None:
-        return lines[start:]
-    for i in range(start, len(lines)):
-        if lines[i].startswith(end_prefix):
-            return lines[start:i]
-    return None

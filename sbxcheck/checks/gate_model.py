@@ -13,33 +13,35 @@ from typing import Any
 
 from sbxcheck.checks.base import RemoteShell, trim
 from sbxcheck.checks.gate import (
-    _NEED_CURL,
-    _PRELUDE,
-    _READ_KEY,
-    _TMPDIR,
     COST_FIELDS,
     COST_PROBE_PROMPT,
     CURL_TIMEOUT_EXIT,
-    END,
     PING_BODY,
-    GateScript,
     GateTarget,
-    ScriptRun,
-    _base_evidence,
-    _script_failure,
-    _section,
     advised,
     credit_exhausted_advice,
-    run_script,
     runtime_key_rejected_advice,
+)
+from sbxcheck.checks.script import (
+    END,
+    MAKE_TMPDIR,
+    NEED_CURL,
+    PRELUDE,
+    READ_KEY,
+    GateScript,
+    ScriptRun,
+    base_evidence,
+    run_script,
+    script_failure,
+    section,
 )
 from sbxcheck.results import CheckResult, Classification
 from sbxcheck.safeio import loads_bounded
 
 _PING_SCRIPT = (
-    _PRELUDE
-    + _READ_KEY
-    + _NEED_CURL
+    PRELUDE
+    + READ_KEY
+    + NEED_CURL
     + r"""
 resp=$(printf 'Authorization: Bearer %s\n' "$key" | curl -sS --max-time "$3" -H @- \
        -H 'Content-Type: application/json' -w '\nSBX_HTTP %{http_code}' --data-binary "$2" "$1/chat/completions" 2>&1)
@@ -53,9 +55,9 @@ echo "SBX_END"
 
 
 _KEY_SCRIPT = (
-    _PRELUDE
-    + _READ_KEY
-    + _NEED_CURL
+    PRELUDE
+    + READ_KEY
+    + NEED_CURL
     + r"""
 resp=$(printf 'Authorization: Bearer %s\n' "$key" | curl -sS --max-time "$2" -H @- \
        -w '\nSBX_HTTP %{http_code}' "$1/key" 2>&1)
@@ -90,12 +92,12 @@ print(json.dumps({"models": out, "providers": isinstance(provs, dict)}))
 # D runs pi the way the SDLC does: from ~/app, with the runtime key from ~/app/.env in its
 # environment (an env assignment, never argv), stderr into a private temp file.
 _COST_SCRIPT = (
-    _PRELUDE
+    PRELUDE
     + "RATES_PY="
     + shlex.quote(_RATES_PY)
     + "\n"
-    + _READ_KEY
-    + _TMPDIR
+    + READ_KEY
+    + MAKE_TMPDIR
     + r"""
 mj="${PI_MODELS_PATH:-$HOME/.pi/agent/models.json}"
 echo "SBX_RATES_BEGIN"
@@ -158,7 +160,7 @@ def _curl_answer(
     That is a transport failure, a missing precondition (no ~/app, curl or key), or output that is not
     the script's; ``ev`` gains ``curl_exit`` and ``http_status``.
     """
-    if (failure := _script_failure(check, tgt, run, ev)) is not None:
+    if (failure := script_failure(check, tgt, run, ev)) is not None:
         return failure
     rc, status, text, markers = split_http(run.stdout)
     if (pre := _precondition(check, tgt, markers, ev, run_id)) is not None:
@@ -205,7 +207,7 @@ def model_answers_script(target: GateTarget, model: str) -> GateScript:
 def judge_model_answers(target: GateTarget, model: str, run: ScriptRun) -> CheckResult:
     """C: one roster model answered the ping (content or reasoning, non-empty)."""
     check, tgt = "C_model_answers", f"{target.run_id}-{model}"
-    ev = _base_evidence(run, model_answers_script(target, model).ran)
+    ev = base_evidence(run, model_answers_script(target, model).ran)
     ev.update(run_id=target.run_id, model=model)
     curl = _curl_answer(check, tgt, run, ev, target.run_id, "ping script")
     if isinstance(curl, CheckResult):
@@ -332,8 +334,8 @@ def cost_script(target: GateTarget) -> GateScript:
 def judge_cost_reported(target: GateTarget, run: ScriptRun) -> CheckResult:
     """D: a live pi call, run as the SDLC runs it, reports a non-zero cost AND models.json has full rates."""
     check, tgt = "D_cost_reported", target.run_id
-    ev = _base_evidence(run, cost_script(target).ran)
-    if (failure := _script_failure(check, tgt, run, ev)) is not None:
+    ev = base_evidence(run, cost_script(target).ran)
+    if (failure := script_failure(check, tgt, run, ev)) is not None:
         return failure
     lines = run.stdout.splitlines()
     if (
@@ -342,7 +344,7 @@ def judge_cost_reported(target: GateTarget, run: ScriptRun) -> CheckResult:
         )
     ) is not None:
         return pre
-    rates = _section(lines, "SBX_RATES_BEGIN", "SBX_RATES_END")
+    rates = section(lines, "SBX_RATES_BEGIN", "SBX_RATES_END")
     if rates is None:
         ev["stdout"], ev["stderr"] = trim(run.stdout, 500), trim(run.stderr, 500)
         return CheckResult.errored(
@@ -438,13 +440,13 @@ def parse_pi_events(pi_lines: list[str]) -> tuple[int, int, list[float], str | N
 def judge_pi_call(lines: list[str], target: GateTarget) -> PiCall:
     """Problems with pi's live call, from its JSON event lines (an error message naming 402/401 says so)."""
     call = PiCall()
-    pi_lines = _section(lines, "SBX_PI_BEGIN", "SBX_PI_END")
+    pi_lines = section(lines, "SBX_PI_BEGIN", "SBX_PI_END")
     end = next((ln for ln in lines if re.fullmatch(r"SBX_PI_END \d{1,3}", ln)), None)
     if pi_lines is None or end is None:
         call.problems.append("the pi call produced no parseable run (output cut off)")
         return call
     rc = int(end.split()[1])
-    stderr_tail = _section(lines, "SBX_STDERR_BEGIN", "SBX_STDERR_END") or []
+    stderr_tail = section(lines, "SBX_STDERR_BEGIN", "SBX_STDERR_END") or []
     events, non_json, costs, stop_reason, error_message = parse_pi_events(pi_lines)
     call.evidence.update(
         pi_exit=rc,
@@ -506,7 +508,7 @@ def _finite_number(value: Any) -> bool:
 def judge_credit_remaining(target: GateTarget, run: ScriptRun) -> CheckResult:
     """E: remaining credit (limit − usage) of the runtime key is at least the floor; null limit = uncapped."""
     check, tgt = "E_credit_remaining", target.run_id
-    ev = _base_evidence(run, credit_script(target).ran)
+    ev = base_evidence(run, credit_script(target).ran)
     ev["floor_usd"] = target.credit_floor_usd
     curl = _curl_answer(check, tgt, run, ev, target.run_id, "/key probe")
     if isinstance(curl, CheckResult):

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from sbxcheck.checks.base import RemoteShell, trim
-from sbxcheck.checks.gate import END, GateScript, GateTarget, ScriptRun, run_script, with_advice
+from sbxcheck.checks.gate import GateTarget, with_advice
+from sbxcheck.checks.script import END, GateScript, ScriptRun, run_script, script_failure, section
 from sbxcheck.results import CheckResult, Classification, Outcome
 
 __all__ = [
@@ -111,13 +112,11 @@ def vm_hygiene_script(target: GateTarget) -> GateScript:
 
 def judge_vm_scan(target: GateTarget, run: ScriptRun) -> CheckResult:
     """The VM half: modes and token hashes as evidence (``_tokens`` is consumed by :func:`judge_hygiene`)."""
-    from sbxcheck.checks.gate import _script_failure, _section  # the gate's own marker reading
-
     ev: dict[str, Any] = {"host": run.host, "ran": vm_hygiene_script(target).ran, "exit_code": run.exit_code}
-    if (failure := _script_failure(CHECK, target.run_id, run, ev)) is not None:
+    if (failure := script_failure(CHECK, target.run_id, run, ev)) is not None:
         return failure
     lines = run.stdout.splitlines()
-    body = _section(lines, "SBX_SCAN_BEGIN", "SBX_SCAN_END")
+    body = section(lines, "SBX_SCAN_BEGIN", "SBX_SCAN_END")
     doc: Any = None
     if body is not None:
         try:

@@ -13,7 +13,8 @@ from typing import Any, Final, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from sbxcheck.clients.sandboxed import _validation_summary, excerpt
+from sbxcheck.clients.sandboxed import excerpt
+from sbxcheck.clients.validation import validation_summary
 from sbxcheck.errors import BadResponseError, TransportError
 from sbxcheck.safeio import loads_bounded
 from sbxcheck.transports.ssh import CommandResult, SshHost
@@ -83,6 +84,6 @@ def list_vms(shell: ControlShell, *, timeout_s: float = 30.0) -> list[ExeVm]:
         return [ExeVm.model_validate(vm) for vm in vms]
     except ValidationError as exc:
         raise BadResponseError(
-            f"ssh {shell.alias} {LS_COMMAND}: a VM entry is malformed ({_validation_summary(exc)})",
+            f"ssh {shell.alias} {LS_COMMAND}: a VM entry is malformed ({validation_summary(exc)})",
             evidence=ev,
         ) from None

@@ -24,7 +24,8 @@ from typing import Any, Final
 import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from sbxcheck.clients.sandboxed import _validation_summary, excerpt
+from sbxcheck.clients.sandboxed import excerpt
+from sbxcheck.clients.validation import validation_summary
 from sbxcheck.errors import AuthFailed, BadResponseError, TransportError
 from sbxcheck.redact import default_redactor
 from sbxcheck.safeio import UnsafeInput, loads_bounded
@@ -204,7 +205,7 @@ class OpenRouterAdmin:
         except ValidationError as exc:
             raise BadResponseError(
                 f"OpenRouter GET /credits: expected {{data: {{total_credits, total_usage}}}} "
-                f"({_validation_summary(exc)})",
+                f"({validation_summary(exc)})",
                 evidence={"endpoint": "GET /credits"},
             ) from None
 
@@ -221,6 +222,6 @@ class OpenRouterAdmin:
             return [OpenRouterKey.model_validate(r) for r in rows]
         except ValidationError as exc:
             raise BadResponseError(
-                f"OpenRouter GET /keys: a row is not key metadata ({_validation_summary(exc)})",
+                f"OpenRouter GET /keys: a row is not key metadata ({validation_summary(exc)})",
                 evidence={"endpoint": "GET /keys"},
             ) from None

@@ -63,6 +63,7 @@ from sbxcheck.clients.sandboxed_models import (
     TrackRow,
     Workspace,
 )
+from sbxcheck.clients.validation import validation_summary
 from sbxcheck.errors import (
     AuthFailed,
     BadResponseError,
@@ -216,16 +217,6 @@ def parse_supported_efforts(text: str) -> list[str]:
     if not match:
         return []
     return list(dict.fromkeys(re.findall(r"[a-z]+", match.group(1).lower())))
-
-
-def _validation_summary(exc: ValidationError) -> str:
-    """Locations and messages only: pydantic's default text would quote the (secret-bearing) input."""
-    parts = [
-        f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
-        for err in exc.errors(include_input=False, include_url=False)[:3]
-    ]
-    more = exc.error_count() - len(parts)
-    return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
 
 
 def _int_header(resp: httpx.Response, name: str) -> int | None:
@@ -476,7 +467,7 @@ class SandboxedClient:
             return model.model_validate(data)
         except ValidationError as exc:
             raise BadResponseError(
-                f"{endpoint}: response is not a {model.__name__} ({_validation_summary(exc)})"
+                f"{endpoint}: response is not a {model.__name__} ({validation_summary(exc)})"
                 f"{self._shown(resp, secret_bearing)}",
                 evidence={"endpoint": endpoint},
             ) from None

@@ -34,7 +34,9 @@ Hostile or broken state never steers a run: the ledger is opened with ``O_NOFOLL
 and must be a regular file; a symlink, FIFO or device at its path is one clear
 :class:`~sbxcheck.errors.LedgerError`, at once. Reads are incremental: a :class:`Ledger` folds the
 file once and afterwards reads only what was appended since (an append never re-reads the file).
-A fold keeps every open entry and the last :data:`KEEP_CLOSED` closed ones. Above
+A fold keeps every open entry and the last
+:data:`~sbxcheck.lifecycle.ledger_format.KEEP_CLOSED` closed ones (the lines and their fold are in
+:mod:`sbxcheck.lifecycle.ledger_format`). Above
 :data:`COMPACT_ABOVE_BYTES` the ledger is compacted (automatically, with a warning, or by
 ``sbxcheck ledger compact``): rewritten to its kept entries, atomically, under the exclusive lock;
 the previous file stays beside it as ``ledger.jsonl.old`` (one generation). Every writer and reader
@@ -57,29 +59,34 @@ import fcntl
 import json
 import logging
 import os
-import re
 import socket
 import stat
 import time
 import uuid
-from collections import OrderedDict
-from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from sbxcheck.errors import LedgerError
+from sbxcheck.lifecycle.ledger_format import (
+    FORMAT_VERSION,
+    EntryKind,
+    EntryState,
+    Fold,
+    LedgerEntry,
+    entry_lines,
+    read_lines,
+)
 from sbxcheck.lifecycle.owners import (
-    _HELD_OWNER_LOCKS,
-    _OWNER_LOCKS_GUARD,
     OWNERS_DIR,
     OwnerLock,
-    _flock,
-    _is_zombie,
-    _lock_is_held,
-    _proc_start,
     default_owner,
+    flock_within,
+    hold_owner_lock,
+    is_zombie,
+    lock_is_held,
     owner_lock_name,
+    proc_start,
     release_owner_locks,
 )
 from sbxcheck.redact import default_redactor
@@ -100,60 +107,15 @@ __all__ = [
 ]
 
 LEDGER_FILE = "ledger.jsonl"
-FORMAT_VERSION = 1
 LOCK_WAIT_S = 10.0  # an append holds the lock for one write + fsync; this is generous
-KEEP_CLOSED = 1000  # closed entries a fold (and a compaction) keeps: the most recent ones
 COMPACT_ABOVE_BYTES = 1 << 20  # a larger ledger is compacted on its next read (with a warning)
-_READ_CHUNK = 1 << 20
 _REOPEN_TRIES = 1000  # re-opens after compactions replaced the file (also bounded by the lock wait)
-_MAX_WARNINGS = 50
-_SHORT_LINE = 2048
-
-EntryKind = Literal["mount", "mission"]
-EntryState = Literal["open", "created", "released", "kept", "abandoned", "unmatched"]
-_STATUS_OPS: dict[str, EntryState] = {
-    "created": "created",
-    "released": "released",
-    "kept": "kept",
-    "abandoned": "abandoned",
-    "unmatched": "unmatched",
-}
-CLOSED_STATES: frozenset[str] = frozenset({"released", "unmatched"})
 
 log = logging.getLogger(__name__)
 
 
 def _utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-@dataclass
-class LedgerEntry:
-    """One created (or about-to-be-created) thing, folded from its ledger lines."""
-
-    id: str
-    kind: str
-    ident: str
-    run_id: str | None
-    owner: str
-    state: EntryState = "open"
-    intended_ident: str = ""
-    owner_start: str | None = None
-    detail: dict[str, Any] = field(default_factory=dict)
-    opened_at: str = ""
-    updated_at: str = ""
-    how: str | None = None  # set by "released"
-    why: str | None = None  # set by "kept", "abandoned" and "unmatched"
-    session: str | None = None
-
-    @property
-    def released(self) -> bool:
-        return self.state == "released"
-
-    @property
-    def is_open(self) -> bool:
-        """Whatever it stands for may still exist (not released, not found to be nothing)."""
-        return self.state not in CLOSED_STATES
 
 
 class Ledger:
@@ -167,7 +129,7 @@ class Ledger:
         self.lock_timeout_s = lock_timeout_s
         self.session = session  # written on every intent: which pytest session (xdist workers share it)
         self.warnings: list[str] = []  # from the last fold
-        self._fold: _Fold | None = None  # what was read so far (incremental)
+        self._fold: Fold | None = None  # what was read so far (incremental)
         self._written: set[str] = set()  # intent ids this object appended
         self._logged = 0  # fold warnings already logged
         self._auto_compacted = False
@@ -188,9 +150,9 @@ class Ledger:
             raise LedgerError(f"unknown ledger kind {kind!r}; expected 'mount' or 'mission'")
         entry_id = uuid.uuid4().hex
         own = owner or default_owner()
-        start = _proc_start(os.getpid()) if own == default_owner() else None
+        start = proc_start(os.getpid()) if own == default_owner() else None
         if own == default_owner():
-            self._hold_owner_lock(start)
+            hold_owner_lock(self.state_dir, start, self.lock_timeout_s)
         self._append(
             {
                 "op": "intent",
@@ -205,19 +167,6 @@ class Ledger:
             }
         )
         return entry_id
-
-    def _hold_owner_lock(self, start: str | None) -> None:
-        """Hold this process's owner lock from its first intent until it exits (proof of life)."""
-        key = (str(self.state_dir.resolve()), os.getpid())
-        with _OWNER_LOCKS_GUARD:  # threads of one process (the mission dispatcher's pool) share one lock
-            if key in _HELD_OWNER_LOCKS:
-                return
-            lock = OwnerLock(self.state_dir / OWNERS_DIR, owner_lock_name(default_owner(), start))
-            if not lock.acquire(timeout_s=self.lock_timeout_s):
-                raise LedgerError(
-                    f"{lock.path}: this process's owner lock is held by {lock.holder() or 'another'}"
-                )
-            _HELD_OWNER_LOCKS[key] = lock
 
     def mark_created(self, entry_id: str, ident: str) -> None:
         """The thing exists; ``ident`` is its real identity (for a mount, the printed run id)."""
@@ -277,7 +226,7 @@ class Ledger:
             if fd is None:
                 return None
             try:
-                _flock(fd, lock, self.lock_timeout_s, str(self.path))
+                flock_within(fd, lock, self.lock_timeout_s, str(self.path))
                 held = os.fstat(fd)
                 try:
                     now = os.stat(self.path, follow_symlinks=False)
@@ -302,7 +251,7 @@ class Ledger:
             return True
         # an old closed entry the fold no longer keeps: stream through the file (bounded memory)
         needle = entry_id.encode()
-        for _, raw, _whole in _lines(fd, 0, os.fstat(fd).st_size):
+        for _, raw, _whole in read_lines(fd, 0, os.fstat(fd).st_size):
             if needle not in raw:
                 continue
             with contextlib.suppress(ValueError):
@@ -311,12 +260,12 @@ class Ledger:
                     return True
         return False
 
-    def _refresh(self, fd: int) -> _Fold:
+    def _refresh(self, fd: int) -> Fold:
         """Fold what was appended since the last read (everything, when the file is another one)."""
         st = os.fstat(fd)
         fold = self._fold
         if fold is None or (fold.dev, fold.ino) != (st.st_dev, st.st_ino) or st.st_size < fold.offset:
-            fold = self._fold = _Fold(st.st_dev, st.st_ino, source=str(self.path))
+            fold = self._fold = Fold(st.st_dev, st.st_ino, source=str(self.path))
         fold.read(fd, st.st_size)
         return fold
 
@@ -325,7 +274,8 @@ class Ledger:
     def state(self) -> list[LedgerEntry]:
         """Fold the log into entries (in intent order); problems go to ``self.warnings``.
 
-        Every open entry is returned, and the last :data:`KEEP_CLOSED` closed ones.
+        Every open entry is returned, and the last
+        :data:`~sbxcheck.lifecycle.ledger_format.KEEP_CLOSED` closed ones.
         """
         fd = self._open_locked(os.O_RDONLY, fcntl.LOCK_SH)
         if fd is None:
@@ -369,7 +319,7 @@ class Ledger:
             before = os.fstat(fd).st_size
             fold = self._refresh(fd)  # what this object folded already is not read again
             kept = fold.materialized()
-            text = "".join(_entry_lines(e) for e in kept).encode("utf-8")
+            text = "".join(entry_lines(e) for e in kept).encode("utf-8")
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -404,7 +354,7 @@ class Ledger:
         an owner on another host, or one we cannot parse, counts as alive (we cannot tell).
         """
         lock_path = self.state_dir / OWNERS_DIR / f"{owner_lock_name(entry.owner, entry.owner_start)}.lock"
-        held = _lock_is_held(lock_path)
+        held = lock_is_held(lock_path)
         if held is not None:
             return held
         return _pid_alive(entry)
@@ -421,14 +371,10 @@ def _pid_alive(entry: LedgerEntry) -> bool:
         return False
     except PermissionError:
         pass  # exists, owned by someone else
-    start = _proc_start(pid)
+    start = proc_start(pid)
     if entry.owner_start is not None and start is not None and start != entry.owner_start:
         return False  # the pid was reused by a later process
-    return not _is_zombie(pid)
-
-
-def _opt_str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
+    return not is_zombie(pid)
 
 
 class LedgerFileError(LedgerError):
@@ -486,222 +432,6 @@ def _not_regular(path: Path, mode: int) -> str:
     return f"{path}: is {what}, not a regular file; move it away or use another --sbx-state"
 
 
-def _lines(fd: int, start: int, end: int) -> Iterator[tuple[int, bytes, bool]]:
-    """``(offset after the line, line, ended by a newline)`` for each line in ``[start, end)``.
-
-    Read in bounded chunks; the last piece is yielded even without a final newline (a torn line).
-    """
-    offset, rest, rest_at = start, b"", start  # ``rest`` (not yet a whole line) begins at ``rest_at``
-    while offset < end:
-        chunk = os.pread(fd, min(_READ_CHUNK, end - offset), offset)
-        if not chunk:
-            break
-        offset += len(chunk)
-        rest += chunk
-        pos = 0
-        while (newline := rest.find(b"\n", pos)) >= 0:
-            yield rest_at + newline + 1, rest[pos:newline], True
-            pos = newline + 1
-        rest_at += pos
-        rest = rest[pos:]
-    if rest:
-        yield rest_at + len(rest), rest, False
-
-
-# an intent line as Ledger._append writes it: its id is read without parsing the (long) line
-_INTENT_HEAD = re.compile(rb'\{"v":1,"ts":"[^"\\]*","op":"intent","id":"([0-9a-f]{32})",')
-
-
-@dataclass
-class _Unparsed:
-    """An intent line not parsed yet, with the status lines folded onto it (most are closed, then forgotten)."""
-
-    line: int
-    raw: bytes
-    statuses: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
-    state: str = "open"
-
-
-class _Fold:
-    """The ledger folded so far: entries (open ones and the last :data:`KEEP_CLOSED` closed ones).
-
-    Intent lines are parsed only when their entry is wanted (an old closed entry never is), so a
-    fold costs about one regular-expression match per intent and one small parse per status line.
-    """
-
-    def __init__(self, dev: int, ino: int, *, source: str) -> None:
-        self.dev, self.ino, self.source = dev, ino, source
-        self.offset = 0  # bytes folded so far
-        self.line = 0
-        self.entries: dict[str, LedgerEntry | _Unparsed] = {}  # in intent order
-        self.closed: OrderedDict[str, None] = OrderedDict()  # closed ids, oldest first
-        self.dropped = 0  # closed entries forgotten beyond KEEP_CLOSED
-        self.warnings: list[str] = []
-        self.more_warnings = 0
-        self.torn_warning: int | None = None  # index of the warning about a torn last line
-
-    def read(self, fd: int, end: int) -> None:
-        """Fold the bytes from :attr:`offset` to ``end``."""
-        if self.torn_warning is not None and end > self.offset:  # the torn line is no longer the last
-            i = self.torn_warning
-            self.warnings[i] = self.warnings[i].replace("torn last line", "unparseable line")
-            self.torn_warning = None
-        for after, raw, whole in _lines(fd, self.offset, end):
-            self.line += 1
-            self.offset = after
-            if raw.strip():
-                self._fold_line(raw, torn=not whole)
-
-    def materialized(self) -> list[LedgerEntry]:
-        """Every kept entry, parsed (in intent order)."""
-        out = []
-        for entry_id, value in list(self.entries.items()):
-            entry = self._parse(entry_id, value) if isinstance(value, _Unparsed) else value
-            if entry is not None:
-                out.append(entry)
-        return out
-
-    def _parse(self, entry_id: str, pending: _Unparsed) -> LedgerEntry | None:
-        try:
-            obj = loads_bounded(pending.raw)
-        except ValueError:
-            self._warn(f"{self.source}:{pending.line}: unparseable line skipped ({len(pending.raw)} bytes)")
-            del self.entries[entry_id]
-            self.closed.pop(entry_id, None)
-            return None
-        entry = _intent_entry(entry_id, obj)
-        for _, status in pending.statuses:
-            _apply_status(entry, status)
-        self.entries[entry_id] = entry
-        return entry
-
-    def _warn(self, message: str) -> None:
-        if len(self.warnings) < _MAX_WARNINGS:
-            self.warnings.append(message)
-        else:
-            self.more_warnings += 1
-            if self.more_warnings == 1:
-                self.warnings.append(f"{self.source}: further problems are not listed")
-
-    def _fold_line(self, raw: bytes, *, torn: bool) -> None:
-        where = f"{self.source}:{self.line}"
-        head = None if torn else _INTENT_HEAD.match(raw)
-        if head is not None and raw.endswith(b"}"):
-            entry_id = head.group(1).decode()
-            if entry_id in self.entries:
-                self._warn(f"{where}: duplicate intent for {entry_id} skipped")
-            else:
-                self.entries[entry_id] = _Unparsed(self.line, raw)
-            return
-        try:
-            # a short line (a status line) cannot hold much nesting: the plain parser is enough
-            obj = _loads_short(raw) if len(raw) <= _SHORT_LINE else loads_bounded(raw)
-        except ValueError:
-            self._warn(f"{where}: {'torn last line' if torn else 'unparseable line'} skipped ({len(raw)} bytes)")
-            if torn and self.warnings[-1].startswith(where):
-                self.torn_warning = len(self.warnings) - 1
-            return
-        op = obj.get("op") if isinstance(obj, dict) else None
-        entry_id = obj.get("id") if isinstance(obj, dict) else None
-        if not isinstance(entry_id, str) or not isinstance(op, str):
-            self._warn(f"{where}: line without 'op' and 'id' skipped")
-            return
-        if op == "intent":
-            if entry_id in self.entries:
-                self._warn(f"{where}: duplicate intent for {entry_id} skipped")
-            else:
-                self.entries[entry_id] = _intent_entry(entry_id, obj)
-            return
-        state = _STATUS_OPS.get(op)
-        if state is None:
-            self._warn(f"{where}: unknown op {op!r} skipped")
-            return
-        target = self.entries.get(entry_id)
-        if target is None:
-            if self.dropped == 0:  # with closed entries forgotten, a late line for one is not news
-                self._warn(f"{where}: {op!r} for unknown entry {entry_id} skipped")
-            return
-        if isinstance(target, _Unparsed):
-            target.statuses.append((self.line, obj))
-            target.state = state
-        else:
-            _apply_status(target, obj)
-        if state not in CLOSED_STATES:
-            self.closed.pop(entry_id, None)
-            return
-        self.closed[entry_id] = None
-        self.closed.move_to_end(entry_id)
-        while len(self.closed) > KEEP_CLOSED:
-            oldest, _ = self.closed.popitem(last=False)
-            del self.entries[oldest]
-            self.dropped += 1
-
-
-def _loads_short(raw: bytes) -> Any:
-    try:
-        return json.loads(raw)
-    except RecursionError:
-        raise ValueError("nested too deeply") from None
-
-
-def _intent_entry(entry_id: str, obj: dict[str, Any]) -> LedgerEntry:
-    ts = _opt_str(obj.get("ts")) or ""
-    ident = _opt_str(obj.get("ident")) or ""
-    detail = obj.get("detail")
-    return LedgerEntry(
-        id=entry_id,
-        kind=_opt_str(obj.get("kind")) or "?",
-        ident=ident,
-        intended_ident=ident,
-        run_id=_opt_str(obj.get("run_id")),
-        owner=_opt_str(obj.get("owner")) or "?",
-        owner_start=_opt_str(obj.get("owner_start")),
-        session=_opt_str(obj.get("session")),
-        detail=detail if isinstance(detail, dict) else {},
-        opened_at=ts,
-        updated_at=ts,
-    )
-
-
-def _apply_status(entry: LedgerEntry, obj: dict[str, Any]) -> None:
-    op = str(obj.get("op"))
-    entry.state = _STATUS_OPS[op]
-    entry.updated_at = _opt_str(obj.get("ts")) or ""
-    if op == "created":
-        entry.ident = _opt_str(obj.get("ident")) or entry.ident
-    elif op == "released":
-        entry.how = _opt_str(obj.get("how"))
-    else:  # kept, abandoned, unmatched
-        entry.why = _opt_str(obj.get("why"))
-
-
-def _entry_lines(entry: LedgerEntry) -> str:
-    """The lines that fold back into ``entry`` (its intent, its resolved ident, its last state)."""
-    records: list[dict[str, Any]] = [
-        {
-            "v": FORMAT_VERSION,
-            "ts": entry.opened_at,
-            "op": "intent",
-            "id": entry.id,
-            "kind": entry.kind,
-            "ident": entry.intended_ident,
-            "run_id": entry.run_id,
-            "owner": entry.owner,
-            "owner_start": entry.owner_start,
-            "session": entry.session,
-            "detail": entry.detail,
-        }
-    ]
-    if entry.ident != entry.intended_ident or entry.state == "created":
-        records.append(
-            {"v": FORMAT_VERSION, "ts": entry.updated_at, "op": "created", "id": entry.id, "ident": entry.ident}
-        )
-    if entry.state not in ("open", "created"):
-        extra = {"how": entry.how} if entry.state == "released" else {"why": entry.why}
-        records.append({"v": FORMAT_VERSION, "ts": entry.updated_at, "op": entry.state, "id": entry.id, **extra})
-    return "".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n" for r in records)
-
-
 def _fsync_dir(path: Path) -> None:
     with contextlib.suppress(OSError):
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
@@ -728,4 +458,3 @@ class CompactResult:
             f"open and {self.closed_kept} recent closed entries, dropped {self.closed_dropped} closed ones "
             f"(the previous file is {LEDGER_FILE}.old)"
         )
-

@@ -21,7 +21,7 @@ _POLL_S = 0.02
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
-def _flock(fd: int, op: int, timeout_s: float, what: str) -> None:
+def flock_within(fd: int, op: int, timeout_s: float, what: str) -> None:
     """Take ``op`` (LOCK_EX or LOCK_SH) on ``fd``: try at once, then poll until the deadline."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -46,7 +46,7 @@ def default_owner() -> str:
     return f"{os.getpid()}@{socket.gethostname()}"
 
 
-def _proc_start(pid: int) -> str | None:
+def proc_start(pid: int) -> str | None:
     """The kernel's start tick of ``pid`` (Linux ``/proc``), or None when unknown."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
@@ -75,6 +75,21 @@ def release_owner_locks(state_dir: Path | None = None) -> list[Path]:
     return removed
 
 
+def hold_owner_lock(state_dir: Path, start: str | None, timeout_s: float) -> None:
+    """Hold this process's owner lock under ``state_dir`` until the session ends or the process exits.
+
+    Threads of one process (the mission dispatcher's pool) share one lock: a second call is a no-op.
+    """
+    key = (str(state_dir.resolve()), os.getpid())
+    with _OWNER_LOCKS_GUARD:
+        if key in _HELD_OWNER_LOCKS:
+            return
+        lock = OwnerLock(state_dir / OWNERS_DIR, owner_lock_name(default_owner(), start))
+        if not lock.acquire(timeout_s=timeout_s):
+            raise LedgerError(f"{lock.path}: this process's owner lock is held by {lock.holder() or 'another'}")
+        _HELD_OWNER_LOCKS[key] = lock
+
+
 def owner_lock_name(owner: str, start: str | None) -> str:
     """The owner-lock file stem of ``<pid>@<host>`` started at ``start`` (safe characters only)."""
     pid, _, host = owner.partition("@")
@@ -82,7 +97,7 @@ def owner_lock_name(owner: str, start: str | None) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", stem)[:100]
 
 
-def _lock_is_held(path: Path) -> bool | None:
+def lock_is_held(path: Path) -> bool | None:
     """Whether someone holds ``flock`` on ``path``; None when there is no such file."""
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -103,7 +118,8 @@ def _lock_is_held(path: Path) -> bool | None:
         os.close(fd)
 
 
-def _is_zombie(pid: int) -> bool:
+def is_zombie(pid: int) -> bool:
+    """Whether ``pid`` has exited and waits to be reaped (state Z or X in ``/proc``)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
     except OSError:
@@ -145,7 +161,7 @@ class OwnerLock:
             os.close(fd)
             raise LedgerError(f"{self.path}: is not a regular file; move it away")
         try:
-            _flock(fd, fcntl.LOCK_EX, wait, str(self.path))
+            flock_within(fd, fcntl.LOCK_EX, wait, str(self.path))
         except LedgerError:
             os.close(fd)
             return False

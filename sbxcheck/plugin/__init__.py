@@ -33,13 +33,12 @@ import pytest
 from pytest import ExitCode
 
 from sbxcheck.fleetsource import FleetSource
-from sbxcheck.plugin.collector import ResultCollector
+from sbxcheck.plugin.collector import COLLECTOR_KEY, ResultCollector
 from sbxcheck.plugin.handoff import XdistNodes
 from sbxcheck.plugin.params import NOTHING_LEAKED, parametrize
 from sbxcheck.plugin.settings import SETTINGS_KEY, Settings, build, declare
 from sbxcheck.plugin.stash import (
     CALL_START_KEY,
-    COLLECTOR_KEY,
     PARAMS_KEY,
     PYTEST_SESSION_KEY,
     RESULT_KEY,

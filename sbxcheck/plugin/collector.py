@@ -24,6 +24,10 @@ if TYPE_CHECKING:
     from sbxcheck.results import CheckRecord, RunReport
 
 
+#: The session's collector, in ``config.stash`` (set in ``pytest_configure``).
+COLLECTOR_KEY: pytest.StashKey[ResultCollector] = pytest.StashKey()
+
+
 class ResultCollector:
     """Controller-side: gathers each item's CheckRecord, calls the sbxcheck hooks, cleans up, writes reports."""
 

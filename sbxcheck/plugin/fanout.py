@@ -20,17 +20,27 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
 from sbxcheck.results import CheckResult
 
 if TYPE_CHECKING:
-    from sbxcheck.plugin.session import GateRun
+    from sbxcheck.checks.gate import GateTarget
     from sbxcheck.transports.ssh import SshHost, SshPool
 
 GateCheck = Callable[..., CheckResult]
+
+
+class GatedRun(Protocol):
+    """What the fan-out reads of a gate run (``plugin.session.GateRun``): its id and, if gateable, its target."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def target(self) -> GateTarget | None: ...
 REMOTE_MARK = "sbx_remote"
 
 
@@ -45,7 +55,7 @@ class Planned:
     """What one collected gate item needs from its VM: a connection, and maybe one check."""
 
     nodeid: str
-    run: GateRun
+    run: GatedRun
     check: GateCheck | None  # None: the item needs the connection only (e.g. a run without roster)
     model: str | None
 
@@ -70,7 +80,7 @@ class _Job:
 
 @dataclass(eq=False)
 class _Vm:
-    run: GateRun
+    run: GatedRun
     alias: str
     connected: cf.Future[SshHost] = field(default_factory=cf.Future)
     pending: list[_Job] = field(default_factory=list)
@@ -193,7 +203,7 @@ class GateFanout:
 
     # ------------------------------------------------------------ waiting (the items)
 
-    def host(self, run: GateRun) -> SshHost:
+    def host(self, run: GatedRun) -> SshHost:
         """The VM's connection, waiting for it; a connect failure is raised (the item errors in setup)."""
         vm = self._vms.get(run.run_id)
         if vm is None:

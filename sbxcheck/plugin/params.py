@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from sbxcheck.inventory import SandboxedSection
 from sbxcheck.plugin.stash import PARAMS_KEY, get_session
 
 if TYPE_CHECKING:
@@ -68,49 +70,75 @@ def _keyed(config: pytest.Config, fixture: str, key: Any, value: Any) -> Any:
     return key
 
 
-def _sandboxed_params(config: pytest.Config, kind: str) -> list[Any]:
-    """Parameters for the canary suite: route labels, canary labels, or (name, prompt) pairs."""
-    from sbxcheck.errors import InventoryError
+SandboxedTargets = Callable[[pytest.Config, SandboxedSection], list[Any]]
 
-    session = get_session(config)
-    try:
-        section = session.inventory().sandboxed
-    except InventoryError as exc:
-        return [pytest.param(None, id="inventory", marks=pytest.mark.skip(reason=exc.message))]
-    if section is None:
-        reason = f"the inventory {session.describe_source()} has no [sandboxed] section"
-        return [pytest.param(None, id="no-control-plane", marks=pytest.mark.skip(reason=reason))]
-    if kind == "node":
-        params = [pytest.param(n, id=n) for n in section.expected_nodes]
-    elif kind == "discovery_via":
-        params = [pytest.param("rest", id="rest")] + ([pytest.param("mcp", id="mcp")] if section.mcp else [])
-    elif kind == "github_probe":
-        params = []
-        for p in section.github_probes:
-            key = f"{p.workspace}-{p.via}"
-            params.append(pytest.param(_keyed(config, "sbx_github_probe", key, p), id=key))
-    elif kind == "route":
-        params = [pytest.param(r.label, id=r.label, marks=CONTROL_PLANE_GROUP) for r in section.routes]
-    elif kind == "canary":
-        params = [pytest.param(c.label, id=c.label, marks=CONTROL_PLANE_GROUP) for c in section.canaries]
-    elif kind == "catalog":  # every route, judged before dispatch (selecting it dispatches nothing)
-        params = [pytest.param(r.label, id=r.label, marks=CONTROL_PLANE_GROUP) for r in section.routes]
-    elif kind == "contract":  # routes with an opt-in dispatch contract
-        contracts = [r for r in section.routes if r.contract != "none"]
-        params = [pytest.param(r.label, id=r.label, marks=CONTROL_PLANE_GROUP) for r in contracts]
-    elif kind == "workspace":  # expected workspaces, then those routes and canaries use
-        names = [w.name for w in section.workspaces] + [r.workspace for r in section.routes if r.workspace]
-        names += [c.workspace for c in section.canaries]
-        params = [pytest.param(n, id=n, marks=CONTROL_PLANE_GROUP) for n in dict.fromkeys(names)]
-    else:
-        from sbxcheck.lifecycle.prompts import canary_prompt
 
-        prompts = [(f"route-{r.label}", r.prompt) for r in section.routes]
-        prompts += [(f"canary-{c.label}", canary_prompt(c)) for c in section.canaries]
-        params = [pytest.param(p, id=p[0]) for p in prompts]
-    return params or [
-        pytest.param(None, id=f"no-{kind}s", marks=pytest.mark.skip(reason=f"no {kind}s declared"))
-    ]
+def _nodes(config: pytest.Config, section: SandboxedSection) -> list[Any]:
+    return [pytest.param(n, id=n) for n in section.expected_nodes]
+
+
+def _discovery_vias(config: pytest.Config, section: SandboxedSection) -> list[Any]:
+    return [pytest.param("rest", id="rest")] + ([pytest.param("mcp", id="mcp")] if section.mcp else [])
+
+
+def _github_probes(config: pytest.Config, section: SandboxedSection) -> list[Any]:
+    params = []
+    for p in section.github_probes:
+        key = f"{p.workspace}-{p.via}"
+        params.append(pytest.param(_keyed(config, "sbx_github_probe", key, p), id=key))
+    return params
+
+
+def _routes(config: pytest.Config, section: SandboxedSection) -> list[Any]:
+    """Every route (the catalog kind too: judged before dispatch, selecting it dispatches nothing)."""
+    return [pytest.param(r.label, id=r.label, marks=CONTROL_PLANE_GROUP) for r in section.routes]
+
+
+def _canaries(config: pytest.Config, section: SandboxedSection) -> list[Any]:
+    return [pytest.param(c.label, id=c.label, marks=CONTROL_PLANE_GROUP) for c in section.canaries]
+
+
+def _contracts(config: pytest.Config, section: SandboxedSection) -> list[Any]:
+    """Routes with an opt-in dispatch contract."""
+    contracts = [r for r in section.routes if r.contract != "none"]
+    return [pytest.param(r.label, id=r.label, marks=CONTROL_PLANE_GROUP) for r in contracts]
+
+
+def _workspaces(config: pytest.Config, section: SandboxedSection) -> list[Any]:
+    """Expected workspaces, then those routes and canaries use."""
+    names = [w.name for w in section.workspaces] + [r.workspace for r in section.routes if r.workspace]
+    names += [c.workspace for c in section.canaries]
+    return [pytest.param(n, id=n, marks=CONTROL_PLANE_GROUP) for n in dict.fromkeys(names)]
+
+
+def _prompts(config: pytest.Config, section: SandboxedSection) -> list[Any]:
+    """(name, prompt) pairs of every route and canary."""
+    from sbxcheck.lifecycle.prompts import canary_prompt
+
+    prompts = [(f"route-{r.label}", r.prompt) for r in section.routes]
+    prompts += [(f"canary-{c.label}", canary_prompt(c)) for c in section.canaries]
+    return [pytest.param(p, id=p[0]) for p in prompts]
+
+
+def _sandboxed(kind: str, targets: SandboxedTargets) -> Callable[[pytest.Config], list[Any]]:
+    """The parameters of a canary-suite kind: ``targets`` of the [sandboxed] section, or one skip saying why not."""
+
+    def params(config: pytest.Config) -> list[Any]:
+        from sbxcheck.errors import InventoryError
+
+        session = get_session(config)
+        try:
+            section = session.inventory().sandboxed
+        except InventoryError as exc:
+            return [pytest.param(None, id="inventory", marks=pytest.mark.skip(reason=exc.message))]
+        if section is None:
+            reason = f"the inventory {session.describe_source()} has no [sandboxed] section"
+            return [pytest.param(None, id="no-control-plane", marks=pytest.mark.skip(reason=reason))]
+        return targets(config, section) or [
+            pytest.param(None, id=f"no-{kind}s", marks=pytest.mark.skip(reason=f"no {kind}s declared"))
+        ]
+
+    return params
 
 
 def _ledger_params(config: pytest.Config) -> list[Any]:
@@ -161,58 +189,72 @@ def _dgx_params(config: pytest.Config) -> list[Any]:
     return params
 
 
+def _no_gate_runs(why_none: str | None) -> list[Any]:
+    return [pytest.param(None, id="no-runs", marks=pytest.mark.skip(reason=why_none or "no run can be gated"))]
+
+
+def _run_entry_params(config: pytest.Config) -> list[Any]:
+    """Every recorded run, gateable or not (the run-record check judges the record itself)."""
+    runs, why_none = _gate_runs(config)
+    if why_none and not runs:
+        return [pytest.param(_keyed(config, "sbx_run_entry", "inventory", why_none), id="inventory")]
+    return [
+        pytest.param(_keyed(config, "sbx_run_entry", r.run_id, r), id=r.run_id, marks=_vm_group(r)) for r in runs
+    ]
+
+
+def _gate_run_params(config: pytest.Config) -> list[Any]:
+    runs, why_none = _gate_runs(config)
+    return [
+        pytest.param(_keyed(config, "sbx_gate_run", r.run_id, r), id=r.run_id, marks=_vm_group(r))
+        for r in runs
+        if r.target is not None
+    ] or _no_gate_runs(why_none)
+
+
+def _gate_model_params(config: pytest.Config) -> list[Any]:
+    """One item per (gateable run, roster model); a run without a roster gets one ``-no-roster`` item."""
+    runs, why_none = _gate_runs(config)
+    params = []
+    for r in runs:
+        if r.target is None:
+            continue
+        models: list[str | None] = list(r.target.roster) or [None]
+        for m in models:
+            key = (r.run_id, m)
+            pid = f"{r.run_id}-{m}" if m is not None else f"{r.run_id}-no-roster"
+            params.append(pytest.param(_keyed(config, "sbx_gate_model", key, (r, m)), id=pid, marks=_vm_group(r)))
+    return params or _no_gate_runs(why_none)
+
+
+#: Every kind of target: the fixture a test requests -> its parameters (one item per target), in the
+#: order they are parametrized. A new kind is one row here and its fixture in ``plugin/fixtures.py``
+#: (indirect, keyed, when it is in ``OBJECT_PARAMS``).
+TARGET_KINDS: dict[str, Callable[[pytest.Config], list[Any]]] = {
+    "sbx_route": _sandboxed("route", _routes),
+    "sbx_canary": _sandboxed("canary", _canaries),
+    "sbx_prompt": _sandboxed("prompt", _prompts),
+    "sbx_node": _sandboxed("node", _nodes),
+    "sbx_discovery_via": _sandboxed("discovery_via", _discovery_vias),
+    "sbx_github_probe": _sandboxed("github_probe", _github_probes),
+    "sbx_workspace": _sandboxed("workspace", _workspaces),
+    "sbx_contract": _sandboxed("contract", _contracts),
+    "sbx_catalog": _sandboxed("catalog", _routes),
+    "sbx_ledger_entry": _ledger_params,
+    "sbx_dgx": _dgx_params,
+    "sbx_run_entry": _run_entry_params,
+    "sbx_gate_run": _gate_run_params,
+    "sbx_gate_model": _gate_model_params,
+}
+
+#: One run per item: a test requesting more than one of these is parametrized by the first.
+RUN_KINDS = ("sbx_run_entry", "sbx_gate_run", "sbx_gate_model")
+
+
 def parametrize(metafunc: pytest.Metafunc) -> None:
     """Parametrize every sbx_* target fixture the test requests (the plugin's pytest_generate_tests)."""
     names = set(metafunc.fixturenames)
-    config = metafunc.config
-    kinds = ("route", "canary", "prompt", "node", "discovery_via", "github_probe")
-    for kind in (*kinds, "workspace", "contract", "catalog"):  # the readiness and contract kinds
-        if f"sbx_{kind}" in names:
-            metafunc.parametrize(
-                f"sbx_{kind}", _sandboxed_params(config, kind), indirect=f"sbx_{kind}" in OBJECT_PARAMS
-            )
-    if "sbx_ledger_entry" in names:
-        metafunc.parametrize("sbx_ledger_entry", _ledger_params(config), indirect=True)
-    if "sbx_dgx" in names:
-        metafunc.parametrize("sbx_dgx", _dgx_params(config), indirect=True)
-    if not names & {"sbx_run_entry", "sbx_gate_run", "sbx_gate_model"}:
-        return
-    runs, why_none = _gate_runs(config)
-    if "sbx_run_entry" in names:
-        if why_none and not runs:
-            params = [pytest.param(_keyed(config, "sbx_run_entry", "inventory", why_none), id="inventory")]
-        else:
-            params = [
-                pytest.param(_keyed(config, "sbx_run_entry", r.run_id, r), id=r.run_id, marks=_vm_group(r))
-                for r in runs
-            ]
-        metafunc.parametrize("sbx_run_entry", params, indirect=True)
-    elif "sbx_gate_run" in names:
-        gateable = [r for r in runs if r.target is not None]
-        params = [
-            pytest.param(_keyed(config, "sbx_gate_run", r.run_id, r), id=r.run_id, marks=_vm_group(r))
-            for r in gateable
-        ] or [
-            pytest.param(None, id="no-runs", marks=pytest.mark.skip(reason=why_none or "no run can be gated"))
-        ]
-        metafunc.parametrize("sbx_gate_run", params, indirect=True)
-    elif "sbx_gate_model" in names:
-        params = []
-        for r in runs:
-            if r.target is None:
-                continue
-            models: list[str | None] = list(r.target.roster) or [None]
-            for m in models:
-                key = (r.run_id, m)
-                pid = f"{r.run_id}-{m}" if m is not None else f"{r.run_id}-no-roster"
-                params.append(
-                    pytest.param(_keyed(config, "sbx_gate_model", key, (r, m)), id=pid, marks=_vm_group(r))
-                )
-        if not params:
-            params = [
-                pytest.param(
-                    None, id="no-runs", marks=pytest.mark.skip(reason=why_none or "no run can be gated")
-                )
-            ]
-        metafunc.parametrize("sbx_gate_model", params, indirect=True)
-
+    run_kind = next((k for k in RUN_KINDS if k in names), None)
+    for fixture, params in TARGET_KINDS.items():
+        if fixture in names and (fixture not in RUN_KINDS or fixture == run_kind):
+            metafunc.parametrize(fixture, params(metafunc.config), indirect=fixture in OBJECT_PARAMS)

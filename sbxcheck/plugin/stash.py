@@ -10,7 +10,6 @@ import pytest
 from sbxcheck.fleetsource import FleetSource
 
 if TYPE_CHECKING:
-    from sbxcheck.plugin.collector import ResultCollector
     from sbxcheck.plugin.session import SbxSession
     from sbxcheck.plugin.settings import Settings
     from sbxcheck.results import CheckResult
@@ -19,7 +18,6 @@ if TYPE_CHECKING:
 SUITES = ("gate", "canary", "triage", "run")
 SESSION_KEY = pytest.StashKey["SbxSession"]()
 RESULT_KEY: pytest.StashKey[CheckResult] = pytest.StashKey()
-COLLECTOR_KEY: pytest.StashKey[ResultCollector] = pytest.StashKey()
 PYTEST_SESSION_KEY = pytest.StashKey[pytest.Session]()
 PARAMS_KEY = pytest.StashKey[dict[tuple[str, Any], Any]]()
 SESSION_TAG_KEY = pytest.StashKey[str]()

@@ -43,7 +43,7 @@ from sbxcheck.report.nextsteps import (
     rerun_command,
 )
 from sbxcheck.report.present import outcome_counts
-from sbxcheck.results import CheckRecord, Classification, Incident, Outcome, RunReport
+from sbxcheck.results import GATE_COLUMNS, CheckRecord, Classification, Incident, Outcome, RunReport
 
 
 def _asset(name: str) -> str:
@@ -76,13 +76,6 @@ _HEADLINE = {
 #: How many not-run items the banner names (the items list has every one).
 _BANNER_NOT_RUN = 20
 
-_GATE_COLUMNS = (
-    ("run_record", "record"),
-    ("A_git_integrity", "A git"),
-    ("B_pi_models", "B pi"),
-    ("C_roster_matches", "C roster"),
-)
-_GATE_TAIL = (("D_cost_reported", "D cost"), ("E_credit_remaining", "E credit"))
 _ROUTE_STAGES = (
     ("dispatched", "dispatched"),
     ("record_echoes_request", "echo"),
@@ -412,25 +405,31 @@ def _grid(ctx: _Ctx) -> str:
     used: set[str] = set()
     parts: list[str] = []
 
-    gate = [
-        r
-        for r in records
-        if r.suite == "gate" and r.check in dict(_GATE_COLUMNS + _GATE_TAIL) | {"C_model_answers": ""}
-    ]
+    per_model = {c.check for c in GATE_COLUMNS if c.per_model}
+    gate = [r for r in records if r.suite == "gate" and r.check in {c.check for c in GATE_COLUMNS}]
     if gate:
-        run_ids = sorted({r.target for r in gate if r.check != "C_model_answers"})
+        run_ids = sorted({r.target for r in gate if r.check not in per_model})
         cells: dict[tuple[str, str], list[CheckRecord]] = defaultdict(list)
-        models: list[str] = []
+        models: dict[str, set[str]] = defaultdict(set)  # per-model check -> the models it was run for
         for r in gate:
             run, rest = _split_gate_target(r.target, run_ids)
-            column = r.check if r.check != "C_model_answers" else f"C:{rest or r.target}"
-            if r.check == "C_model_answers" and column[2:] not in models:
-                models.append(column[2:])
+            column = r.check
+            if r.check in per_model:
+                models[r.check].add(rest or r.target)
+                column = f"{r.check}:{rest or r.target}"
             if run not in run_ids:
                 run_ids.append(run)
             cells[(run, column)].append(r)
             used.add(r.nodeid)
-        columns = list(_GATE_COLUMNS) + [(f"C:{m}", f"C {m}") for m in sorted(models)] + list(_GATE_TAIL)
+        columns = [
+            pair
+            for c in GATE_COLUMNS
+            for pair in (
+                [(f"{c.check}:{m}", f"{c.label} {m}") for m in sorted(models[c.check])]
+                if c.per_model
+                else [(c.check, c.label)]
+            )
+        ]
         columns = [(key, label) for key, label in columns if any(k[1] == key for k in cells)]
         parts.append(_table("Gate: runs × items", "run", run_ids, columns, cells, short_labels=True))
 

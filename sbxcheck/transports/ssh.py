@@ -30,13 +30,13 @@ from sbxcheck.errors import (
 from sbxcheck.transports.framing import frame_command, new_frame, unframe
 from sbxcheck.transports.known_hosts import KnownHosts
 from sbxcheck.transports.ssh_connect import (
+    Connection,
+    Connector,
     ResolvedHost,
     SshConfigFile,
     SshSettings,
-    _Connection,
-    _Connector,
-    _rewrap,
     resolve_host,
+    rewrap,
 )
 
 log = logging.getLogger(__name__)
@@ -116,14 +116,14 @@ class SshHost:
         self,
         resolved: ResolvedHost,
         settings: SshSettings,
-        connection: _Connection,
-        reconnect: Callable[[], _Connection],
+        connection: Connection,
+        reconnect: Callable[[], Connection],
     ) -> None:
         self.alias = resolved.alias
         self.resolved = resolved
         self.connected_at = time.time()
         self._settings = settings
-        self._conn: _Connection | None = connection
+        self._conn: Connection | None = connection
         self._reconnect = reconnect
         self._lock = threading.Lock()
         self._sessions = threading.BoundedSemaphore(max(1, settings.max_sessions))
@@ -142,7 +142,7 @@ class SshHost:
             if self._closed:
                 raise TransportError(f"SSH connection to {self.alias} was closed", evidence=self._evidence())
             if self._failure is not None:
-                raise _rewrap(self._failure, "", {"cached": True})
+                raise rewrap(self._failure, "", {"cached": True})
             if self._conn is not None and self._conn.is_active():
                 return self._conn.transport
             if self._conn is not None:
@@ -393,11 +393,11 @@ class SshPool:
                     log.warning("known_hosts: %s", warning)
             return self._known_hosts
 
-    def _open(self, resolved: ResolvedHost) -> _Connection:
+    def _open(self, resolved: ResolvedHost) -> Connection:
         """Open a connection for ``resolved``; remember a failure; count a success."""
         alias = resolved.alias
         try:
-            conn = _Connector(self.settings, self.known_hosts, self.ssh_config).connect(resolved)
+            conn = Connector(self.settings, self.known_hosts, self.ssh_config).connect(resolved)
         except SbxError as exc:
             with self._lock:
                 self._failures[alias] = exc
@@ -419,7 +419,7 @@ class SshPool:
                 failure = self._failures.get(alias)
                 existing = self._hosts.get(alias)
             if failure is not None:
-                raise _rewrap(failure, "", {"cached": True})
+                raise rewrap(failure, "", {"cached": True})
             if existing is not None:
                 return existing
             try:

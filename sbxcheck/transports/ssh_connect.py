@@ -193,7 +193,7 @@ def _resolve_jump(spec: str, settings: SshSettings, config: SshConfigFile | None
     )
 
 
-def _rewrap(exc: _E, prefix: str, evidence: dict[str, Any]) -> _E:
+def rewrap(exc: _E, prefix: str, evidence: dict[str, Any]) -> _E:
     """A copy of ``exc`` with ``prefix`` before its message and ``evidence`` merged in."""
     return type(exc)(f"{prefix}{exc.message}", evidence={**exc.evidence, **evidence})
 
@@ -262,7 +262,7 @@ def _tcp_connect(host: ResolvedHost, timeout: float) -> socket.socket:
 
 
 @dataclass
-class _Connection:
+class Connection:
     """An authenticated transport plus the jump-host transports it is tunnelled through."""
 
     transport: paramiko.Transport
@@ -329,7 +329,7 @@ class _Hop:
         return {**hop, "elapsed_s": round(time.monotonic() - t0, 3), **extra}
 
 
-class _Connector:
+class Connector:
     """Connects one ResolvedHost (through its jump chain) with fixed settings and known_hosts."""
 
     def __init__(
@@ -339,7 +339,7 @@ class _Connector:
         self.known_hosts = known_hosts
         self.config = config
 
-    def connect(self, target: ResolvedHost) -> _Connection:
+    def connect(self, target: ResolvedHost) -> Connection:
         t0 = time.monotonic()
         chain = [_resolve_jump(spec, self.settings, self.config) for spec in target.proxy_jump]
         hops: list[paramiko.Transport] = []
@@ -361,7 +361,7 @@ class _Connector:
             for k, v in base.items():
                 exc.evidence.setdefault(k, v)
             raise
-        return _Connection(transport, hops)
+        return Connection(transport, hops)
 
     def _unreachable(self, hop: _Hop, why: str, t0: float) -> HostUnreachable:
         return HostUnreachable(f"cannot reach {hop.label}: {why}", evidence=hop.evidence(t0, reason=why))
@@ -439,7 +439,7 @@ class _Connector:
             self._authenticate(transport, hop, t0)
         except (HostKeyMismatch, HostKeyUnknown) as exc:
             transport.close()
-            raise _rewrap(exc, hop.prefix, hop.evidence(t0)) from None
+            raise rewrap(exc, hop.prefix, hop.evidence(t0)) from None
         except BaseException:
             transport.close()
             raise

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 import pytest
 
 from sbxcheck.checks.gate import (
-    GateScript,
     GateTarget,
     check_git_integrity,
     check_pi_models,
@@ -27,6 +26,7 @@ from sbxcheck.checks.gate_model import (
     credit_script,
     model_answers_script,
 )
+from sbxcheck.checks.script import GateScript
 from sbxcheck.errors import CommandTimeout
 from sbxcheck.results import Outcome
 from sbxcheck.transports.ssh import CommandResult

@@ -1,5 +1,6 @@
 """The layout keeps its layers (ARCHITECTURE.md): no import circle, each layer imports only below it, no
-file over 800 lines outside the simulator.
+module imports another module's ``_private`` name, no file over 600 lines outside the simulator (but
+those pinned in ``OVER_THE_CAP``, which may not grow).
 
 Every module under ``sbxcheck/`` is parsed with ``ast``; every ``import`` / ``from ... import`` counts,
 at any level (module top, inside functions and methods), except those under ``if TYPE_CHECKING:``
@@ -19,7 +20,7 @@ from pathlib import Path
 import sbxcheck
 
 PACKAGE = Path(sbxcheck.__file__).parent
-MAX_LINES = 800
+MAX_LINES = 600
 
 #: The core: leaves every other layer builds on (they import only each other).
 CORE = {
@@ -63,8 +64,18 @@ def _type_checking_nodes(tree: ast.AST) -> set[int]:
     return hidden
 
 
+def _source(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    """The absolute module a ``from ... import`` reads from (relative imports resolved)."""
+    if not node.level:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[: len(base) - node.level + 1]
+    return ".".join([*base, node.module] if node.module else base)
+
+
 @functools.cache
-def _graph() -> dict[str, frozenset[str]]:
+def _graph(with_type_checking: bool = False) -> dict[str, frozenset[str]]:
+    """Module -> the sbxcheck modules it imports; ``with_type_checking`` adds the annotation-only ones."""
     modules = _modules()
 
     def known(name: str) -> str | None:
@@ -76,7 +87,7 @@ def _graph() -> dict[str, frozenset[str]]:
     for module, path in modules.items():
         is_package = path.name == "__init__.py"
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        hidden = _type_checking_nodes(tree)
+        hidden = set() if with_type_checking else _type_checking_nodes(tree)
         targets: set[str] = set()
         for node in ast.walk(tree):
             if id(node) in hidden:
@@ -84,12 +95,7 @@ def _graph() -> dict[str, frozenset[str]]:
             if isinstance(node, ast.Import):
                 targets.update(t for a in node.names if a.name.startswith("sbxcheck") and (t := known(a.name)))
             elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = module.split(".") if is_package else module.split(".")[:-1]
-                    base = base[: len(base) - node.level + 1]
-                    source = ".".join([*base, node.module] if node.module else base)
-                else:
-                    source = node.module or ""
+                source = _source(module, is_package, node)
                 if not source.startswith("sbxcheck"):
                     continue
                 for alias in node.names:  # "from pkg import module" imports the module
@@ -145,6 +151,19 @@ def _assert_only(rule: str, sources: set[str], allowed: Callable[[str], bool]) -
 def test_no_import_circle() -> None:
     cycle = _cycle(_graph())
     assert cycle is None, "import circle: " + " -> ".join(cycle or [])
+
+
+def test_no_import_circle_outside_the_simulator_even_for_annotations() -> None:
+    """``TYPE_CHECKING`` imports may not close a circle either (outside ``sim/``): a circle of types is one
+    of meaning, and the first runtime import along it would make it real. The simulator's resources name
+    each other's types freely."""
+    graph = {
+        m: frozenset(t for t in targets if not _in(t, "sbxcheck.sim"))
+        for m, targets in _graph(with_type_checking=True).items()
+        if not _in(m, "sbxcheck.sim")
+    }
+    cycle = _cycle(graph)
+    assert cycle is None, "import circle (TYPE_CHECKING imports counted): " + " -> ".join(cycle or [])
 
 
 def test_the_core_imports_only_the_core() -> None:
@@ -225,19 +244,108 @@ def test_the_sim_rule_sees_every_spelling(tmp_path: Path) -> None:
 
 
 def test_the_graph_sees_every_kind_of_import() -> None:
-    """Guards the test itself: function-level imports count, TYPE_CHECKING ones do not."""
+    """Guards the test itself: function-level imports count, TYPE_CHECKING ones only when asked for."""
     graph = _graph()
     assert "sbxcheck.plugin.session" in graph["sbxcheck.plugin.stash"]  # inside get_session
     assert "sbxcheck.plugin.stash" in graph["sbxcheck.plugin.fixtures"]  # inside fixtures
-    assert "sbxcheck.plugin.collector" not in graph["sbxcheck.plugin.stash"]  # TYPE_CHECKING only
+    assert "sbxcheck.plugin.session" not in graph["sbxcheck.plugin.params"]  # TYPE_CHECKING only
+    assert "sbxcheck.plugin.session" in _graph(with_type_checking=True)["sbxcheck.plugin.params"]
     assert "sbxcheck.lifecycle" in graph["sbxcheck.plugin.session"]  # a package's __init__ runs too
 
 
-def test_no_module_outside_the_simulator_exceeds_800_lines() -> None:
-    long = {
-        str(path.relative_to(PACKAGE.parent)): n
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _private_imports(path: Path, module: str) -> list[str]:
+    """Every import of a ``_private`` name of sbxcheck in one file, at any level, ``TYPE_CHECKING`` ones too.
+
+    ``from sbxcheck.x import _y`` (relative spellings resolved, one line or many) and ``import
+    sbxcheck.x._y`` both count: what another module uses is its public surface, and a name with a
+    leading underscore says nobody else does. Third-party private modules (pytest's ``_pytest``) are
+    their projects' business.
+    """
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            source = _source(module, path.name == "__init__.py", node)
+            if not _in(source, "sbxcheck"):
+                continue
+            names = [f"{source}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names if _in(a.name, "sbxcheck")]
+        else:
+            continue
+        found += [f"line {node.lineno}: {n}" for n in names if any(_private(part) for part in n.split("."))]
+    return found
+
+
+def _suite_modules() -> dict[str, Path]:
+    """sbxcheck's modules (the simulator too) and the shipped suites (``gates/``, ``canaries/``)."""
+    suites = {
+        ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts): path
+        for folder in ("gates", "canaries")
+        for path in sorted((PACKAGE.parent / folder).rglob("*.py"))
+    }
+    return {**_modules(), **suites}
+
+
+def test_no_module_imports_another_modules_private_name() -> None:
+    bad = {m: hits for m, p in sorted(_suite_modules().items()) if (hits := _private_imports(p, m))}
+    assert bad == {}
+
+
+def test_the_private_rule_sees_every_spelling(tmp_path: Path) -> None:
+    """Guards the rule: many-line, relative, lazy, ``TYPE_CHECKING`` and dotted imports all count."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from sbxcheck.checks.gate import (\n    GateTarget,\n    _hidden,\n)\n"
+        "from ..base import _trim as trim\n"
+        "if TYPE_CHECKING:\n    from sbxcheck.clients.sandboxed import _Secret\n"
+        "def f():\n    import sbxcheck.clients._wire\n    from sbxcheck import __version__, results\n"
+        "from _pytest.nodes import Item\n"
+    )
+    hits = [h.split(": ")[1] for h in _private_imports(probe, "sbxcheck.checks.probe.inner")]
+    assert hits == [
+        "sbxcheck.checks.gate._hidden",
+        "sbxcheck.checks.base._trim",
+        "sbxcheck.clients.sandboxed._Secret",
+        "sbxcheck.clients._wire",
+    ]
+
+
+#: Modules still over ``MAX_LINES``, each pinned at its length: it may shrink (lower its pin when it does),
+#: never grow. A module leaves the list when it is split along an interface (a piece with a public surface of
+#: its own), not cut at a line count; no module joins it.
+OVER_THE_CAP = {
+    "sbxcheck/clients/sandboxed.py": 791,  # the control-plane REST client: every endpoint's call and mapping
+    "sbxcheck/report/html.py": 773,  # the report page: one renderer per section of the page
+    "sbxcheck/checks/missions.py": 753,  # the mission-event judges of the route and canary items
+    "sbxcheck/inventory.py": 750,  # the inventory model: every section and its validation
+    "sbxcheck/lifecycle/missions.py": 721,  # the mission dispatcher: dispatch, follow, cancel
+    "sbxcheck/clients/mcp.py": 694,  # the MCP client: session, tools, streamable HTTP
+    "sbxcheck/plugin/session.py": 661,  # SbxSession: the resources a run opens and closes
+}
+
+
+def _lengths() -> dict[str, int]:
+    """Lines of every module outside the simulator, by path from the repository root."""
+    return {
+        str(path.relative_to(PACKAGE.parent)): len(path.read_text(encoding="utf-8").splitlines())
         for path in PACKAGE.rglob("*.py")
         if "sim" not in path.relative_to(PACKAGE).parts
-        and (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     }
-    assert long == {}
+
+
+def test_no_module_outside_the_simulator_exceeds_the_cap() -> None:
+    long = {path: n for path, n in _lengths().items() if n > MAX_LINES and path not in OVER_THE_CAP}
+    assert long == {}, f"over {MAX_LINES} lines: split along an interface"
+
+
+def test_the_modules_over_the_cap_never_grow() -> None:
+    lengths = _lengths()
+    grown = {path: (lengths.get(path), pin) for path, pin in OVER_THE_CAP.items() if lengths.get(path, 0) > pin}
+    assert grown == {}, "(lines, pin): a module over the cap grew"
+    under = {path: lengths.get(path) for path in OVER_THE_CAP if lengths.get(path, 0) <= MAX_LINES}
+    assert under == {}, "these are under the cap now: take them off OVER_THE_CAP"

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from sbxcheck.lifecycle import ledger as ledger_module
+from sbxcheck.lifecycle import ledger_format
 from sbxcheck.lifecycle.ledger import LEDGER_FILE, OWNERS_DIR, Ledger, LedgerError, release_owner_locks
 
 
@@ -42,13 +43,14 @@ def test_reads_are_incremental_and_appends_do_not_reread(tmp_path: Path, monkeyp
     ids = [ledger.record_intent("mission", f"key-{i}", run_id=None) for i in range(20)]
     assert len(ledger.state()) == 20
     read: list[int] = []
-    real = ledger_module._lines
+    real = ledger_format.read_lines
 
     def counting(fd: int, start: int, end: int):  # type: ignore[no-untyped-def]
         read.append(end - start)
         return real(fd, start, end)
 
-    monkeypatch.setattr(ledger_module, "_lines", counting)
+    monkeypatch.setattr(ledger_format, "read_lines", counting)  # the fold's reads
+    monkeypatch.setattr(ledger_module, "read_lines", counting)  # the ledger's scan for an old intent
     for entry_id in ids:
         ledger.mark_released(entry_id, "teardown")  # its own intents: no read at all
     assert read == []
@@ -60,7 +62,7 @@ def test_reads_are_incremental_and_appends_do_not_reread(tmp_path: Path, monkeyp
 def test_compaction_keeps_every_open_entry_and_the_recent_closed_ones(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(ledger_module, "KEEP_CLOSED", 5)
+    monkeypatch.setattr(ledger_format, "KEEP_CLOSED", 5)
     ledger = Ledger(tmp_path)
     kept = ledger.record_intent("mount", "demo", run_id=None)
     ledger.mark_created(kept, "demo-1")
@@ -85,7 +87,7 @@ def test_compaction_keeps_every_open_entry_and_the_recent_closed_ones(
 def test_a_large_ledger_is_compacted_on_read_with_a_warning(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(ledger_module, "KEEP_CLOSED", 10)
+    monkeypatch.setattr(ledger_format, "KEEP_CLOSED", 10)
     monkeypatch.setattr(ledger_module, "COMPACT_ABOVE_BYTES", 4096)
     ledger = Ledger(tmp_path)
     live = ledger.record_intent("mission", "live", run_id=None)
@@ -106,7 +108,7 @@ def _append_many(state_dir: str, n: int) -> None:
 
 
 def test_appends_during_compactions_are_never_lost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ledger_module, "KEEP_CLOSED", 1)
+    monkeypatch.setattr(ledger_format, "KEEP_CLOSED", 1)
     ctx = multiprocessing.get_context("fork")
     procs = [ctx.Process(target=_append_many, args=(str(tmp_path), 40)) for _ in range(2)]
     for p in procs:

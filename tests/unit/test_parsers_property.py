@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 from sbxcheck.checks.gate import (
     GateTarget,
-    ScriptRun,
     judge_git_integrity,
     judge_pi_models,
     parse_list_models,
@@ -27,6 +26,7 @@ from sbxcheck.checks.gate_model import (
     parse_pi_events,
     split_http,
 )
+from sbxcheck.checks.script import ScriptRun
 from sbxcheck.clients.runrecords import RECORD_FIELDS, parse_run_record
 from sbxcheck.results import CheckResult, Outcome
 

@@ -7,25 +7,28 @@ from pathlib import Path
 
 import pytest
 
-from sbxcheck.checks.gate import GateTarget, ScriptRun
-from sbxcheck.checks.run import (
-    FATAL_CLASSES,
-    FATAL_GREP,
+from sbxcheck.checks.gate import GateTarget
+from sbxcheck.checks.observe import (
     HttpProbe,
     check_observe_app,
     check_observe_obs,
+    judge_observe_app,
+    judge_observe_obs,
+    observe_ports,
+    observe_url,
+)
+from sbxcheck.checks.run import (
+    FATAL_CLASSES,
+    FATAL_GREP,
     check_run_alive,
     check_run_log_clean,
     classify_line,
     finish_outcome,
-    judge_observe_app,
-    judge_observe_obs,
     judge_run_alive,
     judge_run_log_clean,
-    observe_ports,
-    observe_url,
     parse_ps,
 )
+from sbxcheck.checks.script import ScriptRun
 from sbxcheck.results import Classification, Outcome
 from sbxcheck.transports.ssh import CommandResult
 
@@ -377,7 +380,7 @@ def test_the_host_probe_follows_no_redirect_and_reports_nothing_as_000() -> None
     import http.server
     import threading
 
-    from sbxcheck.checks.run import probe_https
+    from sbxcheck.checks.observe import probe_https
     from sbxcheck.sim.ports import PortReservations
     from sbxcheck.sim.run_services import _Handler
 
@@ -403,7 +406,7 @@ def test_the_host_probe_is_bounded_by_its_deadline_and_reads_only_the_page_start
     import threading
     import time
 
-    from sbxcheck.checks.run import BODY_CHARS, probe_https
+    from sbxcheck.checks.observe import BODY_CHARS, probe_https
 
     head = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n"
     big = b"<html>" + b"x" * (BODY_CHARS * 20)

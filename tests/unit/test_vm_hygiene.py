@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sbxcheck.checks.gate import GateTarget, ScriptRun
+from sbxcheck.checks.gate import GateTarget
+from sbxcheck.checks.script import ScriptRun
 from sbxcheck.checks.vm_hygiene import check_vm_hygiene, host_secrets, judge_hygiene, judge_vm_scan
 from sbxcheck.results import Classification, Outcome
 from sbxcheck.transports.ssh import CommandResult

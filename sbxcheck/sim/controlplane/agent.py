@@ -15,7 +15,6 @@ from typing import Any
 from sbxcheck.sim.controlplane import lies, ops
 from sbxcheck.sim.controlplane.events import EventRoutes
 from sbxcheck.sim.controlplane.model import (
-    _STEP_RE,
     DISPATCH_S,
     FINISH_S,
     GIT_READ_ONLY,
@@ -24,12 +23,13 @@ from sbxcheck.sim.controlplane.model import (
     MAX_STEPS,
     NO_EVIDENCE_ACTIVE_S,
     READ_ONLY_PROGRAMS,
+    STEP_RE,
     STEP_S,
     TERMINAL,
     THINK_S,
-    _iso,
-    _Mission,
-    _Workspace,
+    MissionState,
+    WorkspaceState,
+    iso_time,
     run_bounded,
 )
 
@@ -40,7 +40,7 @@ class AgentRunner(EventRoutes):
     async def _sleep(self, base_s: float) -> None:
         await asyncio.sleep(max(0.0, base_s * self.latency_scale))
 
-    def _scope_for(self, m: _Mission) -> tuple[Path, Path]:
+    def _scope_for(self, m: MissionState) -> tuple[Path, Path]:
         """``(workspace_path, scope)``: the scope is the workspace, or an empty ephemeral dir."""
         ws = self._workspaces[m.record["workspace_id"]]
         if self._fault_on("cp.mount-missing", m.record["backend"]) or self._fault_on(
@@ -51,7 +51,7 @@ class AgentRunner(EventRoutes):
             return ws.path, scope
         return ws.path, ws.path
 
-    def _env_for(self, ws: _Workspace, home: Path) -> dict[str, str]:
+    def _env_for(self, ws: WorkspaceState, home: Path) -> dict[str, str]:
         path = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
         env = {
             "PATH": os.pathsep.join([*self.exec_path_prefix, path]),
@@ -65,7 +65,7 @@ class AgentRunner(EventRoutes):
             env.update(ws.exposed_env)
         return env
 
-    def _alive(self, mid: str) -> _Mission | None:
+    def _alive(self, mid: str) -> MissionState | None:
         m = self._missions.get(mid)
         return m if m is not None and m.status not in TERMINAL else None
 
@@ -91,7 +91,7 @@ class AgentRunner(EventRoutes):
                     self._emit(m, "error", f"simulator error: {type(exc).__name__}")
                     self._set_status(m, "failed", reason="sim_internal_error")
 
-    def _branch(self, m: _Mission) -> str:
+    def _branch(self, m: MissionState) -> str:
         backend = m.record["backend"]
         if self._fault_on("cp.backend-crash", backend):
             return "crash"
@@ -106,9 +106,9 @@ class AgentRunner(EventRoutes):
             return "silent"
         return "run"
 
-    def _dispatch(self, m: _Mission, *, evidence_free: bool) -> None:
+    def _dispatch(self, m: MissionState, *, evidence_free: bool) -> None:
         self._set_status(m, "active")
-        stamp = _iso(time.time())
+        stamp = iso_time(time.time())
         if m.prompt:
             m.record["history"].append({"role": "user", "content": m.prompt})
         m.evidence_free = evidence_free
@@ -196,7 +196,7 @@ class AgentRunner(EventRoutes):
             ws = self._workspaces[m.record["workspace_id"]]
             ws_path, scope = self._scope_for(m)
             env = self._env_for(ws, scope)
-            steps = _STEP_RE.findall(m.prompt or "")[:MAX_STEPS]
+            steps = STEP_RE.findall(m.prompt or "")[:MAX_STEPS]
         failures = 0
         for index, step in enumerate(steps or ["echo ok"], start=1):
             ok = await self._run_step(mid, index, step, ws_path, scope, env)

@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response
 from sbxcheck.sim.controlplane.base import DoubleBase
 from sbxcheck.sim.controlplane.model import (
     Handler,
-    _text,
+    plain_text,
 )
 
 
@@ -31,16 +31,16 @@ class AuthRoutes(DoubleBase):
         header = request.headers.get("authorization", "")
         token = header[7:] if header.startswith(("Bearer ", "bearer ")) else header
         if not token.strip():
-            return _text(401, "Missing Authorization header")
+            return plain_text(401, "Missing Authorization header")
         if "cp.auth-expired" in self.faults:
-            return _text(401, "Invalid or expired token")
+            return plain_text(401, "Invalid or expired token")
         try:
             claims = jwt.decode(token, self._jwt_secret, algorithms=["HS256"])
         except jwt.PyJWTError:
-            return _text(401, "Invalid or expired token")
+            return plain_text(401, "Invalid or expired token")
         sub = claims.get("sub")
         if not isinstance(sub, str) or (self.users and sub not in self.users):
-            return _text(401, "Invalid user")
+            return plain_text(401, "Invalid user")
         return sub
 
     def _guard(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
@@ -54,31 +54,31 @@ class AuthRoutes(DoubleBase):
 
     async def _login(self, request: Request) -> Response:
         if not self.jwt_secret_configured:
-            return _text(500, "JWT_SECRET not configured")
+            return plain_text(500, "JWT_SECRET not configured")
         body = await self._body(request)
         if isinstance(body, Response):
             return body
         password, username = body.get("password"), body.get("username")
         if not isinstance(password, str):
-            return _text(
+            return plain_text(
                 422, "Failed to deserialize the JSON body into the target type: missing field `password`"
             )
         if username is not None and not isinstance(username, str):
-            return _text(
+            return plain_text(
                 422, "Failed to deserialize the JSON body into the target type: username: invalid type"
             )
         given = password.strip().encode()
         if self.users:
             name = (username or "").strip()
             if not name:
-                return _text(401, "Username required")
+                return plain_text(401, "Username required")
             expected = self.users.get(name)
             if expected is None or not hmac.compare_digest(given, expected.encode()):
-                return _text(401, "Invalid username or password")
+                return plain_text(401, "Invalid username or password")
             sub = name
         else:
             if not hmac.compare_digest(given, self.password.encode()):
-                return _text(401, "Invalid password")
+                return plain_text(401, "Invalid password")
             sub = self.single_tenant_user_id
         now = int(time.time())
         exp = now + self.jwt_ttl_days * 86400

@@ -36,17 +36,17 @@ from sbxcheck.sim.controlplane.model import (
     OPS_FAULTS,
     TERMINAL,
     BackendSpec,
+    MissionState,
     NodeSpec,
+    NodeState,
     RequestRecord,
     WorkspaceSpec,
-    _credential_values,
-    _make_checkout,
-    _Mission,
-    _Node,
-    _sim_secret,
-    _text,
-    _uuid_or_none,
-    _Workspace,
+    WorkspaceState,
+    credential_values,
+    make_checkout,
+    plain_text,
+    sim_secret,
+    uuid_or_none,
 )
 from sbxcheck.sim.pushback import PushbackMiddleware
 from sbxcheck.sim.stream import StreamHub
@@ -137,15 +137,15 @@ class DoubleBase:
         self._jwt_secret = secrets.token_hex(32)
         self._rng = random.Random(seed)
         self._lock = threading.RLock()
-        self._missions: dict[str, _Mission] = {}
+        self._missions: dict[str, MissionState] = {}
         self._leases: dict[str, str] = {}
         self._event_ids = itertools.count(1)
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._log: list[RequestRecord] = []
         self._heads: dict[str, str] = {}
-        self._workspaces: dict[str, _Workspace] = {}
-        self._nodes: dict[str, _Node] = {n.id: _Node(n) for n in nodes}
+        self._workspaces: dict[str, WorkspaceState] = {}
+        self._nodes: dict[str, NodeState] = {n.id: NodeState(n) for n in nodes}
         self._build_workspaces(list(workspaces))
         self.stream = StreamHub(self.faults, self._owner_of, self._stream_snapshot)  # the live event stream
         self.app = Starlette(
@@ -169,14 +169,14 @@ class DoubleBase:
         host.mkdir(parents=True, exist_ok=True)
         (self.root / "missions").mkdir(parents=True, exist_ok=True)
         created = "2026-06-01T00:00:00.000Z"
-        self._workspaces[NIL_UUID] = _Workspace(NIL_UUID, "host", host, None, {}, {}, created)
+        self._workspaces[NIL_UUID] = WorkspaceState(NIL_UUID, "host", host, None, {}, {}, created)
         for spec in specs:
             ws_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"sbxcheck-sim-workspace:{spec.name}"))
             path = self.root / "workspaces" / spec.name
-            self._heads[ws_id] = _make_checkout(path / spec.repo, spec)
-            env = {name: _sim_secret() for name in spec.env_names}
-            self._workspaces[ws_id] = _Workspace(
-                ws_id, spec.name, path, spec, env, _credential_values(), created
+            self._heads[ws_id] = make_checkout(path / spec.repo, spec)
+            env = {name: sim_secret() for name in spec.env_names}
+            self._workspaces[ws_id] = WorkspaceState(
+                ws_id, spec.name, path, spec, env, credential_values(), created
             )
 
     # ---- state API for tests and the simulator ----------------------------------------------
@@ -238,7 +238,7 @@ class DoubleBase:
             ws = self._ws(name_or_id)
             ws.status, ws.error_message = status, error_message
 
-    def _ws(self, name_or_id: str) -> _Workspace:
+    def _ws(self, name_or_id: str) -> WorkspaceState:
         ws = self._workspaces.get(name_or_id)
         if ws is None:
             ws = self._workspaces.get(self.workspace_id(name_or_id))
@@ -322,13 +322,13 @@ class DoubleBase:
     async def _body(request: Request) -> dict[str, Any] | Response:
         """The JSON object body, or axum's Json-extractor rejection (415/400/422)."""
         if not request.headers.get("content-type", "").startswith("application/json"):
-            return _text(415, "Expected request with `Content-Type: application/json`")
+            return plain_text(415, "Expected request with `Content-Type: application/json`")
         try:
             doc = json.loads(await request.body())
         except ValueError as exc:
-            return _text(400, f"Failed to parse the request body as JSON: {exc}")
+            return plain_text(400, f"Failed to parse the request body as JSON: {exc}")
         if not isinstance(doc, dict):
-            return _text(422, "Failed to deserialize the JSON body into the target type: expected a map")
+            return plain_text(422, "Failed to deserialize the JSON body into the target type: expected a map")
         return doc
 
     @staticmethod
@@ -339,14 +339,14 @@ class DoubleBase:
         try:
             return int(raw)
         except ValueError:
-            return _text(400, f"Failed to deserialize query string: {name}: invalid digit found in string")
+            return plain_text(400, f"Failed to deserialize query string: {name}: invalid digit found in string")
 
     # ---- missions: create -------------------------------------------------------------------
 
     # ---- missions: read, list, cancel ---------------------------------------------------------
 
-    def _lookup(self, raw: str) -> tuple[str | None, _Mission | None]:
-        mid = _uuid_or_none(raw)
+    def _lookup(self, raw: str) -> tuple[str | None, MissionState | None]:
+        mid = uuid_or_none(raw)
         return mid, None if mid is None else self._missions.get(mid)
 
     # ---- the simulated agent ----------------------------------------------------------------

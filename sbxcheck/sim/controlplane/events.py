@@ -18,9 +18,9 @@ from sbxcheck.sim.controlplane.model import (
     OUTPUT_EVENTS,
     TERMINAL,
     VIEWS,
-    _iso,
-    _Mission,
-    _text,
+    MissionState,
+    iso_time,
+    plain_text,
 )
 
 
@@ -37,16 +37,16 @@ class EventRoutes(DoubleBase):
         q = request.query_params
         view = q.get("view") or "all"
         if view not in VIEWS:
-            return _text(400, f"Invalid view '{view}'; expected one of: {', '.join(VIEWS)}")
+            return plain_text(400, f"Invalid view '{view}'; expected one of: {', '.join(VIEWS)}")
         types = {t.strip() for t in q.get("types", "").split(",") if t.strip()}
         include_counts = q.get("include_counts", "true").lower() not in ("false", "0")
         limit = min(1000, max(1, 100 if limit is None else limit))  # [U] default page size
         with self._lock:
             mid, m = self._lookup(raw)
             if mid is None:
-                return _text(400, f"Invalid URL: Cannot parse `{raw}` to a UUID")
+                return plain_text(400, f"Invalid URL: Cannot parse `{raw}` to a UUID")
             if m is None or m.owner != user:
-                return _text(404, "Mission not found")
+                return plain_text(404, "Mission not found")
             everything = copy.deepcopy(m.events)
         allowed = VIEWS[view]
         rows = [e for e in everything if (allowed is None or e["event_type"] in allowed)]
@@ -68,7 +68,7 @@ class EventRoutes(DoubleBase):
 
     def _emit(
         self,
-        m: _Mission,
+        m: MissionState,
         event_type: str,
         content: str = "",
         *,
@@ -77,7 +77,7 @@ class EventRoutes(DoubleBase):
         metadata: dict[str, Any] | None = None,
     ) -> None:
         now = time.time()
-        stamp = _iso(now)
+        stamp = iso_time(now)
         m.events.append(
             {
                 "id": next(self._event_ids),
@@ -103,7 +103,7 @@ class EventRoutes(DoubleBase):
 
     def _set_status(
         self,
-        m: _Mission,
+        m: MissionState,
         status: str,
         *,
         reason: str | None = None,
@@ -113,7 +113,7 @@ class EventRoutes(DoubleBase):
         if m.status in TERMINAL:
             return False
         now = time.time()
-        stamp = _iso(now)
+        stamp = iso_time(now)
         rec = m.record
         rec["status"] = status
         rec["updated_at"] = stamp

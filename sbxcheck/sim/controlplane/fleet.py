@@ -13,9 +13,9 @@ from sbxcheck.sim.controlplane.model import (
     DEFAULT_DISK_ESTIMATE_GIB,
     EMERGENCY_RESERVE_GIB,
     GIB,
-    _iso,
-    _Node,
-    _text,
+    NodeState,
+    iso_time,
+    plain_text,
 )
 
 
@@ -71,7 +71,7 @@ class FleetRoutes(AuthRoutes):
         }
         return JSONResponse(body)
 
-    def _render_node(self, node: _Node, now: float) -> dict[str, Any]:
+    def _render_node(self, node: NodeState, now: float) -> dict[str, Any]:
         spec = node.spec
         status, error = "online", None
         last_seen: float | None = now - 4.0
@@ -102,7 +102,7 @@ class FleetRoutes(AuthRoutes):
             "disk_available_bytes": spec.disk_free_gib * GIB,
             "cached_toolchains": list(spec.toolchains),
             "lean_runtime_ready": "lean" in spec.labels and up,
-            "last_seen": None if last_seen is None else _iso(last_seen),
+            "last_seen": None if last_seen is None else iso_time(last_seen),
             "error": error,
             "cordoned": node.cordoned or self._fault_on("fleet.node-cordoned", spec.id),
         }
@@ -131,7 +131,7 @@ class FleetRoutes(AuthRoutes):
         with self._lock:
             node = self._nodes.get(name)
             if node is None:
-                return _text(404, "unknown remote node")
+                return plain_text(404, "unknown remote node")
             changed = node.cordoned != want
             node.cordoned = want
         return JSONResponse({"node": name, "cordoned": want, "changed": changed})

@@ -19,7 +19,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any, Final
 
-from sbxcheck.sim.controlplane.model import LIES_FAULTS, NIL_UUID, _iso, _Mission
+from sbxcheck.sim.controlplane.model import LIES_FAULTS, NIL_UUID, MissionState, iso_time
 
 if TYPE_CHECKING:
     from sbxcheck.sim.controlplane.base import DoubleBase
@@ -31,7 +31,7 @@ FLOOD: Final = 250
 LIED_COST_CENTS: Final = 5000
 
 
-def _planted(double: DoubleBase, mid: str, title: str, backend: str, model: str, status: str) -> _Mission:
+def _planted(double: DoubleBase, mid: str, title: str, backend: str, model: str, status: str) -> MissionState:
     """A mission that is not the caller's work (created two minutes ago, no agent runs it)."""
     now = time.time()
     m = double._missions.get(mid)
@@ -47,8 +47,8 @@ def _planted(double: DoubleBase, mid: str, title: str, backend: str, model: str,
         "model_override": model,
         "fast_mode": False,
         "history": [],
-        "created_at": _iso(now - 120),
-        "updated_at": _iso(now - 5),
+        "created_at": iso_time(now - 120),
+        "updated_at": iso_time(now - 5),
         "resumable": False,
         "requires_local_disk": True,
         "mission_mode": "task",
@@ -56,27 +56,27 @@ def _planted(double: DoubleBase, mid: str, title: str, backend: str, model: str,
         "priority": 0,
         "tags": [],
     }
-    m = _Mission(
+    m = MissionState(
         record=record,
         owner=double.single_tenant_user_id,
         prompt=title,
         requested_model=model,
         created_mono=time.monotonic() - 120,
         updated_epoch=now - 5,
-        last_status_change_at=_iso(now - 110),
+        last_status_change_at=iso_time(now - 110),
     )
     double._missions[mid] = m
     return m
 
 
-def foreign_for_create(double: DoubleBase, backend: str | None) -> _Mission | None:
+def foreign_for_create(double: DoubleBase, backend: str | None) -> MissionState | None:
     """``cp.coalesce-foreign``: the live mission a create of ``backend`` is joined to (lock held)."""
     if backend is None or not double._fault_on(COALESCE_FOREIGN, backend):
         return None
     return _planted(double, FOREIGN_ID, "refactor the billing module (Dana)", "claudecode", "opus", "active")
 
 
-def other_record(double: DoubleBase, m: _Mission) -> dict[str, Any] | None:
+def other_record(double: DoubleBase, m: MissionState) -> dict[str, Any] | None:
     """``cp.record-id-mismatch``: the record answered for ``m`` instead of its own (lock held)."""
     if not double._fault_on(RECORD_ID_MISMATCH, str(m.record.get("backend"))):
         return None
@@ -84,7 +84,7 @@ def other_record(double: DoubleBase, m: _Mission) -> dict[str, Any] | None:
     return copy.deepcopy(other.record)
 
 
-def stays_pending(double: DoubleBase, m: _Mission) -> bool:
+def stays_pending(double: DoubleBase, m: MissionState) -> bool:
     """``cp.stream-lies``: the mission is never dispatched; the stream says otherwise (lock held)."""
     if not double._fault_on(STREAM_LIES, str(m.record.get("backend"))):
         return False
@@ -97,7 +97,7 @@ def stays_pending(double: DoubleBase, m: _Mission) -> bool:
                 "mission_id": m.id,
                 "sequence": len(m.events) + 1,
                 "event_type": kind,
-                "timestamp": _iso(time.time()),
+                "timestamp": iso_time(time.time()),
                 "content": "all done" if kind == "assistant_message" else "",
                 "metadata": meta,
             }
@@ -105,7 +105,7 @@ def stays_pending(double: DoubleBase, m: _Mission) -> bool:
     return True
 
 
-def flood_after_create(double: DoubleBase, m: _Mission) -> None:
+def flood_after_create(double: DoubleBase, m: MissionState) -> None:
     """``cp.list-flood``: store :data:`FLOOD` finished missions after ``m`` (once; lock held)."""
     if not double._fault_on(LIST_FLOOD, str(m.record.get("backend"))) or double.flooded:
         return
@@ -113,6 +113,6 @@ def flood_after_create(double: DoubleBase, m: _Mission) -> None:
     base = time.time() + 0.01
     for i in range(FLOOD):
         mid = str(uuid.uuid4())
-        stamp = _iso(base + i * 0.001)
+        stamp = iso_time(base + i * 0.001)
         planted = _planted(double, mid, f"nightly batch item {i + 1}", "codex", "gpt-5", "completed")
         planted.record.update(created_at=stamp, updated_at=stamp)

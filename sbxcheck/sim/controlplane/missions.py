@@ -16,7 +16,6 @@ from starlette.responses import JSONResponse, Response
 from sbxcheck.sim.controlplane import lies, ops
 from sbxcheck.sim.controlplane.agent import AgentRunner
 from sbxcheck.sim.controlplane.model import (
-    _STR_FIELDS,
     BUSY_HOLDER_ID,
     BUSY_HOLDER_TAG,
     CANCEL_SLOW_S,
@@ -27,22 +26,23 @@ from sbxcheck.sim.controlplane.model import (
     NATIVE_AGENTS,
     NIL_UUID,
     PATH_SHAPED_ID,
+    STR_FIELDS,
     TERMINAL,
     TITLE_COALESCE_S,
-    _idle_for,
-    _iso,
-    _json_text,
-    _Mission,
-    _text,
-    _uuid_or_none,
-    _Workspace,
+    MissionState,
+    WorkspaceState,
+    idle_for,
+    iso_time,
+    json_text,
+    plain_text,
+    uuid_or_none,
 )
 from sbxcheck.sim.faults import HOSTILE_TEXT
 
 
 def _type_error(body: Mapping[str, Any]) -> str | None:
     """serde-style type errors for the create body (→ 422), or None."""
-    for name in _STR_FIELDS:
+    for name in STR_FIELDS:
         if body.get(name) is not None and not isinstance(body[name], str):
             return f"{name}: invalid type, expected a string"
     for name in ("fast_mode", "writer", "remote_async"):
@@ -76,7 +76,7 @@ class MissionRoutes(AgentRunner):
             return body
         bad = _type_error(body)
         if bad is not None:
-            return _text(422, f"Failed to deserialize the JSON body into the target type: {bad}")
+            return plain_text(422, f"Failed to deserialize the JSON body into the target type: {bad}")
         with self._lock:
             return self._create_locked(body, user)
 
@@ -90,10 +90,10 @@ class MissionRoutes(AgentRunner):
         prompt = body.get("prompt")
         # 1. prompt validation [U: the real validator's text]
         if isinstance(prompt, str) and not prompt.strip():
-            return _text(400, "prompt must not be empty")
+            return plain_text(400, "prompt must not be empty")
         # 2. attachments
         if body.get("attachments") and not opt("project"):
-            return _text(400, "attachments require a project")
+            return plain_text(400, "attachments require a project")
         # 4. unknown keys
         ignored = [k for k in body if k not in KNOWN_CREATE_FIELDS]
         headers = {"x-ignored-fields": ",".join(ignored)} if ignored else {}
@@ -123,18 +123,18 @@ class MissionRoutes(AgentRunner):
         # workspace [U: the real text for an unknown id]
         ws_id = NIL_UUID
         if opt("workspace_id"):
-            parsed = _uuid_or_none(str(opt("workspace_id")))
+            parsed = uuid_or_none(str(opt("workspace_id")))
             if parsed is None:
-                return _text(
+                return plain_text(
                     422, "Failed to deserialize the JSON body into the target type: workspace_id: UUID"
                 )
             if parsed not in self._workspaces:
-                return _text(400, f"Workspace {parsed} not found")
+                return plain_text(400, f"Workspace {parsed} not found")
             ws_id = parsed
         workspace = self._workspaces[ws_id]
         # 11. workspace occupied
         if self._fault_on("cp.workspace-busy", workspace.name, ws_id):  # another session holds it
-            return _json_text(
+            return json_text(
                 409,
                 {
                     "error": "workspace_occupied",
@@ -146,7 +146,7 @@ class MissionRoutes(AgentRunner):
         if ws_id not in self.occupancy_exempt:
             for m in self._missions.values():
                 if m.record["workspace_id"] == ws_id and m.status not in TERMINAL:
-                    return _json_text(
+                    return json_text(
                         409,
                         {
                             "error": "workspace_occupied",
@@ -161,7 +161,7 @@ class MissionRoutes(AgentRunner):
             if backend is None:
                 backend = agent
             elif backend != agent:
-                return _text(
+                return plain_text(
                     400, f"Agent '{agent}' selects backend '{agent}', but mission backend is '{backend}'"
                 )
         model = requested_model
@@ -173,7 +173,7 @@ class MissionRoutes(AgentRunner):
                 elif backend == prefix:
                     model = rest
                 elif backend != "opencode":
-                    return _text(
+                    return plain_text(
                         400, f"Model '{model}' selects backend '{prefix}', but mission backend is '{backend}'"
                     )
         backend = backend or "claudecode"
@@ -183,9 +183,9 @@ class MissionRoutes(AgentRunner):
         if backend == "codex" and isinstance(prompt, str) and prompt.lstrip().startswith("/goal "):
             goal_objective = prompt.lstrip()[len("/goal ") :].strip()
             if self.goal_limit_at_create and len(goal_objective) > GOAL_LIMIT:
-                return _text(400, f"goal objective must be at most {GOAL_LIMIT} characters")
+                return plain_text(400, f"goal objective must be at most {GOAL_LIMIT} characters")
         if self._fault_on("cp.control-chars", backend):  # hostile text in the refusal
-            return _text(400, f"backend {backend} refused the mission: {HOSTILE_TEXT}")
+            return plain_text(400, f"backend {backend} refused the mission: {HOSTILE_TEXT}")
         # 18. effort: kept and validated only where the backend takes it; silently dropped elsewhere
         effort = opt("model_effort")
         if spec is None or spec.efforts is None:
@@ -198,7 +198,7 @@ class MissionRoutes(AgentRunner):
                 if not (e == "max" and self._fault_on("cp.effort-reject-max", backend))
             ]
             if effort not in supported:
-                return _text(
+                return plain_text(
                     400,
                     f"Invalid model_effort for backend '{backend}'. Supported values: {', '.join(supported)}",
                 )
@@ -212,15 +212,15 @@ class MissionRoutes(AgentRunner):
                 model = spec.aliases.get(model, model)
         # 21. agent validation (library agents; native harnesses skip it)
         if agent and spec is not None and spec.validates_agent and agent not in self.agents:
-            return _text(
+            return plain_text(
                 400, f"Agent '{agent}' not found in library. Available agents: {', '.join(self.agents)}"
             )
         # 22. unregistered backend
         if spec is None:
-            return _text(400, f"Unknown backend: {backend}")
+            return plain_text(400, f"Unknown backend: {backend}")
         # 23. catalog check; the list of valid ids follows the seed's observed sentence [S]
         if model and model not in spec.models:
-            return _text(
+            return plain_text(
                 400,
                 f"Model '{requested_model}' not found in {spec.provider} catalog. "
                 f"Valid models: {', '.join(spec.models)}",
@@ -231,10 +231,10 @@ class MissionRoutes(AgentRunner):
         # 27. disk admission (the parts that are pure validation)
         estimate = body.get("estimated_disk_gib")
         if estimate is not None and not 1 <= int(estimate) <= 512:
-            return _text(400, "estimated_disk_gib must be between 1 and 512")
+            return plain_text(400, "estimated_disk_gib must be between 1 and 512")
         tags = [str(t) for t in body.get("tags") or []]
         if any(t.startswith("disk-reservation-v1") for t in tags):
-            return _text(400, "tags starting with 'disk-reservation-v1' are reserved")
+            return plain_text(400, "tags starting with 'disk-reservation-v1' are reserved")
         tags.append(f"disk-estimate-gib:{estimate or DEFAULT_DISK_ESTIMATE_GIB}")
         # 30. persist pending and bind the lease
         return self._persist(
@@ -251,14 +251,14 @@ class MissionRoutes(AgentRunner):
             headers,
         )
 
-    def _coalesced(self, m: _Mission, headers: dict[str, str]) -> Response:
+    def _coalesced(self, m: MissionState, headers: dict[str, str]) -> Response:
         return JSONResponse(self._render(m), headers={**headers, "x-coalesced-with": m.id})
 
     def _persist(
         self,
         body: dict[str, Any],
         user: str,
-        workspace: _Workspace,
+        workspace: WorkspaceState,
         backend: str,
         agent: str | None,
         model: str | None,
@@ -283,8 +283,8 @@ class MissionRoutes(AgentRunner):
             "backend": backend,
             "fast_mode": bool(body.get("fast_mode", False)),
             "history": [],
-            "created_at": _iso(now),
-            "updated_at": _iso(now),
+            "created_at": iso_time(now),
+            "updated_at": iso_time(now),
             "resumable": False,
             "requires_local_disk": True,
             "mission_mode": "task",
@@ -307,14 +307,14 @@ class MissionRoutes(AgentRunner):
             value = body.get(name)
             if isinstance(value, str) and value.strip():
                 record[name] = value.strip()
-        m = _Mission(
+        m = MissionState(
             record=record,
             owner=user,
             prompt=prompt,
             requested_model=requested_model,
             created_mono=time.monotonic(),
             updated_epoch=now,
-            last_status_change_at=_iso(now),
+            last_status_change_at=iso_time(now),
         )
         self._missions[mid] = m
         lies.flood_after_create(self, m)
@@ -328,10 +328,10 @@ class MissionRoutes(AgentRunner):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         if self._fault_on("cp.create-500", backend):  # stored and running; the client never learns its id
-            return _text(500, "Internal Server Error")
+            return plain_text(500, "Internal Server Error")
         return JSONResponse(self._render(m), headers=headers)
 
-    def _render(self, m: _Mission, *, with_agent: bool = True, decorate: bool = False) -> dict[str, Any]:
+    def _render(self, m: MissionState, *, with_agent: bool = True, decorate: bool = False) -> dict[str, Any]:
         now = time.time()
         rec = copy.deepcopy(m.record)
         if not with_agent:
@@ -343,9 +343,9 @@ class MissionRoutes(AgentRunner):
             rec["last_agent_event_at"] = m.last_agent_event_at
         if m.last_output_at:
             rec["last_output_at"] = m.last_output_at
-        rec["last_activity_at"] = _iso(last_activity)
+        rec["last_activity_at"] = iso_time(last_activity)
         rec["idle_seconds"] = int(idle)
-        rec["idle_for"] = _idle_for(idle)
+        rec["idle_for"] = idle_for(idle)
         verdict = self._verdict(m.status, idle)
         if verdict is not None:
             rec["health_verdict"] = verdict
@@ -376,12 +376,12 @@ class MissionRoutes(AgentRunner):
         with self._lock:
             mid, m = self._lookup(raw)
             if mid is None:
-                return _text(400, f"Invalid URL: Cannot parse `{raw}` to a UUID")
+                return plain_text(400, f"Invalid URL: Cannot parse `{raw}` to a UUID")
             if m is None:
-                return _text(404, f"Mission {mid} not found")
+                return plain_text(404, f"Mission {mid} not found")
             if request.method == "DELETE":
                 if m.owner != user:
-                    return _text(404, f"Mission {mid} not found")
+                    return plain_text(404, f"Mission {mid} not found")
                 self._interrupt(m, "deleted")
                 del self._missions[mid]
                 return JSONResponse({"ok": True, "deleted": mid})
@@ -404,9 +404,9 @@ class MissionRoutes(AgentRunner):
         with self._lock:
             mid, m = self._lookup(raw)
             if mid is None:
-                return _text(400, f"Invalid URL: Cannot parse `{raw}` to a UUID")
+                return plain_text(400, f"Invalid URL: Cannot parse `{raw}` to a UUID")
             if m is None or m.owner != user:
-                return _text(404, f"Mission {mid} not found")
+                return plain_text(404, f"Mission {mid} not found")
             full = self._render(m, decorate=True)
         keys = (
             "id",
@@ -481,13 +481,13 @@ class MissionRoutes(AgentRunner):
         with self._lock:
             mid, m = self._lookup(raw)
             if mid is None:
-                return _text(400, f"Invalid URL: Cannot parse `{raw}` to a UUID")
+                return plain_text(400, f"Invalid URL: Cannot parse `{raw}` to a UUID")
             if m is None or m.owner != user:
-                return _text(404, f"Mission {mid} not found")
+                return plain_text(404, f"Mission {mid} not found")
             self._interrupt(m, "cancelled")  # a terminal mission stays as it is [U]
         return JSONResponse({"ok": True, "cancelled": mid})
 
-    def _interrupt(self, m: _Mission, reason: str) -> None:
+    def _interrupt(self, m: MissionState, reason: str) -> None:
         if m.status in TERMINAL:
             return
         self._set_status(m, "interrupted", reason=reason)

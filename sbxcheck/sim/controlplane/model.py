@@ -75,13 +75,13 @@ KNOWN_CREATE_FIELDS: Final = frozenset(
         "origin_session_id", "attachments", "placement",
     }
 )  # fmt: skip
-_STR_FIELDS: Final = (
+STR_FIELDS: Final = (
     "title", "prompt", "workspace_id", "agent", "backend", "model_override", "model_effort",
     "config_profile", "parent_mission_id", "supersedes_mission_id", "working_directory", "not_before",
     "deadline", "project", "track", "intent", "github_pr", "desired_state", "next_check_at",
     "idempotency_key", "remote_node_id", "remote_command", "origin", "origin_session_id", "placement",
 )  # fmt: skip
-_STEP_RE: Final = re.compile(r"^[ \t]*STEP:[ \t]*(.+?)[ \t]*$", re.MULTILINE)
+STEP_RE: Final = re.compile(r"^[ \t]*STEP:[ \t]*(.+?)[ \t]*$", re.MULTILINE)
 
 
 # ---- catalog ------------------------------------------------------------------------------
@@ -290,7 +290,7 @@ class RequestRecord:
 
 
 @dataclass
-class _Workspace:
+class WorkspaceState:
     id: str
     name: str
     path: Path
@@ -303,13 +303,13 @@ class _Workspace:
 
 
 @dataclass
-class _Node:
+class NodeState:
     spec: NodeSpec
     cordoned: bool = False
 
 
 @dataclass
-class _Mission:
+class MissionState:
     record: dict[str, Any]
     owner: str
     prompt: str | None
@@ -334,11 +334,11 @@ class _Mission:
         return str(self.record["status"])
 
 
-def _iso(epoch: float) -> str:
+def iso_time(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _idle_for(seconds: float) -> str:
+def idle_for(seconds: float) -> str:
     s = int(seconds)
     if s < 60:
         return f"{s}s"
@@ -350,16 +350,16 @@ def _idle_for(seconds: float) -> str:
     return f"{s // 86400}d"
 
 
-def _text(status: int, body: str) -> PlainTextResponse:
+def plain_text(status: int, body: str) -> PlainTextResponse:
     return PlainTextResponse(body, status_code=status)
 
 
-def _json_text(status: int, doc: Mapping[str, Any]) -> PlainTextResponse:
+def json_text(status: int, doc: Mapping[str, Any]) -> PlainTextResponse:
     """A JSON error document in a plain-text body, as axum's ``(StatusCode, String)`` sends it."""
     return PlainTextResponse(json.dumps(doc), status_code=status)
 
 
-def _uuid_or_none(raw: str) -> str | None:
+def uuid_or_none(raw: str) -> str | None:
     try:
         return str(uuid.UUID(raw))
     except ValueError:
@@ -430,7 +430,7 @@ def _git(args: Sequence[str], cwd: Path) -> str:
     return proc.stdout.strip()
 
 
-def _make_checkout(path: Path, spec: WorkspaceSpec) -> str:
+def make_checkout(path: Path, spec: WorkspaceSpec) -> str:
     """A deterministic one-commit git checkout with README.md, lean-toolchain and a Lean file."""
     if not (path / ".git").is_dir():
         path.mkdir(parents=True, exist_ok=True)
@@ -444,11 +444,11 @@ def _make_checkout(path: Path, spec: WorkspaceSpec) -> str:
     return _git(["rev-parse", "HEAD"], path)
 
 
-def _sim_secret() -> str:
+def sim_secret() -> str:
     return f"sim-secret-{secrets.token_hex(12)}"
 
 
-def _credential_values() -> dict[str, str]:
+def credential_values() -> dict[str, str]:
     alphabet = string.ascii_letters + string.digits
     return {
         "GH_TOKEN": "ghp_" + "".join(secrets.choice(alphabet) for _ in range(36)),

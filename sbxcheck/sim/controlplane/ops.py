@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from sbxcheck.sim.controlplane.model import NIL_UUID, _iso, _Mission
+from sbxcheck.sim.controlplane.model import NIL_UUID, MissionState, iso_time
 
 if TYPE_CHECKING:
     from sbxcheck.sim.controlplane.base import DoubleBase
@@ -76,7 +76,7 @@ def track_rows(double: DoubleBase, user: str, project: str | None) -> list[dict[
             row["total"] += 1
             if m.status in ("active", "pending", "awaiting_user"):
                 row[m.status] += 1
-            row["last_activity_at"] = _iso(max(m.updated_epoch, m.last_event_epoch or 0.0))
+            row["last_activity_at"] = iso_time(max(m.updated_epoch, m.last_event_epoch or 0.0))
     return [rows[k] for k in sorted(rows)]
 
 
@@ -114,7 +114,7 @@ def integrity_report(double: DoubleBase, user: str) -> dict[str, Any]:
             elif m.status == "awaiting_user" and age > STALE_AWAITING_S:
                 groups["stale_awaiting_user"].append(row)
     return {
-        "generated_at": _iso(now),
+        "generated_at": iso_time(now),
         "scanned": len(missions),
         "healthy": not groups["orphaned_pending"] and not groups["stale_active"],
         **{name: {"count": len(rows), "missions": rows[:GROUP_LIMIT]} for name, rows in groups.items()},
@@ -225,7 +225,7 @@ def seed_mission(
     prompt: str | None = None,
     backend: str = "opencode",
     live: bool = False,
-) -> _Mission:
+) -> MissionState:
     """A mission some earlier work left on the host workspace, last updated ``age_s`` ago (no agent runs it)."""
     now = time.time()
     then = now - age_s
@@ -240,8 +240,8 @@ def seed_mission(
         "agent": "build",
         "fast_mode": False,
         "history": [],
-        "created_at": _iso(then - 60),
-        "updated_at": _iso(then),
+        "created_at": iso_time(then - 60),
+        "updated_at": iso_time(then),
         "resumable": False,
         "requires_local_disk": True,
         "mission_mode": "task",
@@ -249,14 +249,14 @@ def seed_mission(
         "priority": 0,
         "tags": ["seeded-by-fault"],
     }
-    m = _Mission(
+    m = MissionState(
         record=record,
         owner=double.single_tenant_user_id,
         prompt=prompt,
         requested_model=None,
         created_mono=time.monotonic() - age_s - 60,
         updated_epoch=then,
-        last_status_change_at=_iso(then),
+        last_status_change_at=iso_time(then),
     )
     if live:
         m.execution = {
@@ -264,8 +264,8 @@ def seed_mission(
             "mission_id": mid,
             "generation": 1,
             "execution_state": "running",
-            "started_at": _iso(then - 30),
-            "heartbeat_at": _iso(then),
+            "started_at": iso_time(then - 30),
+            "heartbeat_at": iso_time(then),
         }
     with double._lock:
         double._missions[mid] = m
@@ -274,7 +274,7 @@ def seed_mission(
 
 def _event(
     double: DoubleBase,
-    m: _Mission,
+    m: MissionState,
     event_type: str,
     content: str,
     *,
@@ -292,7 +292,7 @@ def _event(
                 "mission_id": m.id,
                 "sequence": len(m.events) + 1,
                 "event_type": event_type,
-                "timestamp": _iso(stamp_epoch),
+                "timestamp": iso_time(stamp_epoch),
                 "event_id": str(uuid.uuid4()),
                 "tool_call_id": tool_call_id,
                 "tool_name": tool_name,
@@ -301,4 +301,4 @@ def _event(
             }
         )
         m.last_event_epoch = max(m.last_event_epoch or 0.0, stamp_epoch)
-        m.last_agent_event_at = _iso(m.last_event_epoch)
+        m.last_agent_event_at = iso_time(m.last_event_epoch)

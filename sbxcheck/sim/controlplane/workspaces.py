@@ -11,10 +11,10 @@ from starlette.responses import JSONResponse, Response
 
 from sbxcheck.sim.controlplane.agent import AgentRunner
 from sbxcheck.sim.controlplane.model import (
-    _text,
-    _uuid_or_none,
-    _Workspace,
+    WorkspaceState,
+    plain_text,
     run_bounded,
+    uuid_or_none,
 )
 from sbxcheck.sim.faults import HOSTILE_TEXT
 
@@ -22,7 +22,7 @@ from sbxcheck.sim.faults import HOSTILE_TEXT
 class WorkspaceRoutes(AgentRunner):
     """``/api/workspaces[/{id}]`` and ``POST /api/workspaces/{id}/exec``."""
 
-    def _render_workspace(self, ws: _Workspace) -> dict[str, Any]:
+    def _render_workspace(self, ws: WorkspaceState) -> dict[str, Any]:
         spec = ws.spec
         env = dict(ws.env)
         if self._fault_on("cp.env-values-exposed", ws.name, ws.id):
@@ -53,16 +53,16 @@ class WorkspaceRoutes(AgentRunner):
             return JSONResponse([self._render_workspace(ws) for ws in self._workspaces.values()])
 
     async def _get_workspace(self, request: Request, user: str) -> Response:
-        ws = self._workspaces.get(_uuid_or_none(request.path_params["id"]) or "")
+        ws = self._workspaces.get(uuid_or_none(request.path_params["id"]) or "")
         if ws is None:
-            return _text(404, "Workspace not found")
+            return plain_text(404, "Workspace not found")
         with self._lock:
             return JSONResponse(self._render_workspace(ws))
 
     async def _exec(self, request: Request, user: str) -> Response:
-        ws = self._workspaces.get(_uuid_or_none(request.path_params["id"]) or "")
+        ws = self._workspaces.get(uuid_or_none(request.path_params["id"]) or "")
         if ws is None:
-            return _text(404, "Workspace not found")
+            return plain_text(404, "Workspace not found")
         body = await self._body(request)
         if isinstance(body, Response):
             return body
@@ -74,17 +74,17 @@ class WorkspaceRoutes(AgentRunner):
         )
         extra_env = body.get("env") or {}
         if not isinstance(command, str):
-            return _text(
+            return plain_text(
                 422, "Failed to deserialize the JSON body into the target type: missing field `command`"
             )
         if not command.strip():
-            return _text(400, "command must not be empty")  # [U]
+            return plain_text(400, "command must not be empty")  # [U]
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int)):
-            return _text(
+            return plain_text(
                 422, "Failed to deserialize the JSON body into the target type: timeout_secs: invalid type"
             )
         if not isinstance(extra_env, dict) or (cwd is not None and not isinstance(cwd, str)):
-            return _text(422, "Failed to deserialize the JSON body into the target type: invalid type")
+            return plain_text(422, "Failed to deserialize the JSON body into the target type: invalid type")
         secs = min(600, max(1, 300 if timeout is None else timeout))
         workdir = ws.path / cwd if cwd else ws.path
         with self._lock:
