@@ -23,6 +23,7 @@ __all__ = [
     "SIM_EXTRA",
     "EmbeddedFleet",
     "FleetSource",
+    "check_cp_version",
     "check_fault",
     "check_sssf_checkout",
     "describe_faults",
@@ -98,17 +99,21 @@ def open_embedded(
     runs: int = 3,
     embedded: bool = True,
     sssf_checkout: Path | None = None,
+    cp_version: str | None = None,
 ) -> EmbeddedFleet:
     """The embedded simulated fleet in ``root`` (not yet materialized or serving).
 
-    ``sssf_checkout``: a real SSSF checkout whose recipes the fleet runs instead of its stand-ins.
+    ``sssf_checkout``: a real SSSF checkout whose recipes the fleet runs instead of its stand-ins;
+    ``cp_version``: the release profile its control plane serves (``current``, ``v0.7``).
     """
     _require_sim()
     from sbxcheck.sim.fleet import SimFleet
 
     if sssf_checkout is not None:
         check_sssf_checkout(sssf_checkout)
-    return SimFleet(root, faults, seed=seed, runs=runs, embedded=embedded, sssf_checkout=sssf_checkout)
+    return SimFleet(
+        root, faults, seed=seed, runs=runs, embedded=embedded, sssf_checkout=sssf_checkout, cp_version=cp_version
+    )
 
 
 def check_sssf_checkout(path: Path) -> None:
@@ -121,6 +126,14 @@ def check_sssf_checkout(path: Path) -> None:
         from sbxcheck.errors import InventoryError
 
         raise InventoryError(f"the SSSF checkout for the simulated fleet (--sssf-checkout, --sbx-sim-sssf): {why}")
+
+
+def check_cp_version(name: str) -> None:
+    """Raise SbxError when ``name`` is not a release profile the embedded control plane has."""
+    _require_sim()
+    from sbxcheck.sim.controlplane.releases import release_profile
+
+    release_profile(name)
 
 
 def check_fault(name: str) -> None:

@@ -165,7 +165,13 @@ class SbxSession:
             from sbxcheck.fleetsource import open_embedded
 
             root = Path(tempfile.mkdtemp(prefix="sbxcheck-sim-"))
-            fleet = open_embedded(root, self.faults, seed=self.sim_seed, sssf_checkout=self.settings.sim_sssf)
+            fleet = open_embedded(
+                root,
+                self.faults,
+                seed=self.sim_seed,
+                sssf_checkout=self.settings.sim_sssf,
+                cp_version=self.settings.sim_cp_version,
+            )
             self._sim_dir, self._sim = fleet.root, fleet
         return self._sim
 
