@@ -566,7 +566,10 @@ class SandboxedClient:
     def components(self) -> list[str]:
         """``GET /api/system/components``: the names of what this install ships (``assistant_mcp``, ...)."""
         path = "/api/system/components"
-        return _names(self._json(f"GET {path}", self._send("GET", path), False), "components", f"GET {path}")
+        doc = self._json(f"GET {path}", self._send("GET", path), False)
+        if not isinstance(doc, dict):  # upstream answers {"components": [...]}: anything else says nothing
+            raise BadResponseError(f"GET {path}: expected {{components: [...]}}", evidence={"endpoint": path})
+        return _names(doc, "components", f"GET {path}")
 
     def cancel_mission(self, mission_id: str) -> bool:
         """``POST .../missions/:id/cancel``; False when the mission is unknown or gone (404)."""
