@@ -51,7 +51,7 @@ class NotFound(ApiRejected):
 
 
 class MissionRejected(ApiRejected):
-    """Create refused (§3.4). ``valid_models``/``supported_efforts`` are parsed from the server's text."""
+    """Create refused (a 4xx). ``valid_models``/``supported_efforts`` are parsed from the server's text."""
 
     def __init__(
         self,
@@ -68,7 +68,8 @@ class MissionRejected(ApiRejected):
         self.valid_models: list[str] = list(valid_models)
         self.supported_efforts: list[str] = list(supported_efforts)
         self.evidence.update(valid_models=self.valid_models, supported_efforts=self.supported_efforts)
-        # a 409 conflict names the mission that holds the workspace/lease: its id and title (issue 20)
+        # a 409 conflict names the mission that holds the workspace/lease: its id and title, so the
+        # message can say which mission to wait for or cancel
         self.holder: dict[str, str] = {
             k: default_redactor().redact_text(v)[:200]
             for k, v in (holder or {}).items()
@@ -130,7 +131,7 @@ def _id_tokens(text: str) -> list[str]:
 
 
 def parse_valid_models(text: str, doc: Mapping[str, Any] | None = None) -> list[str]:
-    """Valid catalog ids from a model-not-found error (§3.4 step 23, §8.6); ``[]`` if none listed."""
+    """Valid catalog ids from a model-not-found error (spec 3.4 step 23); ``[]`` if none listed."""
     for key in ("valid_models", "available_models", "valid_ids", "models"):
         listed = (doc or {}).get(key)
         if isinstance(listed, list) and all(isinstance(x, str) for x in listed):
@@ -144,7 +145,7 @@ def parse_valid_models(text: str, doc: Mapping[str, Any] | None = None) -> list[
 
 
 def parse_supported_efforts(text: str) -> list[str]:
-    """Supported values from ``Invalid model_effort for backend '<b>'. Supported values: ...`` (§8.5)."""
+    """Supported values from ``Invalid model_effort for backend '<b>'. Supported values: ...``."""
     match = _SUPPORTED_RE.search(text)
     if not match:
         return []
