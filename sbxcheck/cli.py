@@ -61,6 +61,10 @@ def _parser() -> argparse.ArgumentParser:
             "--sssf-checkout", type=Path, default=None, metavar="DIR",
             help="run this SSSF checkout's real `just sbx` recipes (copied; never written) instead of the stand-ins",
         )  # fmt: skip
+        command.add_argument(
+            "--cp-version", default=None, metavar="PROFILE",
+            help="the control plane serves this release's API: current (default) or v0.7 (Feb 2026)",
+        )  # fmt: skip
     down = sim.add_parser("down", help="stop a fleet started with `up`")
     down.add_argument("--dir", required=True, type=Path, help="the directory given to `sim up`")
     sim.add_parser("faults", help="list every fault name with one line each")
@@ -137,19 +141,21 @@ def _command(args: argparse.Namespace) -> int:
             print(describe_faults())
             return 0
         if args.sim_command == "serve":
-            return _serve(args.dir, args.fault, args.seed, args.runs, args.sssf_checkout)
+            return _serve(args.dir, args.fault, args.seed, args.runs, args.sssf_checkout, args.cp_version)
         if args.sim_command == "up":
-            return _up(args.dir, args.fault, args.seed, args.runs, args.sssf_checkout)
+            return _up(args.dir, args.fault, args.seed, args.runs, args.sssf_checkout, args.cp_version)
         return _down(args.dir)
     except SbxError as exc:
         print(f"sbxcheck: {for_display(exc.message)}", file=sys.stderr)
         return 2
 
 
-def _serve(root: Path, faults: list[str], seed: int | None, runs: int = 3, sssf: Path | None = None) -> int:
+def _serve(
+    root: Path, faults: list[str], seed: int | None, runs: int = 3, sssf: Path | None = None, cp: str | None = None
+) -> int:
     from sbxcheck.fleetsource import open_embedded
 
-    fleet = open_embedded(root, faults, seed=seed, runs=runs, embedded=False, sssf_checkout=sssf)
+    fleet = open_embedded(root, faults, seed=seed, runs=runs, embedded=False, sssf_checkout=sssf, cp_version=cp)
     root.mkdir(parents=True, exist_ok=True)
     (root / READY_FILE).unlink(missing_ok=True)
     stop = threading.Event()
@@ -172,11 +178,15 @@ def _serve(root: Path, faults: list[str], seed: int | None, runs: int = 3, sssf:
     return 0
 
 
-def _up(root: Path, faults: list[str], seed: int | None, runs: int = 3, sssf: Path | None = None) -> int:
-    from sbxcheck.fleetsource import check_fault, check_sssf_checkout
+def _up(
+    root: Path, faults: list[str], seed: int | None, runs: int = 3, sssf: Path | None = None, cp: str | None = None
+) -> int:
+    from sbxcheck.fleetsource import check_cp_version, check_fault, check_sssf_checkout
 
     for fault in faults:
         check_fault(fault)  # a bad name fails here, before anything starts
+    if cp is not None:
+        check_cp_version(cp)
     if sssf is not None:
         sssf = sssf.resolve()
         check_sssf_checkout(sssf)
@@ -194,6 +204,8 @@ def _up(root: Path, faults: list[str], seed: int | None, runs: int = 3, sssf: Pa
     cmd += ["--runs", str(runs)]
     if sssf is not None:
         cmd += ["--sssf-checkout", str(sssf)]
+    if cp is not None:
+        cmd += ["--cp-version", cp]
     with open(root / LOG_FILE, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + UP_DEADLINE_S

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from sbxcheck.preflight import InventoryChoice, named_env_vars
 
 if TYPE_CHECKING:
+    from sbxcheck.clients.sandboxed import SandboxedClient
     from sbxcheck.inventory import Inventory
 
 TOOL_TIMEOUT_S = 15.0
@@ -378,8 +379,29 @@ def _check_control_plane(inv: Inventory, emit: Callable[[Finding], None]) -> Non
                 True, "control plane auth", f"GET /api/workspaces accepted ({len(workspaces)} workspaces)"
             )
         )
+        _check_release(client, emit)
     finally:
         client.close()
+
+
+def _check_release(client: SandboxedClient, emit: Callable[[Finding], None]) -> None:
+    """Which release the control plane runs and what of sbxcheck's asks it does not serve (skipped)."""
+    from sbxcheck.clients.served import probe
+
+    skips = probe(client)
+    version = client.served.version or "unknown"
+    if not skips:
+        emit(Finding(True, "control plane release", f"version {version}: serves every route sbxcheck reads"))
+        return
+    emit(
+        Finding(
+            True,
+            "control plane release",
+            f"version {version}: items that need these are skipped, naming the version — "
+            + "; ".join(skips)
+            + " (creates, event cursors and list queries are learned in a run)",
+        )
+    )
 
 
 def _check_openrouter(inv: Inventory, emit: Callable[[Finding], None]) -> None:

@@ -9,6 +9,7 @@
     ├── SimError                  (internal_error)   the embedded fleet could not start
     │   └── SimSetupError         (config_defect)    ... because of this machine's setup (npm, a CA bundle)
     ├── LedgerError               (internal_error)   the ledger or an owner lock is unusable
+    ├── NotServed                 (config_defect)    the control plane's release lacks the route (a skip)
     └── TransportError            (transport_failure)
         ├── HostUnreachable       (infra_unreachable) refused, no route, DNS, connect timeout
         ├── CommandTimeout        (timeout)           a remote command outlived its deadline
@@ -80,6 +81,24 @@ class SimSetupError(SimError):
 
 class LedgerError(SbxError):
     """The ledger or an owner lock could not be used (I/O error, lock wait exceeded, bad id)."""
+
+
+class NotServed(SbxError):
+    """The control plane's release does not serve what was asked (a route, a field, the assistant MCP).
+
+    Not a defect of the fleet: an item that meets it is skipped, naming the release's version.
+    """
+
+    classification = Classification.CONFIG_DEFECT
+
+    def __init__(self, what: str, version: str | None, how: str, *, evidence: dict[str, Any] | None = None) -> None:
+        shown = version or "unknown"
+        super().__init__(
+            f"not served by this control plane (version {shown}): {what} {how}".rstrip(),
+            evidence={"not_served": what, "version": shown, "how": how, **(evidence or {})},
+        )
+        self.what = what
+        self.version = shown
 
 
 class TransportError(SbxError):

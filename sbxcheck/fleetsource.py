@@ -23,6 +23,7 @@ __all__ = [
     "SIM_EXTRA",
     "EmbeddedFleet",
     "FleetSource",
+    "check_cp_version",
     "check_fault",
     "check_sssf_checkout",
     "describe_faults",
@@ -102,11 +103,13 @@ def open_embedded(
     embedded: bool = True,
     sssf_checkout: Path | None = None,
     install_attempt: str | None = None,
+    cp_version: str | None = None,
 ) -> EmbeddedFleet:
     """The embedded simulated fleet in ``root`` (not yet materialized or serving).
 
     ``sssf_checkout``: a real SSSF checkout whose recipes the fleet runs instead of its stand-ins.
     ``install_attempt``: processes sharing one try at installing pi (a session's xdist workers).
+    ``cp_version``: the release profile its control plane serves (``current``, ``v0.7``).
     """
     _require_sim()
     from sbxcheck.sim.fleet import SimFleet
@@ -115,7 +118,7 @@ def open_embedded(
         check_sssf_checkout(sssf_checkout)
     return SimFleet(
         root, faults, seed=seed, runs=runs, embedded=embedded, sssf_checkout=sssf_checkout,
-        install_attempt=install_attempt,
+        install_attempt=install_attempt, cp_version=cp_version,
     )  # fmt: skip
 
 
@@ -129,6 +132,14 @@ def check_sssf_checkout(path: Path) -> None:
         from sbxcheck.errors import InventoryError
 
         raise InventoryError(f"the SSSF checkout for the simulated fleet (--sssf-checkout, --sbx-sim-sssf): {why}")
+
+
+def check_cp_version(name: str) -> None:
+    """Raise SbxError when ``name`` is not a release profile the embedded control plane has."""
+    _require_sim()
+    from sbxcheck.sim.controlplane.releases import release_profile
+
+    release_profile(name)
 
 
 def check_fault(name: str, *, embedded_seed: int | None = None, embedded: bool = False) -> None:

@@ -6,9 +6,9 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from sbxcheck.errors import SbxError
+from sbxcheck.errors import NotServed, SbxError
 from sbxcheck.redact import default_redactor
-from sbxcheck.results import CheckResult, Classification
+from sbxcheck.results import CheckResult, Classification, Outcome
 from sbxcheck.transports.ssh import CommandResult
 
 TRIM_CHARS = 2000
@@ -36,10 +36,13 @@ def trim(text: str, limit: int = TRIM_CHARS) -> str:
 
 
 def run_check(check: str, target: str, body: Callable[[], CheckResult]) -> CheckResult:
-    """Run one check body, timing it; an SbxError becomes an ``error`` result, never a crash."""
+    """Run one check body, timing it; an SbxError becomes an ``error`` result, never a crash (a
+    route or feature the control plane's release does not serve: a skip naming the version)."""
     started = time.monotonic()
     try:
         result = body()
+    except NotServed as exc:
+        result = not_served(check, target, exc)
     except SbxError as exc:
         result = CheckResult.errored(check, target, exc.message, exc.classification, dict(exc.evidence))
     except Exception as exc:  # a bug in a check must not stop the other checks
@@ -50,3 +53,14 @@ def run_check(check: str, target: str, body: Callable[[], CheckResult]) -> Check
             Classification.INTERNAL_ERROR,
         )
     return result.model_copy(update={"duration_s": round(time.monotonic() - started, 3)})
+
+
+def not_served(check: str, target: str, exc: NotServed, evidence: dict[str, object] | None = None) -> CheckResult:
+    """The skip of an item whose route (or feature) the control plane's release does not serve."""
+    return CheckResult(
+        check=check,
+        target=target,
+        outcome=Outcome.SKIPPED,
+        message=exc.message,
+        evidence={**(evidence or {}), **exc.evidence},
+    )

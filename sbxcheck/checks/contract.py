@@ -47,6 +47,14 @@ def check_dispatch_contract(run: RouteRun, tracks: Callable[[str], Sequence[Trac
             return dispatched.model_copy(
                 update={"check": CHECK_CONTRACT, "message": f"no mission to judge: {dispatched.message}"}
             )
+        if run.created.older_create:  # the release's create has none of the contract's fields
+            return CheckResult(
+                check=CHECK_CONTRACT,
+                target=target,
+                outcome=Outcome.SKIPPED,
+                message=f"{run.created.older_create}: no {route.contract} dispatch contract to honour",
+                evidence={"mission_id": run.created.mission.get("id"), "contract": route.contract},
+            )
         record = {**run.created.mission, **(run.record or {}), **(run.last or {})}
         mission_id = str(run.created.mission.get("id"))
         evidence: dict[str, Any] = {"mission_id": mission_id, "contract": route.contract}

@@ -16,7 +16,7 @@ from typing import Any, Final, Protocol
 
 from sbxcheck.checks.base import run_check
 from sbxcheck.clients.sandboxed_models import FleetHealth, HealthInfo, RemoteFleet, RemoteNode
-from sbxcheck.errors import SbxError
+from sbxcheck.errors import NotServed, SbxError
 from sbxcheck.results import CheckResult, Classification, Outcome
 
 CHECK_HEALTH: Final = "control_plane_health"
@@ -310,9 +310,10 @@ class ComputeLive:
     """What this run read live about registered compute: the nodes, and when each endpoint answered."""
 
     nodes: list[RemoteNode]
-    nodes_checked_at: str
+    nodes_checked_at: str | None  # None: the release serves no remote nodes
     fleet_health_checked_at: str | None
     fleet_health_error: str = ""
+    nodes_not_served: str = ""
 
     def evidence(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -322,6 +323,8 @@ class ComputeLive:
         }
         if self.fleet_health_error:
             out["fleet_health_error"] = self.fleet_health_error
+        if self.nodes_not_served:
+            out["remote_nodes"] = self.nodes_not_served
         return out
 
 
@@ -331,7 +334,10 @@ def read_compute_live(client: _ComputeApi) -> ComputeLive:
     A node listing failure propagates (the inventory cannot be built); a fleet-health failure only
     means the compute rows are dated, not live, and the reason is kept.
     """
-    nodes = client.remote_nodes().nodes
+    try:
+        nodes = client.remote_nodes().nodes
+    except NotServed as exc:  # a release without remote nodes registers no compute: the SSH rows stand
+        return ComputeLive([], None, None, nodes_not_served=exc.message)
     nodes_at = utc_now_iso()
     try:
         client.fleet_health()

@@ -29,7 +29,7 @@ from sbxcheck.clients.sandboxed_models import (
     MissionsIntegrity,
     RunningEntry,
 )
-from sbxcheck.errors import BadResponseError, SbxError
+from sbxcheck.errors import BadResponseError, NotServed, SbxError
 from sbxcheck.inventory import HygieneSection
 from sbxcheck.results import CheckResult, Classification
 
@@ -382,8 +382,8 @@ def scan_signals(
         try:
             scan.scanned.append(MissionHealth.from_json(health(mission_id)))
         except SbxError as exc:
-            if exc.classification is Classification.AUTH_FAILED:
-                raise  # every further ask would be refused alike: one error, not N
+            if exc.classification is Classification.AUTH_FAILED or isinstance(exc, NotServed):
+                raise  # every further ask would be refused alike: one error (or skip), not N
             scan.errors.append(f"{mission_id[:8]}: {exc.message[:160]}")
     return scan
 

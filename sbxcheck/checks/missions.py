@@ -13,9 +13,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from sbxcheck.checks.base import trim
+from sbxcheck.checks.base import not_served, trim
 from sbxcheck.clients.missionruns import TERMINAL, CanaryRun, RouteRun, adapter_crash_cause, crash_signature
-from sbxcheck.errors import SbxError
+from sbxcheck.errors import NotServed, SbxError
 from sbxcheck.results import CheckResult, Classification, Outcome
 from sbxcheck.safeio import loads_bounded
 
@@ -40,6 +40,8 @@ def _control_plane_error(check: str, target: str, error: SbxError, evidence: dic
     The cause names the service when the error knows it, as every other item's error does (one
     refused control plane, or one dead token, is one incident across routes, canaries and discovery).
     """
+    if isinstance(error, NotServed):  # the release lacks what the item needs: a skip, never an outage
+        return not_served(check, target, error, evidence)
     service = error.evidence.get("service")
     return CheckResult.errored(
         check,
@@ -151,6 +153,8 @@ def check_dispatched(run: RouteRun) -> CheckResult:
         coalesced_with=run.created.coalesced_with,
         idempotency_supported=run.created.idempotency_supported,
     )
+    if run.created.older_create:  # an older release: the prompt went as the first message, no key retry
+        ev.update(older_create=run.created.older_create, first_message=run.created.first_message)
     ignored = _idempotency_ignored(run, ev)
     if ignored is not None:
         return CheckResult.failed(
@@ -267,7 +271,11 @@ def check_record_echoes_request(run: RouteRun) -> CheckResult:
             f"model_override is {stored['model_override']!r}, requested {run.requested['model_override']!r}"
         )
     effort = run.accepted_effort or run.requested["model_effort"]
-    if run.route.backend in EFFORT_BACKENDS:
+    older = run.created.older_create
+    if run.route.backend in EFFORT_BACKENDS and effort and older and stored["model_effort"] is None:
+        ev["effort"] = older  # the release has no model_effort: nothing to echo
+        notes.append(f"model_effort {effort!r} {older.split(':', 1)[0]}")
+    elif run.route.backend in EFFORT_BACKENDS:
         if effort and stored["model_effort"] != effort:
             problems.append(f"model_effort is {stored['model_effort']!r}, requested/accepted {effort!r}")
         ev["effort"] = "checked" if effort else "not requested"

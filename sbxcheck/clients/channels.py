@@ -21,7 +21,7 @@ from sbxcheck.clients.sandboxed import (
     parse_valid_models,
 )
 from sbxcheck.clients.sandboxed_models import MissionSpec, check_record_id
-from sbxcheck.errors import AuthFailed, BadResponseError, TransportError
+from sbxcheck.errors import AuthFailed, BadResponseError, SbxError, TransportError
 from sbxcheck.ids import check_id
 
 # the REST status or text an MCP tool relays when the control plane pushed back (429 / 503); a tool
@@ -35,6 +35,9 @@ class Created:
     mission: dict[str, Any]
     coalesced_with: str | None = None
     idempotency_supported: bool = True
+    first_message: str | None = None  # how the prompt was sent when the create could not carry it
+    prompt_refused: str | None = None  # why the prompt could not be sent at all (the mission waits)
+    older_create: str | None = None  # the create kept only an older release's body: what it dropped
 
 
 class MissionChannel(Protocol):
@@ -60,8 +63,33 @@ class RestChannel:
         self.client = client
 
     def create(self, spec: MissionSpec) -> Created:
+        """Create; a release whose stored record lacks fields the create sent keeps only the February
+        create body (no prompt, no idempotency key): the prompt goes as the mission's first message."""
         outcome = self.client.submit_mission(spec)
-        return Created(outcome.mission.model_dump(mode="json"), outcome.coalesced_with)
+        mission = outcome.mission.model_dump(mode="json")
+        dropped = dropped_fields(spec, mission)
+        if not dropped or outcome.coalesced_with:
+            return Created(mission, outcome.coalesced_with)
+        served = self.client.served
+        served.note_create_drops(dropped)
+        older = (
+            f"not served by this control plane (version {served.version or 'unknown'}): its create stored "
+            f"no {', '.join(dropped)}, so it keeps an older release's body (no prompt, effort or idempotency key)"
+        )
+        if not spec.prompt:
+            return Created(mission, None, idempotency_supported=False, older_create=older)
+        way = "POST /api/control/message {content, mission_id}"
+        try:
+            self.client.send_message(str(mission["id"]), spec.prompt)
+        except SbxError as exc:
+            refused = (
+                f"this control plane (version {served.version or 'unknown'}) drops the prompt at create "
+                f"(its record lacks {', '.join(dropped)}) and refused the first message ({exc.message}): "
+                "the mission would stay pending"
+            )
+            return Created(mission, None, idempotency_supported=False, prompt_refused=refused, older_create=older)
+        served.first_message = way
+        return Created(mission, None, idempotency_supported=False, first_message=way, older_create=older)
 
     def get(self, mission_id: str) -> dict[str, Any]:
         return self.client.get_mission(mission_id).model_dump(mode="json")
@@ -73,6 +101,28 @@ class RestChannel:
 
     def cancel(self, mission_id: str) -> bool:
         return self.client.cancel_mission(mission_id)
+
+
+#: Fields a current create stores verbatim when sent; a record without one sent came from an older release.
+ECHOED_FIELDS = ("tags", "project", "track", "origin_session_id")
+
+
+def dropped_fields(spec: MissionSpec, record: dict[str, Any]) -> tuple[str, ...]:
+    """The verbatim-stored fields ``spec`` sent that ``record`` lacks altogether (a value the server
+    normalised is kept, not dropped; ``tags``: a tag sent and not stored)."""
+    body = spec.body()
+    missing = []
+    for name in ECHOED_FIELDS:
+        sent = body.get(name)
+        if not sent:
+            continue
+        stored = record.get(name)
+        if name == "tags" and isinstance(sent, list) and isinstance(stored, list):
+            if any(tag not in stored for tag in sent):
+                missing.append(name)
+        elif stored is None:
+            missing.append(name)
+    return tuple(missing)
 
 
 class McpChannel:

@@ -24,6 +24,26 @@ from sbxcheck.results import CheckResult
 TERMINAL = frozenset({"completed", "failed", "blocked", "not_feasible", "interrupted"})
 
 
+def _event_key(event: dict[str, Any]) -> object:
+    seq = event.get("sequence")
+    if isinstance(seq, int) and not isinstance(seq, bool):
+        return ("sequence", seq)
+    return ("id", event.get("event_id") or event.get("id"), event.get("event_type"), event.get("content"))
+
+
+def new_events(known: list[dict[str, Any]], page: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of ``page`` not already in ``known`` (nor repeated within it), by ``sequence`` (by
+    event id where a row has none): a reread, or a server that ignores the cursor, counts nothing twice."""
+    seen = {_event_key(e) for e in known}
+    out: list[dict[str, Any]] = []
+    for event in page:
+        key = _event_key(event)
+        if key not in seen:
+            seen.add(key)
+            out.append(event)
+    return out
+
+
 def crash_signature(events: list[dict[str, Any]]) -> str | None:
     """The error text of a mission that ended before any tool call, normalised (ids and numbers removed)."""
     if any(e.get("event_type") in ("tool_call", "tool_result") for e in events):

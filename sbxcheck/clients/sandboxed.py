@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import re
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from types import TracebackType
@@ -41,7 +40,15 @@ from pydantic import (
     ValidationError,
 )
 
-from sbxcheck import errors
+from sbxcheck.clients.sandboxed_errors import ApiRejected as ApiRejected
+from sbxcheck.clients.sandboxed_errors import MissionRejected as MissionRejected
+from sbxcheck.clients.sandboxed_errors import NotFound as NotFound
+from sbxcheck.clients.sandboxed_errors import RateLimited as RateLimited
+from sbxcheck.clients.sandboxed_errors import ServerError as ServerError
+from sbxcheck.clients.sandboxed_errors import excerpt as excerpt
+from sbxcheck.clients.sandboxed_errors import parse_error_text as parse_error_text
+from sbxcheck.clients.sandboxed_errors import parse_supported_efforts as parse_supported_efforts
+from sbxcheck.clients.sandboxed_errors import parse_valid_models as parse_valid_models
 from sbxcheck.clients.sandboxed_models import (
     AiProvider,
     AuthStatus,
@@ -63,13 +70,18 @@ from sbxcheck.clients.sandboxed_models import (
     TrackRow,
     Workspace,
 )
+from sbxcheck.clients.served import (
+    LIST_DEFAULT_PAGE,
+    ServedApi,
+    unmatched_route,
+    within_cursor,
+    within_filter,
+)
 from sbxcheck.clients.validation import validation_summary
 from sbxcheck.errors import (
     AuthFailed,
     BadResponseError,
     CommandTimeout,
-    SbxError,
-    TransportError,
 )
 from sbxcheck.ids import check_id, path_segment
 from sbxcheck.redact import default_redactor
@@ -79,144 +91,9 @@ from sbxcheck.transports.http import RetryPolicy, send, service_of
 EFFORT_LADDER: Final = ("max", "xhigh", "high", "medium", "low")
 MAX_SEQUENCE: Final = 9223372036854775807
 
-_EXCERPT_CHARS: Final = 160
-_REASON_CHARS: Final = 600
 _EXEC_GRACE_S: Final = 15.0
-_MODEL_NOT_FOUND_RE: Final = re.compile(r"Model '([^']*)' not found in (\S+) catalog", re.IGNORECASE)
-_SUPPORTED_RE: Final = re.compile(r"Supported values:\s*(.+)", re.IGNORECASE | re.DOTALL)
-_ID_TOKEN_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]*")
 
 M = TypeVar("M", bound=BaseModel)
-
-
-# ---- errors ---------------------------------------------------------------------------------
-
-
-class _HttpStatusError(SbxError):
-    """An HTTP answer that is an error: the endpoint, status, the server's reason and error code."""
-
-    def __init__(self, endpoint: str, status: int, reason: str, *, error_code: str | None = None) -> None:
-        super().__init__(
-            f"{endpoint} -> {status}: {reason}",
-            evidence={"endpoint": endpoint, "status": status, "reason": reason, "error_code": error_code},
-        )
-        self.endpoint = endpoint
-        self.status = status
-        self.reason = reason
-        self.error_code = error_code
-
-
-class ApiRejected(_HttpStatusError, BadResponseError):
-    """The server understood the request and refused it with a 4xx (not auth, not 429)."""
-
-
-class NotFound(ApiRejected):
-    """404: the mission, workspace or node does not exist (or is gone)."""
-
-
-class MissionRejected(ApiRejected):
-    """Create refused (a 4xx). ``valid_models``/``supported_efforts`` are parsed from the server's text."""
-
-    def __init__(
-        self,
-        endpoint: str,
-        status: int,
-        reason: str,
-        *,
-        error_code: str | None = None,
-        valid_models: Sequence[str] = (),
-        supported_efforts: Sequence[str] = (),
-        holder: Mapping[str, Any] | None = None,
-    ) -> None:
-        super().__init__(endpoint, status, reason, error_code=error_code)
-        self.valid_models: list[str] = list(valid_models)
-        self.supported_efforts: list[str] = list(supported_efforts)
-        self.evidence.update(valid_models=self.valid_models, supported_efforts=self.supported_efforts)
-        # a 409 conflict names the mission that holds the workspace/lease: its id and title, so the
-        # message can say which mission to wait for or cancel
-        self.holder: dict[str, str] = {
-            k: default_redactor().redact_text(v)[:200]
-            for k, v in (holder or {}).items()
-            if k in ("mission_id", "title") and isinstance(v, str)
-        }
-
-
-class ServerError(_HttpStatusError, TransportError):
-    """429 or 5xx: the control plane could not serve the request right now."""
-
-
-class RateLimited(ServerError, errors.RateLimited):
-    """429 (or 503 with Retry-After) still answered when the pushback deadline was spent."""
-
-
-# ---- wire models ----------------------------------------------------------------------------
-
-
-# ---- helpers --------------------------------------------------------------------------------
-
-
-def excerpt(text: str, limit: int = _EXCERPT_CHARS) -> str:
-    """A one-line, redacted, truncated excerpt of a response body."""
-    flat = " ".join(default_redactor().redact_text(text).split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
-def parse_error_text(text: str) -> tuple[str, str | None, dict[str, Any]]:
-    """Split an error body into ``(reason, error_code, json_doc)``; plain text stays the reason."""
-    raw = text.strip()
-    doc: dict[str, Any] = {}
-    code: str | None = None
-    reason = raw
-    with contextlib.suppress(ValueError):
-        parsed = loads_bounded(raw)
-        if isinstance(parsed, dict):
-            doc = parsed
-            err = parsed.get("error")
-            msg = parsed.get("message")
-            code = err if isinstance(err, str) else None
-            if isinstance(msg, str) and msg:
-                reason = msg
-            elif code:
-                reason = code
-        elif isinstance(parsed, str):
-            reason = parsed
-    reason = default_redactor().redact_text(reason)
-    if len(reason) > _REASON_CHARS:
-        reason = reason[: _REASON_CHARS - 1] + "…"
-    return reason, code, doc
-
-
-def _id_tokens(text: str) -> list[str]:
-    out: list[str] = []
-    for raw in re.split(r"[\s,;|]+", text):
-        token = raw.strip("`'\"[](){}<>*•").rstrip(".:").lstrip("-")
-        if _ID_TOKEN_RE.fullmatch(token) and (
-            any(c.isdigit() for c in token) or "-" in token or "/" in token
-        ):
-            out.append(token)
-    return list(dict.fromkeys(out))
-
-
-def parse_valid_models(text: str, doc: Mapping[str, Any] | None = None) -> list[str]:
-    """Valid catalog ids from a model-not-found error (spec 3.4 step 23); ``[]`` if none listed."""
-    for key in ("valid_models", "available_models", "valid_ids", "models"):
-        listed = (doc or {}).get(key)
-        if isinstance(listed, list) and all(isinstance(x, str) for x in listed):
-            return list(dict.fromkeys(listed))
-    match = _MODEL_NOT_FOUND_RE.search(text)
-    if not match:
-        return []
-    tail = text[match.end() :]
-    _label, colon, rest = tail.partition(":")
-    return _id_tokens(rest if colon else tail)
-
-
-def parse_supported_efforts(text: str) -> list[str]:
-    """Supported values from ``Invalid model_effort for backend '<b>'. Supported values: ...``."""
-    match = _SUPPORTED_RE.search(text)
-    if not match:
-        return []
-    return list(dict.fromkeys(re.findall(r"[a-z]+", match.group(1).lower())))
 
 
 def _int_header(resp: httpx.Response, name: str) -> int | None:
@@ -235,6 +112,12 @@ def _mission_segment(mission_id: str) -> str:
 def _workspace_segment(workspace_id: str) -> str:
     """A workspace id (a UUID) as one encoded path segment."""
     return path_segment(workspace_id, field="workspace_id", source="workspace path")
+
+
+def _maybe_capped(answered: int, asked: int) -> bool:
+    """A page of exactly the list's default size when more were asked: the server may have ignored
+    ``limit`` (and ``offset``), so the next page decides whether the list ended."""
+    return answered == LIST_DEFAULT_PAGE and asked > LIST_DEFAULT_PAGE
 
 
 # ---- the client -----------------------------------------------------------------------------
@@ -300,6 +183,7 @@ class SandboxedClient:
         redactor.register(token)
         redactor.register(password)
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, transport=transport)
+        self.served = ServedApi(lambda: self.health().version)  # what this release serves, as learned
 
     def __repr__(self) -> str:
         return f"SandboxedClient({self.base_url!r}, authenticated={self._token is not None})"
@@ -392,8 +276,7 @@ class SandboxedClient:
         self._raise_for_status(endpoint, resp, rejection)
         return resp
 
-    @staticmethod
-    def _raise_for_status(endpoint: str, resp: httpx.Response, rejection: type[ApiRejected]) -> None:
+    def _raise_for_status(self, endpoint: str, resp: httpx.Response, rejection: type[ApiRejected]) -> None:
         status = resp.status_code
         if status < 400:
             return
@@ -408,6 +291,9 @@ class SandboxedClient:
             raise RateLimited(endpoint, status, f"{reason} (pushed back until the deadline)", error_code=code)
         if status >= 500:
             raise ServerError(endpoint, status, reason, error_code=code)
+        unmatched = unmatched_route(endpoint, status, resp.text)
+        if unmatched is not None:  # the release has no such route: what needs it is skipped
+            raise self.served.route_missing(endpoint, unmatched)
         if status == 404:
             raise NotFound(endpoint, status, reason, error_code=code)
         if issubclass(rejection, MissionRejected):
@@ -599,9 +485,19 @@ class SandboxedClient:
             params["limit"] = limit
         if offset is not None:
             params["offset"] = offset
+        return self._listed(params, all)[0]
+
+    def _listed(self, params: dict[str, str | int], show_all: bool) -> tuple[list[Mission], int]:
+        """The rows the list's query asks for, and how many the server answered (a release whose list
+        takes no query answers others: its status filter and default horizon are applied here)."""
         path = "/api/control/missions"
-        resp = self._send("GET", path, params=params)
-        return self._parse_list(f"GET {path}", resp, Mission)
+        raw = self._parse_list(f"GET {path}", self._send("GET", path, params=params), Mission)
+        statuses = params.get("status")
+        wanted = frozenset(statuses.split(",")) if isinstance(statuses, str) else None
+        rows, ignored = within_filter(raw, wanted, show_all)
+        if ignored:
+            self.served.list_query_ignored = True
+        return rows, len(raw)
 
     def mission_events_page(
         self,
@@ -613,7 +509,8 @@ class SandboxedClient:
         types: Collection[str] | None = None,
         view: str | None = None,
     ) -> EventPage:
-        """``GET .../missions/:id/events`` with an explicit cursor (``since_seq=0`` when none given)."""
+        """``GET .../missions/:id/events`` with an explicit cursor (``since_seq=0`` when none given). Only
+        rows the cursor asks for are returned, once each, whatever the server did with it."""
         params: dict[str, str | int] = {}
         if before_seq is not None:
             params["before_seq"] = before_seq
@@ -627,7 +524,13 @@ class SandboxedClient:
             params["view"] = view
         path = f"/api/control/missions/{_mission_segment(mission_id)}/events"
         resp = self._send("GET", path, params=params)
-        events = self._parse_list(f"GET {path}", resp, StoredEvent)
+        events, ignored = within_cursor(
+            self._parse_list(f"GET {path}", resp, StoredEvent),
+            None if before_seq is not None else (since_seq or 0),
+            before_seq,
+        )
+        if ignored:  # a release without cursors answers from the oldest row: kept to what was asked
+            self.served.event_cursor_ignored = True
         return EventPage(
             events=events,
             max_sequence=_int_header(resp, "x-max-sequence"),
@@ -648,6 +551,25 @@ class SandboxedClient:
         return self.mission_events_page(
             mission_id, since_seq, before_seq=before_seq, limit=limit, types=types, view=view
         ).events
+
+    def send_message(self, mission_id: str, content: str) -> str:
+        """``POST /api/control/message {content, mission_id}`` (how a February release's mission gets its
+        first message); the message id. Not retried: a second send would be a second message."""
+        path = "/api/control/message"
+        body: dict[str, JsonValue] = {"content": content, "mission_id": mission_id}
+        doc = self._json(f"POST {path}", self._send("POST", path, json_body=body), False)
+        message_id = doc.get("id") if isinstance(doc, dict) else None
+        if not isinstance(message_id, str):
+            raise BadResponseError(f"POST {path}: the answer has no message id", evidence={"endpoint": path})
+        return message_id
+
+    def components(self) -> list[str]:
+        """``GET /api/system/components``: the names of what this install ships (``assistant_mcp``, ...)."""
+        path = "/api/system/components"
+        doc = self._json(f"GET {path}", self._send("GET", path), False)
+        if not isinstance(doc, dict):  # upstream answers {"components": [...]}: anything else says nothing
+            raise BadResponseError(f"GET {path}: expected {{components: [...]}}", evidence={"endpoint": path})
+        return _names(doc, "components", f"GET {path}")
 
     def cancel_mission(self, mission_id: str) -> bool:
         """``POST .../missions/:id/cancel``; False when the mission is unknown or gone (404)."""
@@ -747,13 +669,19 @@ class SandboxedClient:
         size = max(1, min(200, page_size))
         out: list[Mission] = []
         seen: set[str] = set()
+        offset = 0
         while len(out) < max_missions:
-            page = self.list_missions(limit=size, offset=len(out))
+            page, answered = self._listed({"limit": size, "offset": offset}, False)
             fresh = [m for m in page if m.id not in seen]  # a page shifting under us repeats rows
             seen.update(m.id for m in fresh)
             out.extend(fresh)
-            if len(page) < size or not fresh:
+            if offset and answered and not fresh:  # the page after the first repeated it: offset ignored
+                self.served.list_offset_ignored = True
+                return out, True
+            offset += answered
+            if answered == 0 or (answered < size and not _maybe_capped(answered, size)):
                 return out, False
+            size = min(size, answered)  # a server that pages by its own size is read at that size
         return out[:max_missions], True
 
     def library_agents(self) -> list[str]:

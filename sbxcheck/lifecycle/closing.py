@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sbxcheck.clients.channels import Created, MissionChannel
-from sbxcheck.clients.missionruns import TERMINAL, RouteRun
+from sbxcheck.clients.missionruns import TERMINAL, RouteRun, new_events
 from sbxcheck.clients.sandboxed import NotFound
 from sbxcheck.clients.sandboxed_models import RecordMismatch
 from sbxcheck.errors import BadResponseError, SbxError
@@ -75,7 +75,11 @@ class ClosingMixin:
         try:
             for _ in range(MAX_CLOSE_PAGES):
                 page = channel.events(mission_id, cursor)
-                fresh = [e for e in page if isinstance(e.get("sequence"), int) and e["sequence"] > cursor]
+                fresh = [
+                    e
+                    for e in new_events(events, page)
+                    if isinstance(e.get("sequence"), int) and e["sequence"] > cursor
+                ]
                 events.extend(fresh)
                 if len(page) < EVENT_PAGE or not fresh:
                     break

@@ -4,7 +4,9 @@ The list is newest first and a page holds at most 200 missions, so one page says
 mission made before the 200 newest. An intent is settled only against a listing that reached back
 to it: pages are read until a row older than the oldest intent (less the clock slack) or the end
 of the list, and at most ``max_pages`` of them. A listing cut at that bound is *incomplete*: an
-intent it did not find stays open and is reported, never closed as "never created".
+intent it did not find stays open and is reported, never closed as "never created". A release whose
+list takes no query answers the same 50 rows to every page: the page after them repeats them, and the
+listing is incomplete too (never "the end of the list").
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from sbxcheck.lifecycle.ledger import LedgerEntry
 from sbxcheck.lifecycle.reconcile import CLOCK_SLACK_S, Resolution, parse_ts, resolve_mission
 
 LIST_PAGE = 200  # the list endpoint's largest page
+DEFAULT_PAGE = 50  # its default: answered exactly this many when more were asked, one more page decides
 MAX_LIST_PAGES = 25  # 5,000 missions: beyond that the listing is reported as incomplete
 
 Page = Callable[[int, int], list[dict[str, Any]]]  # (limit, offset) -> rows, newest first
@@ -56,15 +59,20 @@ def missions_since(
     seen: set[str] = set()
     pages = 0
     reached = False
+    offset = 0
     while pages < max_pages:
-        batch = page(size, pages * size)
+        batch = page(size, offset)
         pages += 1
         fresh = [r for r in batch if str(r.get("id")) not in seen]  # a list shifting under us repeats rows
         seen.update(str(r.get("id")) for r in fresh)
         rows.extend(fresh)
-        if len(batch) < size or not fresh:
+        if offset and batch and not fresh:  # the next page repeated the last: the server ignores offset
+            break  # what lies beyond its first page cannot be read: not reached
+        offset += len(batch)
+        if not batch or (len(batch) < size and not (len(batch) == DEFAULT_PAGE and size > DEFAULT_PAGE)):
             reached = True
             break
+        size = min(size, len(batch))  # a server that answers its own page size is read at that size
         if floor is not None and any(
             (created := parse_ts(r.get("created_at"))) is not None and created < floor for r in fresh
         ):

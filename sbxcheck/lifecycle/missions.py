@@ -30,6 +30,7 @@ from sbxcheck.clients.missionruns import (
     RouteRun,
     adapter_crash_cause,
     crash_signature,
+    new_events,
     settles,
     silent_end,
     stream_says_settle,
@@ -52,6 +53,14 @@ MAX_POLL_S = 10.0  # polling backoff ceiling (without the live stream)
 RECHECK_S = 1.0  # the stream said "settled" but the stored rows did not yet: read again after this
 STREAM_SILENCE_S = 15.0  # the stream showed nothing of a mission this long after dispatch: read (doubling)
 MAX_EVENT_PAGES = 50
+MISSION_TAG = "sbxcheck"  # every mission a session creates carries it
+
+
+class PromptRefused(SbxError):
+    """The control plane's create dropped the prompt and its first message was refused: the mission
+    would wait pending, so the route fails at once (the mission is cancelled at close)."""
+
+    classification = Classification.CONFIG_DEFECT
 
 
 @dataclass(frozen=True)
@@ -384,6 +393,7 @@ class MissionDispatcher(ClosingMixin):
                 model_override=route.model_override,
                 model_effort=effort,
                 idempotency_key=run.idempotency_key,
+                tags=[MISSION_TAG],  # stored verbatim by a current create: its absence shows an older one
                 **contract_fields(route),  # a dispatch contract: project/track/criteria or origin_session_id
             )
             try:
@@ -408,6 +418,8 @@ class MissionDispatcher(ClosingMixin):
             self.created[str(created.mission["id"])] = route.via
             self._runs[str(created.mission["id"])] = run
             self._created(entry, str(created.mission["id"]))
+            if created.prompt_refused is not None:  # ours, cancelled at close; never followed into a timeout
+                raise PromptRefused(created.prompt_refused, evidence={"mission_id": created.mission["id"]})
             if created.idempotency_supported and run.check_idempotency:
                 self._probe_idempotency(run, channel, spec)
             return
@@ -615,14 +627,15 @@ class MissionDispatcher(ClosingMixin):
         status = str(current.get("status"))
         self._note_status(run, status)
         for _ in range(MAX_EVENT_PAGES):
-            fresh = channel.events(mission_id, cursor)
+            page = channel.events(mission_id, cursor)
             run.reads += 1
+            fresh = new_events(run.events, page)  # each sequence once, whatever the server did with the cursor
             for event in fresh:
                 seq = event.get("sequence")
                 if isinstance(seq, int) and seq > cursor:
                     cursor = seq
             run.events.extend(fresh)
-            if len(fresh) < EVENT_PAGE:
+            if len(page) < EVENT_PAGE or not fresh:
                 break
         has_evidence = any(e.get("event_type") in EVIDENCE_EVENTS for e in run.events)
         return cursor, status, has_evidence

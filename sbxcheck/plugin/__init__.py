@@ -406,13 +406,35 @@ def _progress_callback(config: pytest.Config) -> Any:
 
 
 @pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Any:
+    """A fixture that needs what the control plane's release does not serve skips the item."""
+    return (yield from _not_served_as_skip())
+
+
+def _not_served_as_skip() -> Generator[None, Any, Any]:
+    """The inner part of a hook wrapper: :class:`~sbxcheck.errors.NotServed` raised below becomes a
+    skip with its message (``not served by this control plane (version X): ...``). An unrelated run
+    never imports sbxcheck's errors for it: where they are not loaded, none was raised."""
+    import sys
+
+    try:
+        return (yield)
+    except Exception as exc:
+        errors = sys.modules.get("sbxcheck.errors")
+        if errors is not None and isinstance(exc, errors.NotServed):
+            pytest.skip(exc.message)
+        raise
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Any:
-    """Note when the test body started: a verdict reports its elapsed time to Allure's steps."""
+    """Note when the test body started: a verdict reports its elapsed time to Allure's steps. A body
+    that meets a route or feature the control plane's release does not serve is skipped, naming it."""
     if suite_of(item) is not None:
         import time
 
         item.stash[CALL_START_KEY] = time.monotonic()
-    return (yield)
+    return (yield from _not_served_as_skip())
 
 
 def _result_from_report(

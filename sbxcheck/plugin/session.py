@@ -168,6 +168,7 @@ class SbxSession:
             fleet = open_embedded(
                 root, self.faults, seed=self.sim_seed, sssf_checkout=self.settings.sim_sssf,
                 install_attempt=self.session_tag,  # the session's xdist workers try npm once between them
+                cp_version=self.settings.sim_cp_version,
             )  # fmt: skip
             self._sim_dir, self._sim = fleet.root, fleet
         return self._sim
@@ -446,6 +447,7 @@ class SbxSession:
                 raise InventoryError(
                     'a route has via = "mcp" but the inventory has no [sandboxed.mcp] section'
                 )
+            self._require_assistant_mcp()
             env = dict(section.mcp.env)
             for name, local in section.mcp.env_from.items():
                 value = _secret_from_env(local, f"sandboxed.mcp.env_from.{name}")
@@ -467,6 +469,20 @@ class SbxSession:
                 client_mcp.start()
             self._mcp = client_mcp
         return self._mcp
+
+    def _require_assistant_mcp(self) -> None:
+        """NotServed when the control plane's components (read once) list no ``assistant_mcp``: its
+        release predates the assistant MCP. A release that lists no components decides nothing."""
+        served = self.sandboxed_client().served
+        if served.assistant_mcp is None:
+            try:
+                names = self.sandboxed_client().components()
+            except SbxError:
+                names = []
+            if names:
+                served.assistant_mcp = "assistant_mcp" in names
+        if served.assistant_mcp is False:
+            raise served.not_served("the assistant MCP", "(GET /api/system/components does not list it)")
 
     def openrouter_admin(self) -> OpenRouterAdmin:
         """Provisioning-side OpenRouter client (list keys); the key comes from an env var or a file."""

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 TEARDOWN_CHOICES = ("never", "on-pass", "always")
+CP_VERSIONS = ("current", "v0.7")  # the embedded control plane's release profiles (sim/controlplane/releases.py)
 HISTORY_KEEP_DEFAULT = 30
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -173,6 +174,13 @@ OPTIONS: tuple[Option, ...] = (
         metavar="DIR",
     ),
     Option(
+        "sim_cp_version", "--sbx-sim-cp-version", "SBXCHECK_SIM_CP_VERSION", "sbx_sim_cp_version", None,
+        choice(*CP_VERSIONS),
+        "the embedded control plane serves this release's API: current (default) or v0.7 (Feb 2026: no "
+        "prompt at create, no event cursor, no list query, no fleet/nodes/integrity/tracks routes)",
+        metavar="PROFILE",
+    ),
+    Option(
         "run_ids", "--sbx-run-id", None, None, (), listed,
         "gate only this run (repeatable; default: every open run)", action="append", metavar="ID",
     ),
@@ -275,6 +283,7 @@ class Settings:
     sim_faults: tuple[str, ...] = ()
     sim_seed: int | None = None
     sim_sssf: Path | None = None
+    sim_cp_version: str | None = None
     run_ids: tuple[str, ...] = ()
     remediate: bool = False
     mounts: tuple[str, ...] = ()

@@ -42,6 +42,7 @@ from sbxcheck.inventory import (
 )
 from sbxcheck.sim.admin import KnobGate, SimAdmin, VmExists
 from sbxcheck.sim.controlplane import ControlPlaneDouble
+from sbxcheck.sim.controlplane.releases import release_profile
 from sbxcheck.sim.dgx_route import DgxRoute
 from sbxcheck.sim.faults import (
     CONTROLPLANE_TARGETS,
@@ -229,6 +230,7 @@ class SimFleet:
         embedded: bool = True,
         sssf_checkout: Path | None = None,
         install_attempt: str | None = None,
+        cp_version: str | None = None,
     ) -> None:
         """``install_attempt``: the processes that share one try at installing pi (see ``ensure_pi``)."""
         if not 1 <= runs <= MAX_RUNS:
@@ -242,6 +244,7 @@ class SimFleet:
         self.runs: list[SimRun] = []
         self.openrouter = OpenRouterDouble()
         self.controlplane: ControlPlaneDouble | None = None
+        self.cp_version = release_profile(cp_version).name  # the control plane's release profile
         self.cp_http: BackgroundServer | None = None
         self._cp_port = 0
         # ports named in the inventory stay bound here until stop(): each server listens beside its
@@ -507,7 +510,7 @@ class SimFleet:
         """The control-plane double with its workspaces on disk, faults injected, password in a 0600 file."""
         self._cp_port = self._ports.reserve()
         self.controlplane = ControlPlaneDouble(
-            self.root / "controlplane", password=self._cp_password, seed=self.seed
+            self.root / "controlplane", password=self._cp_password, seed=self.seed, release=self.cp_version
         )
         for spec in self.fault_specs:
             if is_controlplane_fault(spec.name):

@@ -40,6 +40,26 @@ def test_unknown_fault_is_one_readable_error(tmp_path: Path) -> None:
     assert not (tmp_path / "sbxcheck.toml").exists()
 
 
+def test_unknown_control_plane_version_is_one_readable_error(tmp_path: Path) -> None:
+    result = sbxcheck("sim", "up", "--dir", str(tmp_path), "--cp-version", "v0.3")
+    assert result.returncode == 2
+    assert result.stderr.startswith("sbxcheck: unknown control-plane version profile 'v0.3'; known: current, v0.7")
+    assert not (tmp_path / "sbxcheck.toml").exists()
+
+
+@pytest.mark.slow
+def test_sim_up_with_an_older_control_plane(tmp_path: Path) -> None:
+    import httpx
+
+    up = sbxcheck("sim", "up", "--dir", str(tmp_path), "--cp-version", "v0.7", "--runs", "1", timeout=420)
+    try:
+        assert up.returncode == 0, up.stderr
+        url = tomllib.loads((tmp_path / "sbxcheck.toml").read_text())["sandboxed"]["url"]
+        assert httpx.get(f"{url}/api/health", timeout=10).json()["version"] == "0.7.0"
+    finally:
+        sbxcheck("sim", "down", "--dir", str(tmp_path), timeout=60)
+
+
 @pytest.mark.slow
 def test_sim_up_gate_down(tmp_path: Path, pytester: pytest.Pytester) -> None:
     fleet_dir = tmp_path / "fleet"

@@ -178,11 +178,29 @@ def test_doctor_on_a_healthy_fleet_passes(healthy_fleet: SimFleet) -> None:
     ):
         assert f"✓ {label}:" in out, label
     assert "✓ simulated fleet's recipes: stand-in" in out  # a --sssf-checkout fleet says real (<dir>)
+    assert "✓ control plane release: version 0.9.0-sim: serves every route sbxcheck reads" in out
     assert "✗" not in out and out.rstrip().endswith("sbxcheck doctor: all preconditions met")
     password = (
         Path(healthy_fleet.inventory_path.parent / "secrets" / "controlplane_password").read_text().strip()
     )
     assert password not in out  # no secret value printed
+
+
+def test_doctor_names_an_older_control_plane_and_what_it_will_skip(tmp_path: Path) -> None:
+    with SimFleet(tmp_path / "fleet", cp_version="v0.7") as fleet:
+        code, out = _doctor(fleet.inventory_path)
+    assert code == 0, out
+    [line] = [x for x in out.splitlines() if "control plane release" in x]
+    assert line.startswith("✓ control plane release: version 0.7.0: items that need these are skipped")
+    for said in (
+        "GET /api/health/fleet: answered 404 with an empty body (no such route) → skips fleet_health",
+        "GET /api/remote-nodes",
+        "GET /api/control/missions/integrity: answered 400",
+        "GET /api/control/tracks",
+        "the assistant MCP is not one of its components",
+        "creates, event cursors and list queries are learned in a run",
+    ):
+        assert said in line, said
 
 
 def test_doctor_without_an_inventory_says_the_embedded_fleet_will_be_used_without_a_check_mark(

@@ -40,7 +40,9 @@ Split by resource: :mod:`.auth` (login, status, the bearer guard), :mod:`.fleet`
 the live stream :mod:`sbxcheck.sim.stream`), :mod:`.agent` (the simulated agent's run),
 :mod:`.workspaces`, :mod:`.providers` (backends and the catalog), :mod:`.ops` (integrity, tracks,
 ``ops.*`` faults); :mod:`.model` holds specs, faults and records, :mod:`.base` the state, and
-:mod:`.double` assembles them.
+:mod:`.double` assembles them. :mod:`.releases` holds the release profiles (``release=``: today's API
+by default, or ``v0.7``, the February 2026 release: no prompt at create, no event cursor, no list
+query, no fleet/nodes/integrity/tracks routes, no assistant MCP).
 """
 
 from __future__ import annotations

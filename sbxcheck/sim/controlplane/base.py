@@ -48,6 +48,7 @@ from sbxcheck.sim.controlplane.model import (
     sim_secret,
     uuid_or_none,
 )
+from sbxcheck.sim.controlplane.releases import ReleaseProfile, release_profile, served
 from sbxcheck.sim.pushback import PushbackMiddleware
 from sbxcheck.sim.stream import StreamHub
 
@@ -79,6 +80,11 @@ class _Recorder:
             self.double._record(RequestRecord(scope["method"], scope["path"], query, status))
 
 
+async def _unmatched(request: Request, exc: Exception) -> Response:
+    """A path no route matches: axum's answer, 404 with an empty body."""
+    return Response(status_code=404)
+
+
 class DoubleBase:
     """The state of the double and its state API; the resources (auth, fleet, events, agent, missions,
     workspaces) are mixins on top of it, assembled in :class:`~sbxcheck.sim.controlplane.double.ControlPlaneDouble`."""
@@ -101,8 +107,10 @@ class DoubleBase:
         jwt_ttl_days: int = 30,
         jwt_secret_configured: bool = True,
         seed: int | None = None,
+        release: str | None = None,
     ) -> None:
         self.root = Path(root)
+        self.release: ReleaseProfile = release_profile(release)  # what this release serves
         self.password: str = password if password is not None else f"sim-pass-{secrets.token_hex(12)}"
         self.users: dict[str, str] = dict(users or {})
         self.dev_mode = dev_mode
@@ -115,7 +123,7 @@ class DoubleBase:
         self.jwt_ttl_days = max(1, jwt_ttl_days)
         self.jwt_secret_configured = jwt_secret_configured
         self.single_tenant_user_id = "default"
-        self.version = "0.9.0-sim"
+        self.version = self.release.version
         self.remote_nodes_enabled = True
         self.disk_total_bytes = 2048 * GIB
         self.disk_used_fraction = 0.42
@@ -149,8 +157,9 @@ class DoubleBase:
         self._build_workspaces(list(workspaces))
         self.stream = StreamHub(self.faults, self._owner_of, self._stream_snapshot)  # the live event stream
         self.app = Starlette(
-            routes=self._routes(),
+            routes=served(self.release, self._routes()),
             middleware=[Middleware(_Recorder, double=self), Middleware(PushbackMiddleware, double=self)],
+            exception_handlers={404: _unmatched},
         )
 
     def __repr__(self) -> str:

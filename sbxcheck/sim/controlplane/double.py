@@ -33,6 +33,8 @@ class ControlPlaneDouble(MissionRoutes, WorkspaceRoutes, FleetRoutes):
             Route("/api/nodes/{name}/uncordon", guard(self._cordon), methods=["POST"]),
             Route("/api/control/missions", guard(self._missions_root), methods=["GET", "POST"]),
             Route("/api/control/running", guard(self._running), methods=["GET"]),
+            Route("/api/control/message", guard(self._message), methods=["POST"]),
+            Route("/api/system/components", guard(self._components), methods=["GET"]),
             Route("/api/control/stream", guard(self.stream.endpoint), methods=["GET"]),
             Route("/api/control/missions/{id}", guard(self._mission_item), methods=["GET", "DELETE"]),
             Route("/api/control/missions/{id}/events", guard(self._events), methods=["GET"]),

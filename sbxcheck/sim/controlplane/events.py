@@ -22,6 +22,7 @@ from sbxcheck.sim.controlplane.model import (
     iso_time,
     plain_text,
 )
+from sbxcheck.sim.controlplane.releases import page_events
 
 
 class EventRoutes(DoubleBase):
@@ -29,18 +30,22 @@ class EventRoutes(DoubleBase):
 
     async def _events(self, request: Request, user: str) -> Response:
         raw = request.path_params["id"]
-        ints = {n: self._query_int(request, n) for n in ("since_seq", "before_seq", "limit")}
+        ints = {n: self._query_int(request, n) for n in ("since_seq", "before_seq", "limit", "offset")}
         for value in ints.values():
             if isinstance(value, Response):
                 return value
-        since, before, limit = (v if isinstance(v, int) else None for v in ints.values())
+        since, before, limit, offset = (v if isinstance(v, int) else None for v in ints.values())
+        release = self.release
         q = request.query_params
         view = q.get("view") or "all"
         if view not in VIEWS:
             return plain_text(400, f"Invalid view '{view}'; expected one of: {', '.join(VIEWS)}")
         types = {t.strip() for t in q.get("types", "").split(",") if t.strip()}
         include_counts = q.get("include_counts", "true").lower() not in ("false", "0")
-        limit = min(1000, max(1, 100 if limit is None else limit))  # [U] default page size
+        if release.event_cursors:
+            limit = min(1000, max(1, 100 if limit is None else limit))  # [U] default page size
+        else:  # an older release: limit (default 50000) and offset, no cursor
+            limit = max(0, 50000 if limit is None else limit)
         with self._lock:
             mid, m = self._lookup(raw)
             if mid is None:
@@ -52,12 +57,10 @@ class EventRoutes(DoubleBase):
         rows = [e for e in everything if (allowed is None or e["event_type"] in allowed)]
         if types:
             rows = [e for e in rows if e["event_type"] in types]
-        if before is not None:  # before_seq beats since_seq
-            rows = [e for e in rows if e["sequence"] < before][-limit:]
-        elif since is not None:
-            rows = [e for e in rows if e["sequence"] > since][:limit]
-        else:
-            rows = rows[:limit]
+        if not release.event_cursors:
+            rows = page_events(release, rows[max(0, offset or 0) :], since, before, limit)
+            return JSONResponse(rows)
+        rows = page_events(release, rows, since, before, limit)
         headers = {
             "X-Max-Sequence": str(everything[-1]["sequence"] if everything else 0),
             "Access-Control-Expose-Headers": EXPOSE_HEADERS,

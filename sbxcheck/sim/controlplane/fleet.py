@@ -36,6 +36,10 @@ class FleetRoutes(AuthRoutes):
         }
         return JSONResponse(body, headers={"Cache-Control": "private, max-age=5"})
 
+    async def _components(self, request: Request, user: str) -> Response:
+        """``GET /api/system/components``: what this release installs (the assistant MCP came after v0.7)."""
+        return JSONResponse({"components": self.release.component_rows()})
+
     async def _fleet_health(self, request: Request, user: str) -> Response:
         with self._lock:
             statuses = [m.status for m in self._missions.values()]

@@ -37,6 +37,7 @@ from sbxcheck.sim.controlplane.model import (
     plain_text,
     uuid_or_none,
 )
+from sbxcheck.sim.controlplane.releases import create_body, trim_record
 from sbxcheck.sim.faults import HOSTILE_TEXT
 
 
@@ -81,7 +82,10 @@ class MissionRoutes(AgentRunner):
             return self._create_locked(body, user)
 
     def _create_locked(self, body: dict[str, Any], user: str) -> Response:
-        """The real create's processing order, numbered as in specs/sandboxed-sh.md 3.4 (the subset modelled)."""
+        """The real create's processing order, numbered as in specs/sandboxed-sh.md 3.4 (the subset modelled);
+        an older release first drops the fields it does not know, and has no leases, coalescing or occupancy."""
+        body = create_body(self.release, body)
+        current = self.release.create_fields is None
 
         def opt(name: str) -> str | None:
             value = body.get(name)
@@ -102,14 +106,19 @@ class MissionRoutes(AgentRunner):
             return self._coalesced(foreign, headers)
         # 5. idempotency coalescing (cp.idempotency-ignored skips only this step)
         key = opt("idempotency_key")
-        if key and "cp.idempotency-ignored" not in self.faults and not ops.ignores_key(self, body):
+        if (
+            current
+            and key
+            and "cp.idempotency-ignored" not in self.faults
+            and not ops.ignores_key(self, body)
+        ):
             held = self._missions.get(self._leases.get(f"lease:{key}", ""))
             if held is not None and held.owner == user and held.status != "failed":
                 return self._coalesced(held, headers)
         # 6. retry-shaped duplicate coalescing: always on, as upstream (it masks an ignored key for a
         # retry identical in every field)
         title = opt("title")
-        if title:
+        if title and current:
             now = time.monotonic()
             for m in reversed(self._missions.values()):
                 if (
@@ -143,7 +152,7 @@ class MissionRoutes(AgentRunner):
                     "message": f"Workspace {workspace.name} already has a live mission {BUSY_HOLDER_ID}",
                 },
             )
-        if ws_id not in self.occupancy_exempt:
+        if ws_id not in self.occupancy_exempt and current:
             for m in self._missions.values():
                 if m.record["workspace_id"] == ws_id and m.status not in TERMINAL:
                     return json_text(
@@ -321,15 +330,43 @@ class MissionRoutes(AgentRunner):
         key = body.get("idempotency_key")
         lease = key.strip() if isinstance(key, str) and key.strip() else f"auto:{mid}"
         self._leases[f"lease:{lease}"] = mid
-        loop = asyncio.get_running_loop()
-        self._loop = loop
-        task = loop.create_task(self._agent(mid), name=f"sim-agent-{mid[:8]}")
-        m.task = task
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        if not self.release.first_message:  # an older release waits for the first message
+            self._start_agent(m)
         if self._fault_on("cp.create-500", backend):  # stored and running; the client never learns its id
             return plain_text(500, "Internal Server Error")
         return JSONResponse(self._render(m), headers=headers)
+
+    def _start_agent(self, m: MissionState) -> None:
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        task = loop.create_task(self._agent(m.id), name=f"sim-agent-{m.id[:8]}")
+        m.task = task
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _message(self, request: Request, user: str) -> Response:
+        """``POST /api/control/message {content, mission_id?}``: a pending mission's first message starts it."""
+        body = await self._body(request)
+        if isinstance(body, Response):
+            return body
+        content = body.get("content")
+        if not isinstance(content, str) or not content.strip():
+            return plain_text(400, "content is required")
+        with self._lock:
+            mid, m = self._lookup(str(body.get("mission_id") or ""))
+            if m is None or m.owner != user:
+                return plain_text(409, f"mission {mid or body.get('mission_id')} is not available")
+            queued = m.task is not None
+            if m.prompt is None and m.status == "pending":
+                m.prompt = content.strip()
+            if m.task is None and m.status not in TERMINAL:
+                self._start_agent(m)
+        message_id = str(uuid.uuid4())
+        if self.release.first_message:
+            return JSONResponse({"id": message_id, "queued": queued})
+        return JSONResponse(
+            {"id": message_id, "queued": queued, "message_accepted": True, "mission_id": mid, "warnings": []}
+        )
 
     def _render(self, m: MissionState, *, with_agent: bool = True, decorate: bool = False) -> dict[str, Any]:
         now = time.time()
@@ -355,7 +392,7 @@ class MissionRoutes(AgentRunner):
         if decorate:
             rec["remote_job"] = None
             rec["spark_offload"] = {"enabled": False, "env_injected": False, "host_configured": False}
-        return rec
+        return trim_record(self.release, rec)
 
     def _verdict(self, status: str, idle: float) -> str | None:
         t = self.verdict_thresholds
@@ -436,6 +473,13 @@ class MissionRoutes(AgentRunner):
         return JSONResponse(digest)
 
     def _list(self, request: Request, user: str) -> Response:
+        if not self.release.list_query:  # no query at all: the most recently updated missions
+            with self._lock:
+                rows = [m for m in self._missions.values() if m.owner == user]
+                rows.sort(key=lambda m: m.record["updated_at"], reverse=True)
+                return JSONResponse(
+                    [self._render(m, with_agent=False) for m in rows[: self.release.list_rows]]
+                )
         q = request.query_params
         limit, offset = self._query_int(request, "limit"), self._query_int(request, "offset")
         if isinstance(limit, Response):
