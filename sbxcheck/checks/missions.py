@@ -18,6 +18,7 @@ from sbxcheck.clients.missionruns import TERMINAL, CanaryRun, RouteRun, adapter_
 from sbxcheck.errors import SbxError
 from sbxcheck.results import CheckResult, Classification, Outcome
 from sbxcheck.safeio import loads_bounded
+from sbxcheck.spend import mission_cost
 
 GOAL_LIMIT = 4000
 GOAL_WARN = 3500
@@ -368,6 +369,9 @@ def check_reaches_execution(run: RouteRun, *, blocked_signature: str | None = No
     errors = [trim(str(e.get("content") or ""), 300) for e in run.events if e.get("event_type") == "error"]
     if errors:
         ev["error_events"] = errors[-3:]
+    unreadable = mission_cost(run.events).unreadable
+    if unreadable is not None:  # the mission's own reported cost is unusable: said where it came from
+        ev["cost_unreadable"] = f"bad_response: {unreadable}"
     if evidence and status in ("active", "completed", "awaiting_user"):
         return CheckResult.passed(
             check, target, f"{status} with execution evidence ({len(evidence)} events)", ev

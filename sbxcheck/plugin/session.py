@@ -583,15 +583,16 @@ class SbxSession:
             report = {"(the rest)": "cancel failed: abandoned at the second interrupt (see the ledger)"}
         self.cancel_report.update(report)
         for mission_id, how in report.items():
-            self.cleanup.append(
-                {
-                    "kind": "foreign mission" if mission_id in dispatcher.foreign else "mission",
-                    "ident": mission_id,
-                    "action": how,
-                    "ok": not how.startswith("cancel failed"),
-                    "cost_usd": dispatcher.costs.get(mission_id),  # issue 21: the run's spend
-                }
-            )
+            line: dict[str, Any] = {
+                "kind": "foreign mission" if mission_id in dispatcher.foreign else "mission",
+                "ident": mission_id,
+                "action": how,
+                "ok": not how.startswith("cancel failed"),
+                "cost_usd": dispatcher.costs.get(mission_id),  # issue 21: the run's spend
+            }
+            if mission_id in dispatcher.cost_unreadable:  # the control plane's cost was not a usable number
+                line["cost_unreadable"] = f"bad_response: {dispatcher.cost_unreadable[mission_id]}"
+            self.cleanup.append(line)
         return report
 
     def close(self) -> None:

@@ -213,6 +213,11 @@ FAULTS: dict[str, Fault] = {
             "cp.record-id-mismatch",
             "GET of an opencode mission answers another mission's record (its own id, another backend/model)",
         ),
+        Fault(
+            "cp.cost-nonfinite",
+            "every mission reports two assistant messages of cost_cents 1.7e308 each (their sum is inf)",
+        ),
+        Fault("cp.cost-negative", "every mission reports two assistant messages of cost_cents -1e9 each"),
         # issue 22: a run that has executed or been observed (sim/run_services.py; the gate never sees them)
         Fault("run.sdlc-credits", "the SDLC dies right after spawn: run.log ends with OpenRouter's 402 (credits)"),
         Fault("run.sdlc-key-dead", "the SDLC dies right after spawn: run.log ends with a 401 (the key is revoked)"),
@@ -259,6 +264,8 @@ CONTROLPLANE_TARGETS: dict[str, str] = {
     "cp.stream-endless-line": "*",
     "cp.list-flood": "gemini",
     "cp.record-id-mismatch": "opencode",
+    "cp.cost-nonfinite": "*",
+    "cp.cost-negative": "*",
 }
 
 

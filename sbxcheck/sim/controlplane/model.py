@@ -255,6 +255,8 @@ LIES_FAULTS: Final = (
     "cp.record-id-mismatch",
 )
 CONTROLPLANE_FAULTS.update({n: ALL_FAULTS[n].summary for n in LIES_FAULTS})
+COST_FAULTS: Final = ("cp.cost-nonfinite", "cp.cost-negative")  # the costs the agent reports
+CONTROLPLANE_FAULTS.update({n: ALL_FAULTS[n].summary for n in COST_FAULTS})
 DEFAULT_FAULT_TARGETS: Final[dict[str, str]] = {
     "cp.path-shaped-id": "gemini",  # issue 20
     "cp.control-chars": "opencode",  # issue 20
