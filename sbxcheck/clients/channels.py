@@ -87,8 +87,24 @@ class McpChannel:
 
     via = "mcp"
 
-    def __init__(self, client: AssistantMcpClient) -> None:
+    def __init__(
+        self,
+        client: AssistantMcpClient,
+        renew: Callable[[AssistantMcpClient], AssistantMcpClient | None] | None = None,
+    ) -> None:
         self.client = client
+        self._renew = renew  # a client holding a fresh token, after this one's was refused; None: cannot
+
+    def _call(self, tool: str, call: Callable[[], McpToolResult]) -> McpToolResult:
+        """``call`` (pushback absorbed); once more on a renewed client when the tool relays a refused
+        token — the control plane refused the request, so it did nothing, a start_mission neither."""
+        result = self._absorbing_pushback(tool, call)
+        if result.is_error and self._renew is not None and _auth_error(result) is not None:
+            fresh = self._renew(self.client)
+            if fresh is not None:
+                self.client = fresh
+                result = self._absorbing_pushback(tool, call)
+        return result
 
     def _absorbing_pushback(self, tool: str, call: Callable[[], McpToolResult]) -> McpToolResult:
         """``call`` again while the tool relays a 429/503 (the server did not act), until the deadline."""
@@ -107,7 +123,7 @@ class McpChannel:
 
     def create(self, spec: MissionSpec) -> Created:
         # the control plane did not act on a pushed-back create, so repeating it makes no second mission
-        result = self._absorbing_pushback(
+        result = self._call(
             "start_mission",
             lambda: self.client.start_mission(
                 spec.title or "sbxcheck mission",
@@ -134,7 +150,7 @@ class McpChannel:
 
     def get(self, mission_id: str) -> dict[str, Any]:
         doc = self._json(
-            "get_mission", self._absorbing_pushback("get_mission", lambda: self.client.get_mission(mission_id))
+            "get_mission", self._call("get_mission", lambda: self.client.get_mission(mission_id))
         )
         mission = doc.get("mission", doc) if isinstance(doc, dict) else None
         if not isinstance(mission, dict):
@@ -145,7 +161,7 @@ class McpChannel:
     def events(self, mission_id: str, since_seq: int) -> list[dict[str, Any]]:
         doc = self._json(
             "get_mission_events",
-            self._absorbing_pushback(
+            self._call(
                 "get_mission_events",
                 lambda: self.client.get_mission_events(mission_id, since_seq=since_seq, view="all", limit=200),
             ),
@@ -156,7 +172,7 @@ class McpChannel:
         return [r for r in rows if isinstance(r, dict)]
 
     def cancel(self, mission_id: str) -> bool:
-        result = self._absorbing_pushback("cancel_mission", lambda: self.client.cancel_mission(mission_id))
+        result = self._call("cancel_mission", lambda: self.client.cancel_mission(mission_id))
         if result.is_error:
             if "not found" in result.text.lower() or "404" in result.text:
                 return False
@@ -175,12 +191,16 @@ class McpChannel:
 AUTH_TEXTS = ("Invalid or expired token", "Missing Authorization header", "Invalid user", "no API token")
 
 
-def _raise_auth(result: McpToolResult, client: AssistantMcpClient) -> None:
+def _auth_error(result: McpToolResult) -> AuthFailed | None:
     """The server's own 401 texts, relayed by the MCP tool, are an auth failure — not a rejection."""
     for text in AUTH_TEXTS:
         if text.lower() in result.text.lower():
-            raise AuthFailed(f"MCP {result.tool or 'tool'}: {text}", evidence={"via": "mcp"})
-    refused = auth_refusal(result)  # a bare "401 Unauthorized" status (e.g. get_mission's not-found text)
+            return AuthFailed(f"MCP {result.tool or 'tool'}: {text}", evidence={"via": "mcp"})
+    return auth_refusal(result)  # a bare "401 Unauthorized" status (e.g. get_mission's not-found text)
+
+
+def _raise_auth(result: McpToolResult, client: AssistantMcpClient) -> None:
+    refused = _auth_error(result)
     if refused is not None:
         raise refused
 

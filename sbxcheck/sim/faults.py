@@ -83,6 +83,11 @@ FAULTS: dict[str, Fault] = {
             "gemini creates are stored and started, then answered 500: the client never learns the id",
         ),
         Fault("cp.auth-expired", "every bearer token is refused: 401 Invalid or expired token"),
+        Fault(
+            "cp.token-expires",
+            "every token the control plane issues expires after 12 requests, during the run (401 Invalid "
+            "or expired token); logging in again issues a new one",
+        ),
         Fault("cp.env-values-exposed", "the verity workspace's env also holds credential-shaped values"),
         Fault("fleet.node-offline", "remote node dgx-spark missed its heartbeats: offline"),
         Fault("fleet.node-cordoned", "remote node babylon is cordoned"),
@@ -248,6 +253,7 @@ CONTROLPLANE_TARGETS: dict[str, str] = {
     "cp.create-500": "gemini",
     "cp.cancel-slow": "*",
     "cp.auth-expired": "*",
+    "cp.token-expires": "*",
     "cp.env-values-exposed": "verity",
     "fleet.node-offline": "dgx-spark",
     "fleet.node-cordoned": "babylon",
