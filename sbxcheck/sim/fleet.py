@@ -124,6 +124,9 @@ _GIT_ENV = {
 
 
 MAX_RUNS = 5000
+# a codex route whose model is an alias codex expands (gpt-5.6 -> gpt-5.6-sol): the catalog lists only
+# what it expands to (SimFleet(extra_routes=[CODEX_ALIAS_ROUTE]))
+CODEX_ALIAS_ROUTE = RouteSpec(name="codex-alias", agent="build", backend="codex", model_override="gpt-5.6")
 
 
 def plan_run_ids(seed: int, count: int, day: dt.date | None = None) -> list[str]:
@@ -208,6 +211,7 @@ class SimFleet:
         runs: int = 3,
         embedded: bool = True,
         sssf_checkout: Path | None = None,
+        extra_routes: Sequence[RouteSpec] = (),
     ) -> None:
         if not 1 <= runs <= MAX_RUNS:
             raise SimError(f"sim: runs must be between 1 and {MAX_RUNS}")
@@ -216,6 +220,7 @@ class SimFleet:
         self.seed = seed if seed is not None else DEFAULT_SEED
         self.run_count = runs
         self.embedded = embedded
+        self.extra_routes = list(extra_routes)  # routes the inventory lists after the default ones
         self.runs: list[SimRun] = []
         self.openrouter = OpenRouterDouble()
         self.controlplane: ControlPlaneDouble | None = None
@@ -567,7 +572,7 @@ class SimFleet:
             execution_deadline_s=10.0,
             canary_deadline_s=30.0,
             poll_interval_s=0.25,
-            routes=routes,
+            routes=routes + self.extra_routes,
             canaries=canaries,
             mcp=McpSection(
                 command=[sys.executable, "-m", "sbxcheck.sim.assistant_mcp"],
