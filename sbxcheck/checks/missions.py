@@ -15,7 +15,7 @@ from typing import Any
 
 from sbxcheck.checks.base import trim
 from sbxcheck.clients.missionruns import TERMINAL, CanaryRun, RouteRun, adapter_crash_cause, crash_signature
-from sbxcheck.errors import SbxError
+from sbxcheck.errors import SbxError, service_cause
 from sbxcheck.results import CheckResult, Classification, Outcome
 from sbxcheck.safeio import loads_bounded
 from sbxcheck.spend import mission_cost
@@ -41,14 +41,13 @@ def _control_plane_error(check: str, target: str, error: SbxError, evidence: dic
     The cause names the service when the error knows it, as every other item's error does (one
     refused control plane, or one dead token, is one incident across routes, canaries and discovery).
     """
-    service = error.evidence.get("service")
     return CheckResult.errored(
         check,
         target,
         error.message,
         error.classification,
         {**evidence, **error.evidence},
-        cause=f"{error.classification.value}:{service}" if service else f"control-plane-{error.classification.value}",
+        cause=service_cause(error) or f"control-plane-{error.classification.value}",
     )
 
 
