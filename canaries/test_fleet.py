@@ -1,4 +1,4 @@
-"""Fleet canaries and the DGX triage runbook (specs/sandboxed-sh.md §6, §8.11–§8.14; sssf §8 reap).
+"""Fleet canaries and the DGX triage runbook (specs/sandboxed-sh.md, 6 and 8.11 to 8.14; upstream's reap).
 
 Canaries: DGX/tailscale from agent-core, control-plane and remote-node health, the machine
 inventory, secret-safe workspace discovery (REST and MCP), the stored-GitHub-auth probe, and the
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.canary
 Verdict = Callable[[CheckResult], None]
 
 
-# ------------------------------------------------------------------ DGX routing (§8.13)
+# ------------------------------------------------------------------ DGX routing
 
 
 @pytest.mark.triage
@@ -73,7 +73,7 @@ def test_triage_dgx_routing(
     sbx_verdict: Verdict,
     request: pytest.FixtureRequest,
 ) -> None:
-    """§8.13: only the DGX unreachable + tailscaled down on agent-core = one incident and its next step."""
+    """DGX routing: only the DGX unreachable + tailscaled down on agent-core = one incident and its next step."""
     shell = sbx_ssh_pool.host(sbx_dgx.core)
     module = request.node.nodeid.split("::")[0]
     wait = sbx_dgx.command_timeout_s
@@ -168,7 +168,7 @@ def _fleet_view(
     return [n.id for n in nodes if n.status.lower() == "offline"], None
 
 
-# ------------------------------------------------------------------ control plane and nodes (§6, §8.14)
+# ------------------------------------------------------------------ control plane and nodes
 
 
 def test_fleet_health(sbx_session: SbxSession, sbx_verdict: Verdict) -> None:
@@ -223,7 +223,7 @@ def test_fleet_machine_inventory(
     sbx_verdict(CheckResult.passed("fleet_machine_inventory", "fleet", message, evidence))
 
 
-# ------------------------------------------------------------------ secrets and credentials (§8.11, §8.12)
+# ------------------------------------------------------------------ secrets and credentials
 
 
 def test_workspace_discovery(sbx_discovery_via: str, sbx_session: SbxSession, sbx_verdict: Verdict) -> None:
@@ -257,7 +257,7 @@ def test_github_auth(
     )
 
 
-# ------------------------------------------------------------------ orphan audit (sssf §8 reap)
+# ------------------------------------------------------------------ orphan audit (as upstream's reap joins)
 
 
 @pytest.mark.triage

@@ -7,8 +7,6 @@ Both return plain JSON-like dicts: the checks read fields, not transport objects
 
 from __future__ import annotations
 
-import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -24,15 +22,11 @@ from sbxcheck.clients.sandboxed import (
     parse_valid_models,
 )
 from sbxcheck.clients.sandboxed_models import MissionSpec, check_record_id
-from sbxcheck.errors import AuthFailed, BadResponseError, RateLimited, TransportError
+from sbxcheck.errors import AuthFailed, BadResponseError, TransportError
 from sbxcheck.ids import check_id
-from sbxcheck.transports.http import pushback_deadline
 
 # the REST status or text an MCP tool relays when the control plane pushed back (429 / 503); a tool
 # result carries no headers, so a relayed 503 counts as pushback (the server did not act either way)
-_PUSHBACK_TEXT = re.compile(r"\b429\b|\b503\b|too many requests|service unavailable", re.IGNORECASE)
-MCP_PUSHBACK_WAIT_S = 1.0  # an MCP tool result carries no Retry-After
-MCP_PUSHBACK_RETRIES = 30
 
 
 @dataclass(frozen=True)
@@ -95,36 +89,20 @@ class McpChannel:
         self.client = client
         self._renew = renew  # a client holding a fresh token, after this one's was refused; None: cannot
 
-    def _call(self, tool: str, call: Callable[[], McpToolResult]) -> McpToolResult:
-        """``call`` (pushback absorbed); once more on a renewed client when the tool relays a refused
-        token — the control plane refused the request, so it did nothing, a start_mission neither."""
-        result = self._absorbing_pushback(tool, call)
+    def _call(self, call: Callable[[], McpToolResult]) -> McpToolResult:
+        """``call``; once more on a renewed client when the tool relays a refused token — the control
+        plane refused the request, so it did nothing, a start_mission neither."""
+        result = call()
         if result.is_error and self._renew is not None and _auth_error(result) is not None:
             fresh = self._renew(self.client)
             if fresh is not None:
                 self.client = fresh
-                result = self._absorbing_pushback(tool, call)
+                result = call()
         return result
 
-    def _absorbing_pushback(self, tool: str, call: Callable[[], McpToolResult]) -> McpToolResult:
-        """``call`` again while the tool relays a 429/503 (the server did not act), until the deadline."""
-        until = pushback_deadline(60.0)
-        for _ in range(MCP_PUSHBACK_RETRIES):
-            result = call()
-            if not (result.is_error and _PUSHBACK_TEXT.search(result.text)):
-                return result
-            if time.monotonic() + MCP_PUSHBACK_WAIT_S >= until:
-                break
-            time.sleep(MCP_PUSHBACK_WAIT_S)
-        raise RateLimited(
-            f"MCP {tool}: the control plane kept pushing back (429) until the deadline",
-            evidence={"via": "mcp", "tool": tool},
-        )
-
     def create(self, spec: MissionSpec) -> Created:
-        # the control plane did not act on a pushed-back create, so repeating it makes no second mission
+        # a pushed-back create is repeated by the client: the server did not act, so no second mission
         result = self._call(
-            "start_mission",
             lambda: self.client.start_mission(
                 spec.title or "sbxcheck mission",
                 spec.prompt or "",
@@ -133,7 +111,7 @@ class McpChannel:
                 model_override=spec.model_override,
                 model_effort=spec.model_effort,
                 agent=spec.agent,
-            ),
+            )
         )
         if result.is_error:
             _raise_auth(result, self.client)
@@ -145,13 +123,11 @@ class McpChannel:
         check_id(
             mission["id"], field="id", source="MCP start_mission"
         )  # data, never a path or a ledger ident
-        # the MCP start_mission tool takes no idempotency_key (§7): a retried create is a new mission
+        # the MCP start_mission tool takes no idempotency_key: a retried create is a new mission
         return Created(mission, None, idempotency_supported=False)
 
     def get(self, mission_id: str) -> dict[str, Any]:
-        doc = self._json(
-            "get_mission", self._call("get_mission", lambda: self.client.get_mission(mission_id))
-        )
+        doc = self._json("get_mission", self._call(lambda: self.client.get_mission(mission_id)))
         mission = doc.get("mission", doc) if isinstance(doc, dict) else None
         if not isinstance(mission, dict):
             raise BadResponseError("MCP get_mission: expected a mission object")
@@ -162,8 +138,7 @@ class McpChannel:
         doc = self._json(
             "get_mission_events",
             self._call(
-                "get_mission_events",
-                lambda: self.client.get_mission_events(mission_id, since_seq=since_seq, view="all", limit=200),
+                lambda: self.client.get_mission_events(mission_id, since_seq=since_seq, view="all", limit=200)
             ),
         )
         rows = doc.get("events", doc) if isinstance(doc, dict) else doc
@@ -172,7 +147,7 @@ class McpChannel:
         return [r for r in rows if isinstance(r, dict)]
 
     def cancel(self, mission_id: str) -> bool:
-        result = self._call("cancel_mission", lambda: self.client.cancel_mission(mission_id))
+        result = self._call(lambda: self.client.cancel_mission(mission_id))
         if result.is_error:
             if "not found" in result.text.lower() or "404" in result.text:
                 return False
