@@ -143,6 +143,14 @@ class HostKeyUnknown(TransportError):
     classification = Classification.HOST_KEY_UNKNOWN
 
 
+def service_cause(exc: SbxError) -> str | None:
+    """One cause key per failing service: ``<classification>:<service URL>`` for an error that names
+    the service it met (every HTTP client's transport and auth errors do), so every item that met it
+    is one incident however the item reached it; None otherwise."""
+    service = exc.evidence.get("service")
+    return f"{exc.classification.value}:{service}" if isinstance(service, str) and service else None
+
+
 def describe_validation_error(exc: ValidationError, source: str) -> str:
     """One readable line per problem: file, dotted field, what was expected."""
     parts = []

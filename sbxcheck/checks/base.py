@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from sbxcheck.errors import NotServed, SbxError
+from sbxcheck.errors import NotServed, SbxError, service_cause
 from sbxcheck.redact import default_redactor
 from sbxcheck.results import CheckResult, Classification, Outcome
 from sbxcheck.transports.ssh import CommandResult
@@ -43,8 +43,10 @@ def run_check(check: str, target: str, body: Callable[[], CheckResult]) -> Check
         result = body()
     except NotServed as exc:
         result = not_served(check, target, exc)
-    except SbxError as exc:
-        result = CheckResult.errored(check, target, exc.message, exc.classification, dict(exc.evidence))
+    except SbxError as exc:  # the service it met keys its cause: one unreachable endpoint, one incident
+        result = CheckResult.errored(
+            check, target, exc.message, exc.classification, dict(exc.evidence), cause=service_cause(exc)
+        )
     except Exception as exc:  # a bug in a check must not stop the other checks
         result = CheckResult.errored(
             check,

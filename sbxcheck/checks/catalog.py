@@ -5,14 +5,15 @@ Read once per session (:func:`read_catalog`), judged per workspace and per route
 * :func:`check_workspace_ready` — status ``ready`` (``pending``/``building`` may take minutes,
   ``error`` carries ``error_message``), and the init scripts, MCPs, skills and env-var *names* the
   inventory expects for it are present (values are never read: the client reduces at the source).
-* :func:`check_catalog` — the route's backend is registered, its agent is registered (library
-  agents or the backend's own), its model id is an exact catalog id of a provider whose
-  ``use_for_backends`` includes the route's backend (opencode is the superset router; a provider
-  listed only for codex cannot be reached through opencode), and its provider was not removed.
-  A near miss names the valid ids (``opus-4.8`` → ``claude-opus-4-8``).
+* :func:`check_catalog` — the route's backend is registered (``/backends``), its agent is
+  registered (``/library/agent`` or the backend's own) and its provider was not removed (the
+  inventory's ``removed_providers``): each a failure. Whether its model id is an exact catalog id
+  of a provider whose ``use_for_backends`` includes the route's backend is sbxcheck's own reading
+  of the catalog, and backends expand aliases and rewrite ids: a miss is a warning naming the
+  near ids (``opus-4.8`` → ``claude-opus-4-8``), never a failure; the server's 400 decides.
 
-:func:`route_preflight` combines both for the dispatcher: a route that would fail here is not
-dispatched, so no money is burned on a doomed mission.
+:func:`route_preflight` combines both for the dispatcher: a route that fails here (on what the
+server or the inventory declared) is not dispatched, so no money is burned on a doomed mission.
 """
 
 from __future__ import annotations
@@ -227,7 +228,8 @@ def _split_model(model: str) -> tuple[str | None, str]:
 def check_catalog(
     snapshot: CatalogSnapshot, route: RouteSpec, *, removed_providers: Sequence[str] = ()
 ) -> CheckResult:
-    """One route: backend registered, agent registered, model an exact reachable catalog id, provider not removed."""
+    """One route: backend registered, agent registered, provider not removed (else failed); its model
+    an exact reachable catalog id (else a warning: the route is dispatched, the server decides)."""
     target = route.label
 
     def fail(message: str, evidence: dict[str, Any], cause: str, step: str) -> CheckResult:
@@ -239,6 +241,21 @@ def check_catalog(
             Classification.CONFIG_DEFECT,
             cause=f"catalog:{cause}",
             recommendation=step + "; the route was not dispatched (no mission, no spend)",
+        )
+
+    def warn(message: str, evidence: dict[str, Any], step: str) -> CheckResult:
+        """What only sbxcheck's reading of the catalog says: a warning, never a reason not to
+        dispatch (backends expand aliases and rewrite ids; the server's own 400 decides)."""
+        evidence["warning"] = message
+        return CheckResult(
+            check=CHECK_CATALOG,
+            target=target,
+            outcome=Outcome.PASSED,
+            message=f"backend {route.backend} and agent {route.agent or '(default)'} registered; WARNING: "
+            f"{message} — dispatched anyway: the server decides (a model it refuses fails the route "
+            "with its valid ids)",
+            evidence=evidence,
+            recommendation=step,
         )
 
     def body() -> CheckResult:
@@ -304,37 +321,35 @@ def check_catalog(
         ]
         catalog_ids = sorted({m.id for c in catalog for m in c.models})
         if prefix is not None and not any(c.id == prefix for c in catalog):
-            return fail(
+            return warn(
                 f"model {route.model_override!r} names provider {prefix!r}, which is not in the catalog "
                 f"(providers: {', '.join(sorted(c.id for c in catalog)) or 'none'}) — removed?",
                 evidence,
-                f"removed-provider:{prefix}",
-                f"route {target} to a provider the catalog lists",
+                f"if the create is refused, route {target} to a provider the catalog lists",
             )
         if not homes:
             close = near_misses(bare, catalog_ids)
             evidence["near_misses"] = close
             hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-            return fail(
-                f"model {route.model_override!r} is not an exact catalog id{hint}",
+            return warn(
+                f"model {route.model_override!r} is not an exact catalog id{hint} (an alias the backend "
+                "expands is not listed)",
                 evidence,
-                f"model:{route.model_override}",
-                "copy the exact id from GET /api/providers into the inventory (never guess variants)",
+                "if the create is refused, copy an exact id from its valid list into the inventory",
             )
         reachable = [h for h in homes if h in reach and route.backend in reach[h].use_for_backends]
         evidence["model_providers"] = homes
         if not reachable:
             served = {h: reach[h].use_for_backends if h in reach else [] for h in homes}
             via = sorted({b for bs in served.values() for b in bs})
-            return fail(
+            return warn(
                 f"model {route.model_override!r} is served by {', '.join(homes)}, which "
                 + (f"lists only {', '.join(via)}" if via else "is not configured or not enabled")
-                + f": backend {route.backend} cannot reach it",
+                + f": backend {route.backend} may not reach it",
                 evidence,
-                f"unreachable:{route.model_override}:{route.backend}",
-                f"use backend {via[0]} for this model"
+                f"if the mission fails, use backend {via[0]} for this model"
                 if via
-                else "configure the provider (GET /api/ai/providers)",
+                else "if the mission fails, configure the provider (GET /api/ai/providers)",
             )
         status = reach[reachable[0]].status or {}
         evidence["provider_status"] = status.get("type")

@@ -15,9 +15,10 @@ from typing import Any
 
 from sbxcheck.checks.base import not_served, trim
 from sbxcheck.clients.missionruns import TERMINAL, CanaryRun, RouteRun, adapter_crash_cause, crash_signature
-from sbxcheck.errors import NotServed, SbxError
+from sbxcheck.errors import NotServed, SbxError, service_cause
 from sbxcheck.results import CheckResult, Classification, Outcome
 from sbxcheck.safeio import loads_bounded
+from sbxcheck.spend import mission_cost
 
 GOAL_LIMIT = 4000
 GOAL_WARN = 3500
@@ -42,14 +43,13 @@ def _control_plane_error(check: str, target: str, error: SbxError, evidence: dic
     """
     if isinstance(error, NotServed):  # the release lacks what the item needs: a skip, never an outage
         return not_served(check, target, error, evidence)
-    service = error.evidence.get("service")
     return CheckResult.errored(
         check,
         target,
         error.message,
         error.classification,
         {**evidence, **error.evidence},
-        cause=f"{error.classification.value}:{service}" if service else f"control-plane-{error.classification.value}",
+        cause=service_cause(error) or f"control-plane-{error.classification.value}",
     )
 
 
@@ -376,6 +376,9 @@ def check_reaches_execution(run: RouteRun, *, blocked_signature: str | None = No
     errors = [trim(str(e.get("content") or ""), 300) for e in run.events if e.get("event_type") == "error"]
     if errors:
         ev["error_events"] = errors[-3:]
+    unreadable = mission_cost(run.events).unreadable
+    if unreadable is not None:  # the mission's own reported cost is unusable: said where it came from
+        ev["cost_unreadable"] = f"bad_response: {unreadable}"
     if evidence and status in ("active", "completed", "awaiting_user"):
         return CheckResult.passed(
             check, target, f"{status} with execution evidence ({len(evidence)} events)", ev

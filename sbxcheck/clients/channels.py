@@ -7,6 +7,7 @@ Both return plain JSON-like dicts: the checks read fields, not transport objects
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -130,19 +131,37 @@ class McpChannel:
 
     via = "mcp"
 
-    def __init__(self, client: AssistantMcpClient) -> None:
+    def __init__(
+        self,
+        client: AssistantMcpClient,
+        renew: Callable[[AssistantMcpClient], AssistantMcpClient | None] | None = None,
+    ) -> None:
         self.client = client
+        self._renew = renew  # a client holding a fresh token, after this one's was refused; None: cannot
+
+    def _call(self, call: Callable[[], McpToolResult]) -> McpToolResult:
+        """``call``; once more on a renewed client when the tool relays a refused token — the control
+        plane refused the request, so it did nothing, a start_mission neither."""
+        result = call()
+        if result.is_error and self._renew is not None and _auth_error(result) is not None:
+            fresh = self._renew(self.client)
+            if fresh is not None:
+                self.client = fresh
+                result = call()
+        return result
 
     def create(self, spec: MissionSpec) -> Created:
         # a pushed-back create is repeated by the client: the server did not act, so no second mission
-        result = self.client.start_mission(
-            spec.title or "sbxcheck mission",
-            spec.prompt or "",
-            workspace_id=spec.workspace_id,
-            backend=spec.backend,
-            model_override=spec.model_override,
-            model_effort=spec.model_effort,
-            agent=spec.agent,
+        result = self._call(
+            lambda: self.client.start_mission(
+                spec.title or "sbxcheck mission",
+                spec.prompt or "",
+                workspace_id=spec.workspace_id,
+                backend=spec.backend,
+                model_override=spec.model_override,
+                model_effort=spec.model_effort,
+                agent=spec.agent,
+            )
         )
         if result.is_error:
             _raise_auth(result, self.client)
@@ -158,7 +177,7 @@ class McpChannel:
         return Created(mission, None, idempotency_supported=False)
 
     def get(self, mission_id: str) -> dict[str, Any]:
-        doc = self._json("get_mission", self.client.get_mission(mission_id))
+        doc = self._json("get_mission", self._call(lambda: self.client.get_mission(mission_id)))
         mission = doc.get("mission", doc) if isinstance(doc, dict) else None
         if not isinstance(mission, dict):
             raise BadResponseError("MCP get_mission: expected a mission object")
@@ -168,7 +187,9 @@ class McpChannel:
     def events(self, mission_id: str, since_seq: int) -> list[dict[str, Any]]:
         doc = self._json(
             "get_mission_events",
-            self.client.get_mission_events(mission_id, since_seq=since_seq, view="all", limit=200),
+            self._call(
+                lambda: self.client.get_mission_events(mission_id, since_seq=since_seq, view="all", limit=200)
+            ),
         )
         rows = doc.get("events", doc) if isinstance(doc, dict) else doc
         if not isinstance(rows, list):
@@ -176,7 +197,7 @@ class McpChannel:
         return [r for r in rows if isinstance(r, dict)]
 
     def cancel(self, mission_id: str) -> bool:
-        result = self.client.cancel_mission(mission_id)
+        result = self._call(lambda: self.client.cancel_mission(mission_id))
         if result.is_error:
             if "not found" in result.text.lower() or "404" in result.text:
                 return False
@@ -195,12 +216,16 @@ class McpChannel:
 AUTH_TEXTS = ("Invalid or expired token", "Missing Authorization header", "Invalid user", "no API token")
 
 
-def _raise_auth(result: McpToolResult, client: AssistantMcpClient) -> None:
+def _auth_error(result: McpToolResult) -> AuthFailed | None:
     """The server's own 401 texts, relayed by the MCP tool, are an auth failure — not a rejection."""
     for text in AUTH_TEXTS:
         if text.lower() in result.text.lower():
-            raise AuthFailed(f"MCP {result.tool or 'tool'}: {text}", evidence={"via": "mcp"})
-    refused = auth_refusal(result)  # a bare "401 Unauthorized" status (e.g. get_mission's not-found text)
+            return AuthFailed(f"MCP {result.tool or 'tool'}: {text}", evidence={"via": "mcp"})
+    return auth_refusal(result)  # a bare "401 Unauthorized" status (e.g. get_mission's not-found text)
+
+
+def _raise_auth(result: McpToolResult, client: AssistantMcpClient) -> None:
+    refused = _auth_error(result)
     if refused is not None:
         raise refused
 

@@ -40,6 +40,7 @@ from pydantic import (
     ValidationError,
 )
 
+from sbxcheck.clients.sandboxed_auth import BearerAuth
 from sbxcheck.clients.sandboxed_errors import ApiRejected as ApiRejected
 from sbxcheck.clients.sandboxed_errors import MissionRejected as MissionRejected
 from sbxcheck.clients.sandboxed_errors import NotFound as NotFound
@@ -84,7 +85,6 @@ from sbxcheck.errors import (
     CommandTimeout,
 )
 from sbxcheck.ids import check_id, path_segment
-from sbxcheck.redact import default_redactor
 from sbxcheck.safeio import UnsafeInput, loads_bounded
 from sbxcheck.transports.http import RetryPolicy, send, service_of
 
@@ -130,11 +130,6 @@ class _ExecBody(BaseModel):
     timed_out: bool = False
 
 
-class _LoginBody(BaseModel):
-    token: str
-    exp: int | None = None
-
-
 def _names(doc: Any, key: str, endpoint: str) -> list[str]:
     """Names from a bare array (or ``{key: [...]}``) of strings or objects with ``id``/``name``."""
     items = doc.get(key) if isinstance(doc, dict) else doc
@@ -151,12 +146,14 @@ def _names(doc: Any, key: str, endpoint: str) -> list[str]:
     return out
 
 
-class SandboxedClient:
+class SandboxedClient(BearerAuth):
     """Typed client for the sandboxed.sh REST API. Usable as a context manager.
 
     With ``token`` the JWT is used as given; otherwise the first authenticated call logs in with
     ``password`` (and ``username`` in multi-user mode). With neither, no Authorization header is
-    sent (dev mode). A token is never refreshed automatically: a 401 is reported as it is.
+    sent (dev mode). With a password, a request answered 401 (the token expired) logs in again once
+    and is sent once more — a refused request did nothing, so repeating it, a create too, makes
+    nothing twice; the second answer stands. Without one, a 401 is reported as it is.
     """
 
     def __init__(
@@ -175,13 +172,7 @@ class SandboxedClient:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self.retries = retries
-        self.token_exp: int | None = None
-        self._token = token or None
-        self._password = password
-        self._username = username
-        redactor = default_redactor()
-        redactor.register(token)
-        redactor.register(password)
+        self._init_auth(token, password, username)
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, transport=transport)
         self.served = ServedApi(lambda: self.health().version)  # what this release serves, as learned
 
@@ -205,46 +196,10 @@ class SandboxedClient:
     ) -> None:
         self.close()
 
-    @property
-    def authenticated(self) -> bool:
-        """True once a token is held (given or obtained by :meth:`login`)."""
-        return self._token is not None
-
-    def bearer_token(self) -> str | None:
-        """The JWT in use, for handing to another client (e.g. the MCP). A secret: never log it."""
-        return self._token
-
     # ---- transport core -----------------------------------------------------------------------
 
-    def login(self) -> None:
-        """``POST /api/auth/login`` with the configured password; keep the JWT for later calls."""
-        if self._password is None:
-            raise AuthFailed("login: no password configured for the control plane")
-        body: dict[str, str] = {"password": self._password}
-        if self._username is not None:
-            body["username"] = self._username
-        resp = self._send("POST", "/api/auth/login", json_body=body, auth=False)
-        endpoint = "POST /api/auth/login"
-        try:
-            parsed = _LoginBody.model_validate(loads_bounded(resp.content))
-        except (ValueError, ValidationError):
-            # No excerpt: a login body holds the token.
-            raise BadResponseError(f"{endpoint}: response is not {{token, exp}} JSON") from None
-        default_redactor().register(parsed.token)
-        self._token = parsed.token
-        self.token_exp = parsed.exp
-
-    def auth_headers(self) -> dict[str, str]:
-        """The Authorization header (logging in first when needed) for a companion connection such as
-        the live event stream. It holds a secret: never log it."""
-        return self._headers(True)
-
-    def _headers(self, auth: bool) -> dict[str, str]:
-        if not auth:
-            return {}
-        if self._token is None and self._password is not None:
-            self.login()
-        return {"Authorization": f"Bearer {self._token}"} if self._token else {}
+    def _login_request(self, body: dict[str, str]) -> httpx.Response:
+        return self._send("POST", "/api/auth/login", json_body=body, auth=False)
 
     def _send(
         self,
@@ -260,19 +215,27 @@ class SandboxedClient:
         """Send one request and return a 2xx response; every failure is mapped here, once."""
         endpoint = f"{method} {path}"
         timeout = self.timeout_s if timeout_s is None else timeout_s
-        resp = send(
-            self._http,
-            method,
-            path,
-            label=endpoint,
-            base_url=self.base_url,
-            timeout_s=timeout,
-            policy=self.retry_policy,
-            retry=method == "GET",  # only idempotent calls are retried on errors (pushback: all)
-            params=dict(params) if params else None,
-            json=json_body,
-            headers=self._headers(auth),
-        )
+
+        def once(headers: dict[str, str]) -> httpx.Response:
+            return send(
+                self._http,
+                method,
+                path,
+                label=endpoint,
+                base_url=self.base_url,
+                timeout_s=timeout,
+                policy=self.retry_policy,
+                retry=method == "GET",  # only idempotent calls are retried on errors (pushback: all)
+                params=dict(params) if params else None,
+                json=json_body,
+                headers=headers,
+            )
+
+        headers = self._headers(auth)
+        used = self._token
+        resp = once(headers)
+        if resp.status_code == 401 and auth and used is not None and self.renew(used):
+            resp = once(self._headers(auth))  # a refused request did nothing: sent once more, renewed
         self._raise_for_status(endpoint, resp, rejection)
         return resp
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import random
 import re
 import threading
@@ -29,6 +28,7 @@ from typing import Any, Final
 
 import httpx
 
+from sbxcheck.spend import check_cents
 from sbxcheck.transports.http import retry_after_s
 
 STREAM_PATH: Final = "/api/control/stream"
@@ -262,9 +262,9 @@ class ControlStream:
                 if kind in EVIDENCE_TYPES:
                     sig.evidence = True
                 if kind == "assistant_message":
-                    cents = payload.get("cost_cents")
-                    if isinstance(cents, int | float) and not isinstance(cents, bool) and math.isfinite(cents):
-                        sig.cost_cents = (sig.cost_cents or 0.0) + float(cents)
+                    cents, _unusable = check_cents(payload.get("cost_cents"))
+                    if cents is not None:  # an unusable cost is never summed (spend reads stored events)
+                        sig.cost_cents = (sig.cost_cents or 0.0) + cents
                 if kind == "mission_status_changed" and isinstance(payload.get("status"), str):
                     sig.status = payload["status"]
                     if len(sig.statuses) < MAX_STATUSES:

@@ -20,6 +20,7 @@ from sbxcheck.clients.sandboxed_models import RecordMismatch
 from sbxcheck.errors import BadResponseError, SbxError
 from sbxcheck.lifecycle.ledger import Ledger
 from sbxcheck.lifecycle.listing import Page, missions_since, oldest_intent, resolve_listed
+from sbxcheck.spend import MissionCost, mission_cost
 
 EVENT_PAGE = 100  # the events endpoint's default page: a full page means more may follow
 MAX_CLOSE_PAGES = 10  # event pages read per mission at close (what the follower read is not read again)
@@ -32,6 +33,7 @@ class ClosingMixin:
     created: dict[str, str]  # mission id -> via: made by this session's creates
     foreign: dict[str, str]  # mission id -> via: answered to a create, made by someone else
     costs: dict[str, float | None]
+    cost_unreadable: dict[str, str]
     ledger: Ledger | None
     _entries: dict[str, str]
     _runs: dict[str, RouteRun]
@@ -41,6 +43,12 @@ class ClosingMixin:
 
     def _release(self, entry: str | None, how: str) -> None:
         raise NotImplementedError
+
+    def book_cost(self, mission_id: str, cost: MissionCost) -> None:
+        """Record what ``mission_id`` cost; an unreadable cost is kept with its reason, never summed."""
+        self.costs[mission_id] = cost.usd
+        if cost.unreadable is not None:
+            self.cost_unreadable[mission_id] = cost.unreadable
 
     def _joined_foreign(self, created: Created, run: RouteRun, entry: str | None) -> bool:
         """True (and reported, its intent closed) when ``created`` is another's mission the create joined."""
@@ -93,8 +101,6 @@ class ClosingMixin:
         return events, None
 
     def _cancel_created(self) -> dict[str, str]:
-        from sbxcheck.spend import mission_cost_usd
-
         outcome: dict[str, str] = {}
         for mission_id, via in list(self.created.items()):
             try:
@@ -103,7 +109,7 @@ class ClosingMixin:
                 # the cost anyway) when they show it ended, else its record
                 events, status = self._stored_events(mission_id, channel)
                 if mission_id not in self.costs:  # what it cost, where the control plane stores it
-                    self.costs[mission_id] = mission_cost_usd(events)
+                    self.book_cost(mission_id, mission_cost(events))
                 if status not in TERMINAL:
                     try:
                         status = channel.get(mission_id).get("status")

@@ -46,6 +46,8 @@ from sbxcheck.lifecycle.listing import Page
 from sbxcheck.lifecycle.prompts import DIRECT_OUTPUT_PROMPT, canary_prompt, contract_fields, effort_fallbacks
 from sbxcheck.redact import clip
 from sbxcheck.results import CheckResult, Classification, incident_id
+from sbxcheck.spend import MissionCost
+from sbxcheck.spend import mission_cost as cost_of_events
 from sbxcheck.transports.http import pushback_until
 
 EVIDENCE_EVENTS = frozenset({"tool_call", "tool_result", "assistant_message"})
@@ -113,6 +115,7 @@ class MissionDispatcher(ClosingMixin):
         self.max_spend_usd = max_spend_usd  # with a cap, one mission at a time: each cost known before the next
         self.single_create = single_create  # --sbx-probe: one create per route, no keyed retry
         self.costs: dict[str, float | None] = {}  # mission id -> USD (None: not reported)
+        self.cost_unreadable: dict[str, str] = {}  # mission id -> why its reported cost cannot be used
         self._stream = stream
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -200,13 +203,35 @@ class MissionDispatcher(ClosingMixin):
 
     @property
     def spent_usd(self) -> float:
-        """What this session's missions reported costing so far."""
+        """What this session's missions reported costing so far (readable costs only)."""
         return round(sum(c for c in self.costs.values() if c is not None), 6)
 
     def _cap_result(self, label: str) -> CheckResult | None:
-        """The not-run result once ``--sbx-max-spend`` is reached, else None."""
+        """The not-run result once ``--sbx-max-spend`` is reached, else None. A mission whose cost
+        could not be read counts as reaching the cap: what it spent is unknown, and guessing low
+        would let the run pass the cap silently."""
         cap = self.max_spend_usd
-        if cap is None or self.spent_usd < cap:
+        if cap is None:
+            return None
+        evidence: dict[str, Any] = {
+            "cap_usd": cap,
+            "spent_usd": self.spent_usd,
+            "missions_before": len(self.costs),
+        }
+        if self.cost_unreadable:
+            mission_id, why = next(iter(self.cost_unreadable.items()))
+            evidence["cost_unreadable"] = dict(self.cost_unreadable)
+            return CheckResult.errored(
+                "spend_cap",
+                label,
+                f"not run: --sbx-max-spend ${cap:.4f} taken as reached: the cost of mission {mission_id} "
+                f"could not be read ({why}), so what was spent is unknown",
+                Classification.SPEND_CAP,
+                evidence,
+                recommendation="read the control plane's cost for that mission by hand before running more "
+                "under a cap; nothing else was dispatched once a cost could not be read",
+            )
+        if self.spent_usd < cap:
             return None
         return CheckResult.errored(
             "spend_cap",
@@ -214,18 +239,16 @@ class MissionDispatcher(ClosingMixin):
             f"not run: --sbx-max-spend ${cap:.4f} reached (${self.spent_usd:.4f} spent by "
             f"{len(self.costs)} mission(s) before it)",
             Classification.SPEND_CAP,
-            {"cap_usd": cap, "spent_usd": self.spent_usd, "missions_before": len(self.costs)},
+            evidence,
             recommendation="raise --sbx-max-spend deliberately or select fewer routes; nothing else was "
             "dispatched once the cap was reached",
         )
 
-    def mission_cost(self, mission_id: str, via: str) -> float | None:
+    def mission_cost(self, mission_id: str, via: str) -> MissionCost:
         """The mission's cost from its stored events (what its follower read, then what was stored
-        since; bounded); None when not reported. Never the live stream's sum: an event the stream
-        carried may not be what the mission stored."""
-        from sbxcheck.spend import mission_cost_usd
-
-        return mission_cost_usd(self._stored_events(mission_id, self.channel_for(via))[0])
+        since; bounded). Never the live stream's sum: an event the stream carried may not be what the
+        mission stored."""
+        return cost_of_events(self._stored_events(mission_id, self.channel_for(via))[0])
 
     def _settle_cost(self, run: RouteRun) -> None:
         """Capped runs: wait (bounded by the run's deadline) for the mission to end, then book its cost."""
@@ -240,7 +263,7 @@ class MissionDispatcher(ClosingMixin):
             except SbxError:
                 break
             time.sleep(self.section.poll_interval_s)
-        self.costs[mission_id] = self.mission_cost(mission_id, run.route.via)
+        self.book_cost(mission_id, self.mission_cost(mission_id, run.route.via))
 
     def _drive_capped(self, runs: list[RouteRun]) -> None:
         """Under ``--sbx-max-spend``: each route, then each canary, only while the cap is not reached."""
@@ -258,8 +281,8 @@ class MissionDispatcher(ClosingMixin):
                 continue
             self._drive_canary(canary)
             if canary.run is not None and canary.run.mission_id is not None:
-                self.costs[canary.run.mission_id] = self.mission_cost(
-                    canary.run.mission_id, canary.run.route.via
+                self.book_cost(
+                    canary.run.mission_id, self.mission_cost(canary.run.mission_id, canary.run.route.via)
                 )
 
     def _spawn(self, target: Callable[..., None], *args: Any) -> None:

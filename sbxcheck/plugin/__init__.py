@@ -442,7 +442,7 @@ def _result_from_report(
 ) -> CheckResult:
     """The CheckResult for an item: the one the test recorded, else one derived from what happened."""
     from sbxcheck.checks.base import trim
-    from sbxcheck.errors import SbxError
+    from sbxcheck.errors import SbxError, service_cause
     from sbxcheck.results import CheckResult, Classification, Outcome
 
     recorded = item.stash.get(RESULT_KEY, None)
@@ -453,8 +453,9 @@ def _result_from_report(
     if recorded is not None and report.when == "call":
         return recorded
     if isinstance(exc, SbxError):
-        host = exc.evidence.get("alias") or exc.evidence.get("service") or exc.evidence.get("endpoint")
-        cause = f"{exc.classification.value}:{host}" if host else None  # one unreachable host = one incident
+        host = exc.evidence.get("alias") or exc.evidence.get("endpoint")
+        # one unreachable host or service = one incident, keyed as a check's own error keys it
+        cause = service_cause(exc) or (f"{exc.classification.value}:{host}" if host else None)
         return CheckResult.errored(
             check, target, exc.message, exc.classification, dict(exc.evidence), cause=cause,
             recommendation=exc.recommendation,

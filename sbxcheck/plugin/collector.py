@@ -343,7 +343,8 @@ class ResultCollector:
         for item in document.get("cleanup") or []:
             if item.get("kind") in ("mission", "foreign mission"):
                 mark = "" if item.get("ok", True) else "FAILED "
-                tr.write_line(f"cleanup: {mark}{item['kind']} {item.get('ident')}: {item.get('action')}")
+                cost = f" (cost unreadable: {item['cost_unreadable']})" if item.get("cost_unreadable") else ""
+                tr.write_line(f"cleanup: {mark}{item['kind']} {item.get('ident')}: {item.get('action')}{cost}")
         sbx_probe = settings_of(self.config).probe
         if sbx_probe:  # say what was left out, so a probe run never reads as a full one
             tr.write_line(f"probe: one narrow no-push probe of route {sbx_probe}; nothing else was run")

@@ -11,6 +11,7 @@ import os
 import shlex
 import shutil
 import tempfile
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -93,6 +94,8 @@ class SbxSession:
         self.session_tag = session_tag or uuid.uuid4().hex
         self._client: SandboxedClient | None = None
         self._mcp: AssistantMcpClient | None = None
+        self._mcp_token: str | None = None  # the session token the MCP server was started with
+        self._mcp_lock = threading.Lock()
         self._dispatcher: MissionDispatcher | None = None
         self._catalog: CatalogSnapshot | None = None  # workspace and catalog readiness, read once
         self.max_spend_usd = settings.max_spend_usd
@@ -437,8 +440,9 @@ class SbxSession:
             )
         return self._client
 
-    def mcp_client(self) -> AssistantMcpClient:
-        """The assistant MCP server (stdio), started once for the session."""
+    def mcp_client(self, token: str | None = None) -> AssistantMcpClient:
+        """The assistant MCP server (stdio), started once for the session (with ``token`` as its
+        session token instead of the REST client's, when the session passes its own)."""
         if self._mcp is None:
             from sbxcheck.clients.mcp import AssistantMcpClient
 
@@ -455,11 +459,12 @@ class SbxSession:
                     env[name] = value
             if section.mcp.pass_session_token and not any(k.endswith("API_TOKEN") for k in env):
                 client = self.sandboxed_client()
-                if not client.authenticated:
+                if token is None and not client.authenticated:
                     client.login()
-                token = client.bearer_token()
+                token = token or client.bearer_token()
                 if token:
                     env["SANDBOXED_API_TOKEN"] = token
+                    self._mcp_token = token
             env.setdefault("SANDBOXED_API_URL", section.url)
             client_mcp = AssistantMcpClient(section.mcp.command, env=env, timeout_s=section.mcp.timeout_s)
             try:
@@ -509,7 +514,28 @@ class SbxSession:
     def channel(self, via: str) -> MissionChannel:
         from sbxcheck.clients.channels import McpChannel, RestChannel
 
-        return McpChannel(self.mcp_client()) if via == "mcp" else RestChannel(self.sandboxed_client())
+        if via == "mcp":
+            return McpChannel(self.mcp_client(), renew=self.renew_mcp)
+        return RestChannel(self.sandboxed_client())
+
+    def renew_mcp(self, refused: AssistantMcpClient) -> AssistantMcpClient | None:
+        """The MCP server restarted with a fresh session token after ``refused`` relayed an expired one
+        (once per refused server: concurrent callers get the one restart); None when the token is not
+        the session's to renew (no password, or the inventory gives the MCP its own)."""
+        with self._mcp_lock:
+            if self._mcp is not refused:
+                return self._mcp
+            client = self._client
+            if self._mcp_token is None or client is None:
+                return None
+            # a token of its own: the REST client's may be near its end too
+            token = client.fresh_token()
+            if token is None:
+                return None
+            self._mcp, self._mcp_token = None, None
+            with contextlib.suppress(Exception):  # the refused server is done either way
+                refused.close()
+            return self.mcp_client(token)
 
     def dispatcher(self) -> MissionDispatcher:
         """The session's mission dispatcher (created once; dispatches on first use)."""
@@ -602,15 +628,16 @@ class SbxSession:
             report = {"(the rest)": "cancel failed: abandoned at the second interrupt (see the ledger)"}
         self.cancel_report.update(report)
         for mission_id, how in report.items():
-            self.cleanup.append(
-                {
-                    "kind": "foreign mission" if mission_id in dispatcher.foreign else "mission",
-                    "ident": mission_id,
-                    "action": how,
-                    "ok": not how.startswith("cancel failed"),
-                    "cost_usd": dispatcher.costs.get(mission_id),  # the run's spend
-                }
-            )
+            line: dict[str, Any] = {
+                "kind": "foreign mission" if mission_id in dispatcher.foreign else "mission",
+                "ident": mission_id,
+                "action": how,
+                "ok": not how.startswith("cancel failed"),
+                "cost_usd": dispatcher.costs.get(mission_id),  # the run's spend
+            }
+            if mission_id in dispatcher.cost_unreadable:  # the control plane's cost was not a usable number
+                line["cost_unreadable"] = f"bad_response: {dispatcher.cost_unreadable[mission_id]}"
+            self.cleanup.append(line)
         return report
 
     def close(self) -> None:

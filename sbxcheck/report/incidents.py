@@ -210,7 +210,8 @@ class _Group:
         return next(c for c in map(_classification_of, self.records) if counts[c] == best)
 
     def targets(self) -> list[str]:
-        return sorted({r.target for r in self.records})
+        """What the members ran against; an item without a target is named by its check, never ``""``."""
+        return sorted({r.target or r.check for r in self.records})
 
 
 def _recommendation(

@@ -85,6 +85,11 @@ FAULTS: dict[str, Fault] = {
             "gemini creates are stored and started, then answered 500: the client never learns the id",
         ),
         Fault("cp.auth-expired", "every bearer token is refused: 401 Invalid or expired token"),
+        Fault(
+            "cp.token-expires",
+            "every token the control plane issues expires after 12 requests, during the run (401 Invalid "
+            "or expired token); logging in again issues a new one",
+        ),
         Fault("cp.env-values-exposed", "the verity workspace's env also holds credential-shaped values"),
         Fault("fleet.node-offline", "remote node dgx-spark missed its heartbeats: offline"),
         Fault("fleet.node-cordoned", "remote node babylon is cordoned"),
@@ -215,6 +220,11 @@ FAULTS: dict[str, Fault] = {
             "cp.record-id-mismatch",
             "GET of an opencode mission answers another mission's record (its own id, another backend/model)",
         ),
+        Fault(
+            "cp.cost-nonfinite",
+            "every mission reports two assistant messages of cost_cents 1.7e308 each (their sum is inf)",
+        ),
+        Fault("cp.cost-negative", "every mission reports two assistant messages of cost_cents -1e9 each"),
         # a run that has executed or been observed (sim/run_services.py; the gate never sees them)
         Fault("run.sdlc-credits", "the SDLC dies right after spawn: run.log ends with OpenRouter's 402 (credits)"),
         Fault("run.sdlc-key-dead", "the SDLC dies right after spawn: run.log ends with a 401 (the key is revoked)"),
@@ -245,6 +255,7 @@ CONTROLPLANE_TARGETS: dict[str, str] = {
     "cp.create-500": "gemini",
     "cp.cancel-slow": "*",
     "cp.auth-expired": "*",
+    "cp.token-expires": "*",
     "cp.env-values-exposed": "verity",
     "fleet.node-offline": "dgx-spark",
     "fleet.node-cordoned": "babylon",
@@ -261,6 +272,8 @@ CONTROLPLANE_TARGETS: dict[str, str] = {
     "cp.stream-endless-line": "*",
     "cp.list-flood": "gemini",
     "cp.record-id-mismatch": "opencode",
+    "cp.cost-nonfinite": "*",
+    "cp.cost-negative": "*",
 }
 
 

@@ -125,6 +125,9 @@ _GIT_ENV = {
 
 
 MAX_RUNS = 5000
+# a codex route whose model is an alias codex expands (gpt-5.6 -> gpt-5.6-sol): the catalog lists only
+# what it expands to (SimFleet(extra_routes=[CODEX_ALIAS_ROUTE]))
+CODEX_ALIAS_ROUTE = RouteSpec(name="codex-alias", agent="build", backend="codex", model_override="gpt-5.6")
 
 
 def plan_run_ids(seed: int, count: int, day: dt.date | None = None) -> list[str]:
@@ -231,6 +234,7 @@ class SimFleet:
         sssf_checkout: Path | None = None,
         install_attempt: str | None = None,
         cp_version: str | None = None,
+        extra_routes: Sequence[RouteSpec] = (),
     ) -> None:
         """``install_attempt``: the processes that share one try at installing pi (see ``ensure_pi``)."""
         if not 1 <= runs <= MAX_RUNS:
@@ -241,6 +245,7 @@ class SimFleet:
         self.run_count = runs
         self.embedded = embedded
         self.install_attempt = install_attempt
+        self.extra_routes = list(extra_routes)  # routes the inventory lists after the default ones
         self.runs: list[SimRun] = []
         self.openrouter = OpenRouterDouble()
         self.controlplane: ControlPlaneDouble | None = None
@@ -592,7 +597,7 @@ class SimFleet:
             execution_deadline_s=10.0,
             canary_deadline_s=30.0,
             poll_interval_s=0.25,
-            routes=routes,
+            routes=routes + self.extra_routes,
             canaries=canaries,
             mcp=McpSection(
                 command=[sys.executable, "-m", "sbxcheck.sim.assistant_mcp"],

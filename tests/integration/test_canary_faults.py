@@ -104,7 +104,8 @@ def test_every_controlplane_fault_is_in_the_matrix() -> None:
     hostile = ("cp.path-shaped-id", "cp.control-chars", "cp.workspace-busy")
     # a control plane that lies in well-formed answers: tests/integration/test_lying_control_plane.py
     lies = ("cp.coalesce-foreign", "cp.stream-lies", "cp.stream-endless-line", "cp.list-flood")
-    lies += ("cp.record-id-mismatch",)
+    lies += ("cp.record-id-mismatch", "cp.cost-nonfinite", "cp.cost-negative")
+    lies += ("cp.token-expires",)  # tests/integration/test_token_expiry.py
     cp_faults = {
         f
         for f in FAULTS

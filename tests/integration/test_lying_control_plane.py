@@ -2,7 +2,8 @@
 
 Never act on another's mission (a create joined to a person's live mission), never let one stream
 event decide cleanup or spend, never buffer an endless stream line, page the mission list back to
-an unanswered create, and never judge a record of another mission as the one asked for.
+an unanswered create, never judge a record of another mission as the one asked for, and never sum
+a reported cost that is not a usable number.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from sbxcheck.sim.httpserver import BackgroundServer
 pytestmark = pytest.mark.slow  # end-to-end: child sessions against a fleet
 
 
-def _canary(tmp: Path, faults: list[str], select: str) -> tuple[subprocess.CompletedProcess[str], Any, Any]:
+def _canary(
+    tmp: Path, faults: list[str], select: str, *extra: str
+) -> tuple[subprocess.CompletedProcess[str], Any, Any]:
     """``pytest -m canary -k select`` against a fleet with ``faults``: (process, control plane, results)."""
     suites = tmp / "suites"
     suites.mkdir()
@@ -38,7 +41,7 @@ def _canary(tmp: Path, faults: list[str], select: str) -> tuple[subprocess.Compl
         proc = subprocess.run(
             [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-m", "canary",
              str(suites), "-k", select, f"--sbx-inventory={fleet.inventory_path}",
-             f"--sbx-report={tmp / 'report'}", f"--sbx-state={tmp / 'state'}"],
+             f"--sbx-report={tmp / 'report'}", f"--sbx-state={tmp / 'state'}", *extra],
             cwd=tmp, capture_output=True, text=True, timeout=300, check=False,
         )  # fmt: skip
         cp = fleet.controlplane
@@ -160,3 +163,36 @@ def test_a_record_for_another_mission_is_a_bad_response_naming_both(tmp_path: Pa
         assert "sonnet" not in item["message"] and "claudecode" not in item["message"]
     named = [(r.method, r.path) for r in cp.requests if OTHER_RECORD_ID in r.path]
     assert named == []
+
+
+def test_a_nonfinite_cost_is_named_and_the_report_is_whole(tmp_path: Path) -> None:
+    proc, cp, document = _canary(tmp_path, ["cp.cost-nonfinite"], "codex-verity")  # runs to its end
+    [mission_id] = cp.mission_ids()
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert {c["outcome"] for c in document["checks"]} == {"passed"}  # the routes are healthy
+    spend = document["spend"]
+    assert spend["total_usd"] == 0 and spend["missions"] == 1 and spend["missions_cost_unreadable"] == 1
+    [cleanup] = document["cleanup"]
+    assert cleanup["cost_usd"] is None
+    assert cleanup["cost_unreadable"] == (
+        "bad_response: assistant_message " + cleanup["cost_unreadable"].split("assistant_message ", 1)[1]
+    )
+    assert "cost_cents 1.7e+308" in cleanup["cost_unreadable"]
+    assert f"cleanup: mission {mission_id}: " in proc.stdout and "(cost unreadable: bad_response" in proc.stdout
+    assert "spend: $0.0000 on 1 mission(s) (1 with an unreadable cost, not counted: " in proc.stdout
+    for name in ("junit.xml", "report.html"):
+        assert (tmp_path / "report" / name).is_file()
+
+
+def test_a_negative_cost_cannot_defeat_the_spend_cap(tmp_path: Path) -> None:
+    proc, cp, document = _canary(
+        tmp_path, ["cp.cost-negative"], "gemini-flash or opencode-glm", "--sbx-max-spend=1"
+    )
+    assert len(cp.mission_ids()) == 1, proc.stdout[-3000:]  # the first mission's cost could not be read
+    spend = document["spend"]
+    assert spend["cap_reached"] and spend["total_usd"] == 0 and spend["missions_cost_unreadable"] == 1
+    held = [c for c in document["checks"] if c["classification"] == "spend_cap"]
+    assert len(held) == 1 and sorted(c["nodeid"] for c in held) == spend["not_run"]
+    assert all("taken as reached" in c["message"] and "is negative" in c["message"] for c in held)
+    assert "$-" not in proc.stdout
+    assert "cap $1.0000 taken as reached: what was spent is unknown, 1 item(s) not run" in proc.stdout

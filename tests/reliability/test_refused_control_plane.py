@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.gate_harness import CANARY_SUITES
+from support.gate_harness import CANARY_SUITES, REPO
 from support.lifecycle_harness import LEDGER_SUITE, child_argv, open_entries, run_child, suites_dir
 
 from sbxcheck.sim.fleet import SimFleet
@@ -62,3 +62,21 @@ def test_refused_control_plane_is_one_incident_and_the_next_healthy_run_passes(
     healthy = json.loads((tmp_path / "report" / "results.json").read_text())
     assert ret == 0, out
     assert healthy["incidents"] == [] and not [c for c in healthy["checks"] if "ledger" in c["nodeid"]]
+
+
+def test_every_canary_against_a_refused_control_plane_is_one_incident_naming_no_empty_target(
+    fleet: SimFleet, tmp_path: Path
+) -> None:
+    port = _refuse(fleet)
+    suites = suites_dir(tmp_path, *sorted((REPO / "canaries").glob("test_*.py")))
+    ret, out = run_child(child_argv(suites, fleet.inventory_path, tmp_path, marks="canary"), tmp_path)
+    report = json.loads((tmp_path / "report" / "results.json").read_text())
+    assert ret == 1, out
+    errored = [c for c in report["checks"] if c["outcome"] == "error"]
+    # readiness, fleet, hygiene, discovery and the routes all met the one refused URL: one cause key
+    assert len(errored) > 20
+    assert {c["cause"] for c in errored} == {f"infra_unreachable:http://127.0.0.1:{port}"}
+    [incident] = report["incidents"]
+    assert sorted(incident["checks"]) == sorted(c["nodeid"] for c in errored)
+    names = incident["summary"].split(" on ", 1)[1].split(":", 1)[0].split(", ")
+    assert "" not in names and " on , " not in incident["summary"], incident["summary"]

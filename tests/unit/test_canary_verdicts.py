@@ -400,3 +400,17 @@ def test_a_workspace_exec_pushed_back_is_no_workspace_defect() -> None:
         d.close()
     result = check_workspace_visible(canary)
     assert (result.outcome, result.classification) == (Outcome.ERROR, Classification.RATE_LIMITED)
+
+
+def test_an_unusable_reported_cost_is_named_on_the_route_it_came_from() -> None:
+    run = RouteRun(RouteSpec(backend="codex"), "t", "k", {"model_effort": None})
+    run.created = Created({"id": "m1", "status": "pending"})
+    run.last = {"status": "completed"}
+    run.events = [
+        {"event_type": "tool_call", "sequence": 1, "tool_name": "bash"},
+        {"event_type": "assistant_message", "sequence": 2, "metadata": {"cost_cents": -1e9}},
+    ]
+    result = check_reaches_execution(run)
+    assert result.outcome is Outcome.PASSED  # the route works; its cost report does not
+    why = "bad_response: assistant_message 2: cost_cents -1000000000.0 is negative"
+    assert result.evidence["cost_unreadable"] == why

@@ -110,3 +110,13 @@ def test_the_gate_advice_is_not_mistaken_for_a_destructive_proposal() -> None:
     ]
     [incident] = build_incidents(records)
     assert incident.recommendation == advice
+
+
+def test_an_item_without_a_target_is_named_by_its_check_in_the_summary() -> None:
+    cause = "infra_unreachable:http://127.0.0.1:9"
+    records = [
+        rec("fleet_machine_inventory", "", "cannot connect", C.INFRA_UNREACHABLE, cause=cause),
+        rec("catalog", "ashur", "cannot connect", C.INFRA_UNREACHABLE, cause=cause),
+    ]
+    [incident] = build_incidents(records)
+    assert incident.summary.startswith("infra_unreachable on ashur, fleet_machine_inventory: 2 checks")

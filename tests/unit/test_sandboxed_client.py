@@ -472,3 +472,52 @@ def test_parse_valid_models_edge_cases() -> None:
         "zai/glm-5.2",
         "minimax/MiniMax-M3",
     ]
+
+
+class ExpiringTokens:
+    """A control plane whose tokens expire after ``uses`` requests; each login issues a new one."""
+
+    def __init__(self, uses: int) -> None:
+        self.uses, self.issued = uses, 0
+        self.spent: dict[str, int] = {}
+        self.requests: list[tuple[str, str, int]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/api/auth/login":
+            self.issued += 1
+            response = httpx.Response(200, json={"token": f"{TOKEN}{self.issued}", "exp": 1_900_000_000})
+        else:
+            token = request.headers.get("authorization", "").removeprefix("Bearer ")
+            self.spent[token] = self.spent.get(token, 0) + 1
+            if self.spent[token] > self.uses:
+                response = httpx.Response(401, text="Invalid or expired token")
+            else:
+                response = httpx.Response(200, json=mission())
+        self.requests.append((request.method, request.url.path, response.status_code))
+        return response
+
+
+def test_an_expired_token_is_renewed_once_and_the_refused_request_sent_once_more() -> None:
+    plane = ExpiringTokens(uses=1)
+    with SandboxedClient(BASE, password=PASSWORD, transport=httpx.MockTransport(plane), timeout_s=2.0) as client:
+        client.get_mission(MID)  # the first token's one request
+        client.create_mission(title="t", prompt="p")  # refused, renewed, sent again
+    creates = [r for r in plane.requests if r[:2] == ("POST", "/api/control/missions")]
+    assert [status for _, _, status in creates] == [401, 200]  # the refused create made nothing; one more
+    assert plane.issued == 2 and client.renewals == 1
+
+
+def test_a_renewed_token_refused_too_is_reported_not_renewed_again() -> None:
+    plane = ExpiringTokens(uses=0)
+    client = SandboxedClient(BASE, password=PASSWORD, transport=httpx.MockTransport(plane), timeout_s=2.0)
+    with client, pytest.raises(AuthFailed, match="Invalid or expired token"):
+        client.get_mission(MID)
+    assert plane.issued == 2 and len([r for r in plane.requests if r[1] != "/api/auth/login"]) == 2
+
+
+def test_a_static_token_that_expires_is_reported_as_it_is() -> None:
+    plane = ExpiringTokens(uses=0)
+    client = SandboxedClient(BASE, token=TOKEN, transport=httpx.MockTransport(plane), timeout_s=2.0)
+    with client, pytest.raises(AuthFailed):
+        client.create_mission(title="t", prompt="p")
+    assert plane.issued == 0 and len(plane.requests) == 1

@@ -210,19 +210,21 @@ class AgentRunner(EventRoutes):
             passed = len(steps) - failures
             reply = f"Workspace canary: ran {len(steps)} step(s), {passed} succeeded." if steps else "ok"
             m.record["history"].append({"role": "assistant", "content": reply})
-            self._emit(
-                m,
-                "assistant_message",
-                reply,
-                metadata={
-                    "id": str(uuid.uuid4()),
-                    "success": True,
-                    "cost_cents": self.mission_cost_cents,
-                    "model": m.record.get("model_override") or m.requested_model,
-                    "shared_files": [],
-                    "resumable": False,
-                },
-            )
+            costs = lies.reported_costs(self, m, self.mission_cost_cents)
+            for index, cents in enumerate(costs, start=1):
+                self._emit(
+                    m,
+                    "assistant_message",
+                    reply if index == len(costs) else "working on it",
+                    metadata={
+                        "id": str(uuid.uuid4()),
+                        "success": True,
+                        "cost_cents": cents,
+                        "model": m.record.get("model_override") or m.requested_model,
+                        "shared_files": [],
+                        "resumable": False,
+                    },
+                )
         await self._sleep(FINISH_S)
         with self._lock:
             m = self._alive(mid)

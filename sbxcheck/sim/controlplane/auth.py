@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 
@@ -12,6 +13,7 @@ from starlette.responses import JSONResponse, Response
 
 from sbxcheck.sim.controlplane.base import DoubleBase
 from sbxcheck.sim.controlplane.model import (
+    TOKEN_EXPIRES_FAULT,
     Handler,
     plain_text,
 )
@@ -41,7 +43,17 @@ class AuthRoutes(DoubleBase):
         sub = claims.get("sub")
         if not isinstance(sub, str) or (self.users and sub not in self.users):
             return plain_text(401, "Invalid user")
+        if TOKEN_EXPIRES_FAULT in self.faults and self._token_spent(str(claims.get("jti"))):
+            return plain_text(401, "Invalid or expired token")
         return sub
+
+    def _token_spent(self, jti: str) -> bool:
+        """``cp.token-expires``: the token has expired once it has authorized :attr:`token_requests`
+        requests (a count, not a clock: the expiry lands mid-run however fast the machine is)."""
+        with self._lock:
+            used = self.token_uses.get(jti, 0) + 1
+            self.token_uses[jti] = used
+        return used > self.token_requests
 
     def _guard(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
@@ -80,12 +92,18 @@ class AuthRoutes(DoubleBase):
             if not hmac.compare_digest(given, self.password.encode()):
                 return plain_text(401, "Invalid password")
             sub = self.single_tenant_user_id
+        return JSONResponse(self.issue_token(sub))
+
+    def issue_token(self, sub: str) -> dict[str, object]:
+        """A signed JWT for ``sub`` and its expiry; each one is told apart (``jti``) for ``cp.token-expires``."""
         now = int(time.time())
         exp = now + self.jwt_ttl_days * 86400
         token = jwt.encode(
-            {"sub": sub, "usr": sub, "iat": now, "exp": exp}, self._jwt_secret, algorithm="HS256"
+            {"sub": sub, "usr": sub, "iat": now, "exp": exp, "jti": secrets.token_hex(8)},
+            self._jwt_secret,
+            algorithm="HS256",
         )
-        return JSONResponse({"token": token, "exp": exp})
+        return {"token": token, "exp": exp}
 
     async def _auth_status(self, request: Request) -> Response:
         return JSONResponse(

@@ -35,6 +35,7 @@ from sbxcheck.sim.controlplane.model import (
     NIL_UUID,
     OPS_FAULTS,
     TERMINAL,
+    TOKEN_REQUESTS,
     BackendSpec,
     MissionState,
     NodeSpec,
@@ -121,6 +122,8 @@ class DoubleBase:
         self.goal_limit_at_create = goal_limit_at_create
         self.step_timeout_s = step_timeout_s
         self.jwt_ttl_days = max(1, jwt_ttl_days)
+        self.token_requests = TOKEN_REQUESTS  # cp.token-expires: requests one token authorizes
+        self.token_uses: dict[str, int] = {}  # token id (jti) -> requests it authorized
         self.jwt_secret_configured = jwt_secret_configured
         self.single_tenant_user_id = "default"
         self.version = self.release.version

@@ -10,6 +10,8 @@
   of the same user are stored after it: the newest page of the mission list no longer reaches it.
 - ``cp.record-id-mismatch``: ``GET /missions/{id}`` of the target backend's missions answers the
   record of another mission (another backend and model, its own id).
+- ``cp.cost-nonfinite`` / ``cp.cost-negative``: the target backend's missions report two assistant
+  messages, each of ``cost_cents`` 1.7e308 (a sum past any float: inf) or -1e9.
 """
 
 from __future__ import annotations
@@ -19,12 +21,15 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any, Final
 
-from sbxcheck.sim.controlplane.model import LIES_FAULTS, NIL_UUID, MissionState, iso_time
+from sbxcheck.sim.controlplane.model import COST_FAULTS, LIES_FAULTS, NIL_UUID, MissionState, iso_time
 
 if TYPE_CHECKING:
     from sbxcheck.sim.controlplane.base import DoubleBase
 
 COALESCE_FOREIGN, STREAM_LIES, ENDLESS_LINE, LIST_FLOOD, RECORD_ID_MISMATCH = LIES_FAULTS
+COST_NONFINITE, COST_NEGATIVE = COST_FAULTS
+HUGE_CENTS: Final = 1.7e308  # finite alone; two of them sum to inf
+NEGATIVE_CENTS: Final = -1e9
 FOREIGN_ID: Final = "f0e1a2b3-0000-4000-8000-00000000c0a1"  # a person's live mission
 OTHER_RECORD_ID: Final = "0a0b0c0d-0000-4000-8000-0000000001d0"  # the record answered for another id
 FLOOD: Final = 250
@@ -116,3 +121,14 @@ def flood_after_create(double: DoubleBase, m: MissionState) -> None:
         stamp = iso_time(base + i * 0.001)
         planted = _planted(double, mid, f"nightly batch item {i + 1}", "codex", "gpt-5", "completed")
         planted.record.update(created_at=stamp, updated_at=stamp)
+
+
+def reported_costs(double: DoubleBase, m: MissionState, cents: float) -> list[float]:
+    """The ``cost_cents`` of each assistant message ``m`` reports (its last is the final reply):
+    ``[cents]``, or two unusable costs under ``cp.cost-nonfinite`` / ``cp.cost-negative``."""
+    backend = str(m.record.get("backend"))
+    if double._fault_on(COST_NONFINITE, backend):
+        return [HUGE_CENTS, HUGE_CENTS]
+    if double._fault_on(COST_NEGATIVE, backend):
+        return [NEGATIVE_CENTS, NEGATIVE_CENTS]
+    return [cents]

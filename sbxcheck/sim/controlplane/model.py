@@ -207,6 +207,9 @@ PATH_SHAPED_ID: Final = "../../../admin/wipe-everything?confirm=yes#"  # a serve
 BUSY_HOLDER_ID: Final = "0b5e55ed-0000-4000-8000-000000000020"  # the other session's mission
 BUSY_HOLDER_TAG: Final = "0ther5e5"
 
+TOKEN_EXPIRES_FAULT: Final = "cp.token-expires"
+TOKEN_REQUESTS: Final = 12  # requests a token authorizes under cp.token-expires: fewer than any run makes
+
 CONTROLPLANE_FAULTS: Final[dict[str, str]] = {
     "cp.backend-crash": "target backend's missions run the DB migration, then fail `fn3 is not a function` "
     "before any tool call (a shared adapter crash)",
@@ -224,6 +227,8 @@ CONTROLPLANE_FAULTS: Final[dict[str, str]] = {
     "cp.idempotency-ignored": "create ignores idempotency_key (title coalescing stays on, as upstream): a "
     "retry with the same key and a new title is a new mission",
     "cp.auth-expired": "every bearer token is refused: 401 `Invalid or expired token`",
+    TOKEN_EXPIRES_FAULT: f"every token login issues expires after it has authorized {TOKEN_REQUESTS} requests "
+    "(later ones with it: 401 `Invalid or expired token`); a new login issues a new one",
     "cp.cancel-slow": f"every cancel waits {CANCEL_SLOW_S:g}s before it acts (for interrupt tests)",
     "cp.create-500": "target backend's creates are stored and started, then answered 500 (the client never "
     "learns the id)",
@@ -255,6 +260,8 @@ LIES_FAULTS: Final = (
     "cp.record-id-mismatch",
 )
 CONTROLPLANE_FAULTS.update({n: ALL_FAULTS[n].summary for n in LIES_FAULTS})
+COST_FAULTS: Final = ("cp.cost-nonfinite", "cp.cost-negative")  # the costs the agent reports
+CONTROLPLANE_FAULTS.update({n: ALL_FAULTS[n].summary for n in COST_FAULTS})
 DEFAULT_FAULT_TARGETS: Final[dict[str, str]] = {
     "cp.path-shaped-id": "gemini",
     "cp.control-chars": "opencode",
