@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from sbxcheck.inventory import SandboxedSection
 from sbxcheck.plugin.stash import PARAMS_KEY, get_session
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: an unrelated pytest run imports no inventory model
+    from sbxcheck.inventory import SandboxedSection
     from sbxcheck.plugin.session import GateRun
 
 
@@ -70,7 +70,7 @@ def _keyed(config: pytest.Config, fixture: str, key: Any, value: Any) -> Any:
     return key
 
 
-SandboxedTargets = Callable[[pytest.Config, SandboxedSection], list[Any]]
+SandboxedTargets = Callable[[pytest.Config, "SandboxedSection"], list[Any]]
 
 
 def _nodes(config: pytest.Config, section: SandboxedSection) -> list[Any]:
