@@ -105,6 +105,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if workerinput is None and not getattr(config.option, "help", False):
         _preflight(config, settings)  # a bad configuration is one usage error, before collection (exit 4)
     _check_outputs(config, settings)  # a wrong output path is exit 4, before anything runs
+    _add_shipped_suites(config, settings)
     config.stash[PARAMS_KEY] = {}
     config.stash[SESSION_TAG_KEY] = (
         workerinput.get("sbxcheck_session_tag") if workerinput else None
@@ -151,6 +152,18 @@ def pytest_configure(config: pytest.Config) -> None:
 
             xdist_nodes.scope_dir = Path(tempfile.mkdtemp(prefix="sbxcheck-xdist-"))
         config.pluginmanager.register(xdist_nodes, "sbxcheck-xdist")
+
+
+def _add_shipped_suites(config: pytest.Config, settings: Settings) -> None:
+    """Collect the installed package's suites where the run asks for a suite and has none of its own."""
+    if getattr(config.option, "help", False):
+        return
+    from sbxcheck.plugin.suites import ShippedSuites
+
+    shipped = ShippedSuites.for_run(config, settings.shipped_suites)
+    if shipped is not None:
+        shipped.add_to(config)
+        config.pluginmanager.register(shipped, "sbxcheck-shipped-suites")
 
 
 def _preflight(config: pytest.Config, settings: Settings) -> None:
@@ -519,8 +532,8 @@ def _hide_sbxcheck_frames(excinfo: pytest.ExceptionInfo[BaseException]) -> None:
         path = entry.path
         if not isinstance(path, Path):
             kept.append(entry)
-        elif path.is_relative_to(package):
-            break
+        elif path.is_relative_to(package) and not path.is_relative_to(package / "suites"):
+            break  # (an installed suite's frame is the test's own, kept as a checkout's is)
         elif not any(path.is_relative_to(runner) for runner in runners):  # pytest would cut these too
             kept.append(entry)
     excinfo.traceback = type(excinfo.traceback)(kept)
