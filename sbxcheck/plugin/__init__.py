@@ -539,6 +539,28 @@ def _hide_sbxcheck_frames(excinfo: pytest.ExceptionInfo[BaseException]) -> None:
     excinfo.traceback = type(excinfo.traceback)(kept)
 
 
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """A run meant for a fleet that collected nothing says how the shipped suites are run.
+
+    Not where items were collected and then deselected (``-k``, ``-m``): that run found its tests.
+    """
+    if exitstatus != pytest.ExitCode.NO_TESTS_COLLECTED or getattr(config, "workerinput", None) is not None:
+        return
+    if terminalreporter.stats.get("deselected"):
+        return
+    from sbxcheck.preflight import names_a_suite
+
+    settings = config.stash.get(SETTINGS_KEY, None)
+    asked = names_a_suite(str(config.getoption("markexpr", "") or ""))
+    if settings is None or not (settings.inventory is not None or asked):
+        return
+    terminalreporter.write_line(
+        "sbxcheck: no tests ran. The shipped suites run with `pytest -m gate` (or canary, triage, run) "
+        "given no test path, or `pytest --pyargs sbxcheck.suites -m gate`"
+        + (f" (--sbx-shipped-suites is {settings.shipped_suites})" if settings.shipped_suites != "auto" else "")
+    )
+
+
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> tuple[str, str, str] | None:
     """An sbxcheck ``error`` found in the call phase is a pytest error too: one count in both summaries."""
     if report.when == "call" and report.failed and getattr(report, "sbxcheck_outcome", None) == "error":

@@ -17,7 +17,9 @@ import pytest
 from sbxcheck.sim.fleet import SimFleet
 
 REPO = Path(__file__).resolve().parents[2]
-OWN_CHECK = "import pytest\n\n@pytest.mark.gate\ndef test_my_extra(sbx_inventory):\n    assert sbx_inventory.ssh\n"
+OWN_CHECK = (
+    "import pytest\n\n@pytest.mark.gate\ndef test_my_extra(sbx_inventory):\n    assert sbx_inventory.ssh\n"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -82,13 +84,35 @@ def test_a_local_copy_of_a_suite_is_the_suite(pytester: pytest.Pytester, healthy
     assert ids and all(i.startswith("test_gate.py::") for i in ids), ids[:5]
 
 
-def test_nothing_is_added_unless_a_suite_is_asked_for(pytester: pytest.Pytester, healthy_fleet: SimFleet) -> None:
+def test_nothing_is_added_unless_a_suite_is_asked_for(
+    pytester: pytest.Pytester, healthy_fleet: SimFleet
+) -> None:
     pytester.makepyfile(test_mine=OWN_CHECK)
     assert _ids(_collect(pytester, healthy_fleet)) == ["test_mine.py::test_my_extra"]  # no -m
     assert _ids(_collect(pytester, healthy_fleet, "-m", "not gate")) == []
-    assert _ids(_collect(pytester, healthy_fleet, "-m", "gate", "test_mine.py")) == ["test_mine.py::test_my_extra"]
+    assert _ids(_collect(pytester, healthy_fleet, "-m", "gate", "test_mine.py")) == [
+        "test_mine.py::test_my_extra"
+    ]
     assert _ids(_collect(pytester, healthy_fleet, "-m", "gate", "--sbx-shipped-suites=no")) == [
         "test_mine.py::test_my_extra"
     ]
     named = _ids(_collect(pytester, healthy_fleet, "-m", "gate", "--sbx-shipped-suites=yes", "test_mine.py"))
     assert named == ["test_mine.py::test_my_extra", *_checkout_ids(healthy_fleet, "gate")]
+
+
+def test_a_run_for_a_fleet_that_collects_nothing_says_how_to_run_the_suites(
+    pytester: pytest.Pytester, healthy_fleet: SimFleet
+) -> None:
+    for extra in ((), ("-m", "gate", "--sbx-shipped-suites=no")):
+        result = pytester.runpytest_subprocess(
+            "-p", "no:cacheprovider", f"--sbx-inventory={healthy_fleet.inventory_path}", *extra
+        )
+        assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+        result.stdout.fnmatch_lines(["sbxcheck: no tests ran. The shipped suites run with `pytest -m gate`*"])
+    pytester.makepyfile(test_mine=OWN_CHECK)
+    deselected = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", f"--sbx-inventory={healthy_fleet.inventory_path}", "-k", "no_such_item"
+    )
+    assert deselected.ret == pytest.ExitCode.NO_TESTS_COLLECTED and "sbxcheck: no" not in deselected.stdout.str()
+    unrelated = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-k", "nothing")  # no inventory, no suite
+    assert unrelated.ret == pytest.ExitCode.NO_TESTS_COLLECTED and "sbxcheck: " not in unrelated.stdout.str()
