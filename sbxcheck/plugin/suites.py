@@ -15,7 +15,7 @@ directory is the suite. ``--sbx-shipped-suites=yes`` adds them to any run, ``no`
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -24,7 +24,6 @@ from sbxcheck.preflight import names_a_suite
 
 #: the subpackages of ``sbxcheck.suites``: the repository's gates/ and canaries/
 SUITE_PACKAGES = ("gates", "canaries")
-SHIPPED_CHOICES = ("auto", "yes", "no")
 
 
 def shipped_dirs() -> dict[str, Path]:
@@ -51,7 +50,7 @@ class ShippedSuites:
     root: Path
     dirs: tuple[Path, ...]
     modules: frozenset[str]
-    local_copy: Path | None = field(default=None)
+    local_copy: Path | None = None  # the first local module named like a shipped one
 
     @classmethod
     def for_run(cls, config: pytest.Config, mode: str) -> ShippedSuites | None:
