@@ -67,7 +67,7 @@ def gate_commands(inventory: Path) -> dict[str, list[tuple[str, bytes, float | N
         gate.check_roster_matches,
         gate_model.check_cost_reported,
         gate_model.check_credit_remaining,
-        vm_hygiene.check_vm_hygiene,  # test_vm_hygiene's VM half (issue 22): the gate sends it too
+        vm_hygiene.check_vm_hygiene,  # test_vm_hygiene's VM half: the gate sends it too
     ]
     for run in session.gate_runs():
         target = run.target

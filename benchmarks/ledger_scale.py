@@ -1,4 +1,4 @@
-"""A one-item run's cost against an empty ledger and against one of 1 M closed entries (issue 20).
+"""A one-item run's cost against an empty ledger and against one of 1 M closed entries (size must not slow a run).
 
     python benchmarks/ledger_scale.py [--entries 1000000] [--repeat 5]
 

@@ -1,4 +1,4 @@
-"""Dispatch contracts (specs/sandboxed-sh.md §8.1, §8.2), for routes that opt in with ``contract``.
+"""Dispatch contracts (specs/sandboxed-sh.md, 8.1 and 8.2), for routes that opt in with ``contract``.
 
 A roadmap dispatch carries project, track, acceptance criteria and a retry-safe idempotency key:
 the record echoes them, the same key returns the original mission, ``GET /tracks`` shows the track

@@ -1,4 +1,4 @@
-"""Fleet canaries and the DGX triage runbook (specs/sandboxed-sh.md §6, §8.11–§8.14; sssf §8 reap).
+"""Fleet canaries and the DGX triage runbook (specs/sandboxed-sh.md, 6 and 8.11 to 8.14; upstream's reap).
 
 Canaries: DGX/tailscale from agent-core, control-plane and remote-node health, the machine
 inventory, secret-safe workspace discovery (REST and MCP), the stored-GitHub-auth probe, and the
@@ -37,7 +37,7 @@ from sbxcheck.suite import (
 pytestmark = pytest.mark.canary
 
 
-# ------------------------------------------------------------------ DGX routing (§8.13)
+# ------------------------------------------------------------------ DGX routing
 
 
 @pytest.mark.triage
@@ -72,11 +72,11 @@ def test_triage_dgx_routing(
     sbx_verdict: Verdict,
     request: pytest.FixtureRequest,
 ) -> None:
-    """§8.13: only the DGX unreachable + tailscaled down on agent-core = one incident and its next step."""
+    """DGX routing: only the DGX unreachable + tailscaled down on agent-core = one incident and its next step."""
     sbx_verdict(triage_dgx_routing(request.node, sbx_dgx, sbx_ssh_pool, sbx_session))
 
 
-# ------------------------------------------------------------------ control plane and nodes (§6, §8.14)
+# ------------------------------------------------------------------ control plane and nodes
 
 
 def test_fleet_health(sbx_session: Session, sbx_verdict: Verdict) -> None:
@@ -108,7 +108,7 @@ def test_fleet_machine_inventory(
     sbx_verdict(machine_inventory(sbx_session, sbx_inventory, sbx_ssh_pool))
 
 
-# ------------------------------------------------------------------ secrets and credentials (§8.11, §8.12)
+# ------------------------------------------------------------------ secrets and credentials
 
 
 def test_workspace_discovery(sbx_discovery_via: str, sbx_session: Session, sbx_verdict: Verdict) -> None:
@@ -124,7 +124,7 @@ def test_github_auth(sbx_github_probe: GithubProbeSpec, sbx_session: Session, sb
     sbx_verdict(github_auth(sbx_session, sbx_github_probe))
 
 
-# ------------------------------------------------------------------ orphan audit (sssf §8 reap)
+# ------------------------------------------------------------------ orphan audit (as upstream's reap joins)
 
 
 @pytest.mark.triage

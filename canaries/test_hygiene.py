@@ -1,4 +1,4 @@
-"""Mission hygiene: what an on-call operator looks at by hand (specs/sandboxed-sh.md §3.3, §3.6, §7).
+"""Mission hygiene: what an on-call operator looks at by hand (specs/sandboxed-sh.md, 3.3, 3.6 and 7).
 
 Read-only: the integrity groups, the live runners' health, every non-terminal mission's staleness
 verdict, and the ``get_mission_health`` signals across in-flight missions (one item per signal,

@@ -1,4 +1,4 @@
-"""Workspace and catalog readiness, before any mission is spent (specs/sandboxed-sh.md §4, §5, §8.15).
+"""Workspace and catalog readiness, before any mission is spent (specs/sandboxed-sh.md, 4, 5 and 8.15).
 
 ``test_workspace_ready[<workspace>]``: status ready and what the inventory expects of it (names
 only). ``test_catalog[<route>]``: backend and agent registered, the model an exact catalog id its

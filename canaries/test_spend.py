@@ -1,4 +1,4 @@
-"""The account behind the fleet can pay for the next run (issue 21: spend)."""
+"""The account behind the fleet can pay for the next run: its balance is above the inventory's floor."""
 
 from __future__ import annotations
 

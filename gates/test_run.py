@@ -1,4 +1,4 @@
-"""A run that has executed or been observed (issue 22), as items per run: ``pytest -m run``.
+"""A run that has executed or been observed, as items per run: ``pytest -m run``.
 
 Run after ``just sbx lifecycle execute`` and ``observe``. Parametrized from the run records like the
 gate (one item per open, gateable run, each VM's items on one SSH connection, started at once by the

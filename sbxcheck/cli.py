@@ -100,6 +100,21 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        return _command(args)
+    except BrokenPipeError:  # the reader went away (`sbxcheck report DIR | head`): stop quietly
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the flush at exit finds no closed pipe either
+        return SIGPIPE_EXIT
+
+
+#: What a shell reports for a program ended by SIGPIPE (128 + 13).
+SIGPIPE_EXIT = 141
+
+
+def _command(args: argparse.Namespace) -> int:
+    try:
         if args.command == "version":
             print(f"sbxcheck {__version__}")
             return 0
@@ -253,7 +268,8 @@ def _report(directory: Path) -> int:
     report = load_report(directory / "results.json" if directory.is_dir() else directory)
     _say(f"inventory: {report.inventory.source}  ({report.started_at} → {report.finished_at})")
     _say(counts_line(report.summary, len(report.not_run)))
-    for rec in report.checks:
+    first = {"failed": 0, "error": 1, "skipped": 2}  # what needs a look comes first, passed last
+    for rec in sorted(report.checks, key=lambda r: first.get(r.outcome.value, 3)):
         cls = rec.classification.value if rec.classification else ""
         _say(f"  {rec.outcome.value:7} {cls:18} {rec.nodeid}")
     for inc in report.incidents:

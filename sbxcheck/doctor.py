@@ -1,6 +1,7 @@
 """``sbxcheck doctor`` (and ``pytest --sbx-doctor``): every precondition of a run, one line each, before anything runs.
 
-Each line is ✓ or ✗; a ✗ says what to do. Read-only: nothing is created, accepted or changed (a host key
+Each line is ✓ or ✗ (a ✗ says what to do), or · for a fact that is neither (the embedded fleet is
+used because no inventory was found). Read-only: nothing is created, accepted or changed (a host key
 is never accepted: the line prints the ``ssh-keyscan`` command to verify by hand), and no secret value is
 printed (env vars by name, keys by file). Every network call is bounded by the inventory's timeouts.
 With no inventory the embedded simulated fleet is started in a temporary directory, checked the same
@@ -30,18 +31,19 @@ TOOL_TIMEOUT_S = 15.0
 
 @dataclass(frozen=True)
 class Finding:
-    """One precondition: met or not, what was seen, and the fix when not."""
+    """One precondition: met or not, what was seen, and the fix when not; ``note``: neither, only a fact."""
 
     ok: bool
     label: str
     detail: str
     fix: str = ""
+    note: bool = False
 
     def render(self) -> str:
         """The line, through the one redactor (a URL with a password, a key in an error text)."""
         from sbxcheck.redact import default_redactor
 
-        mark = "✓" if self.ok else "✗"
+        mark = "·" if self.note and self.ok else "✓" if self.ok else "✗"
         fix = f" — fix: {self.fix}" if self.fix and not self.ok else ""
         return default_redactor().redact_text(f"{mark} {self.label}: {self.detail}{fix}")
 
@@ -99,8 +101,9 @@ def _inventory_path(choice: InventoryChoice, emit: Callable[[Finding], None]) ->
         Finding(
             True,
             "inventory",
-            f"none found ({choice.source}): the embedded simulated fleet is used "
+            f"none found ({choice.source}): the embedded simulated fleet will be used, not a real one "
             "(give --sbx-inventory=PATH, $SBXCHECK_INVENTORY or ./sbxcheck.toml for a real fleet)",
+            note=True,
         )
     )
     from sbxcheck.errors import SbxError
@@ -140,7 +143,7 @@ def _check_inventory(
                 False,
                 "inventory validates",
                 exc.message,
-                f"edit {path} (sbxcheck/inventory.py lists every field)",
+                f"edit {path} (docs/inventory.md lists every field; offline: python -m sbxcheck.docs_inventory)",
             )
         )
         return None

@@ -7,6 +7,7 @@
     ├── RunRecordError            (config_defect)    bad .sandbox/runs/<id>.json
     ├── BadResponseError          (bad_response)     a remote answer we cannot parse
     ├── SimError                  (internal_error)   the embedded fleet could not start
+    │   └── SimSetupError         (config_defect)    ... because of this machine's setup (npm, a CA bundle)
     ├── LedgerError               (internal_error)   the ledger or an owner lock is unusable
     └── TransportError            (transport_failure)
         ├── HostUnreachable       (infra_unreachable) refused, no route, DNS, connect timeout
@@ -34,12 +35,16 @@ class SbxError(Exception):
 
     classification: ClassVar[Classification] = Classification.INTERNAL_ERROR
 
-    def __init__(self, message: str, *, evidence: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, message: str, *, evidence: dict[str, Any] | None = None, recommendation: str | None = None
+    ) -> None:
         redactor = default_redactor()  # no exception text or evidence ever holds a secret
         message = redactor.redact_text(message)
         super().__init__(message)
         self.message = message
         self.evidence: dict[str, Any] = redactor.redact(dict(evidence or {}))
+        #: the next step when the error itself knows it (else the classification's default applies)
+        self.recommendation = redactor.redact_text(recommendation) if recommendation else None
 
     def __str__(self) -> str:
         return self.message
@@ -65,6 +70,12 @@ class BadResponseError(SbxError):
 
 class SimError(SbxError):
     """The embedded simulated fleet could not be built or started."""
+
+
+class SimSetupError(SimError):
+    """The embedded fleet cannot start because of how this machine is set up (e.g. npm cannot install pi)."""
+
+    classification = Classification.CONFIG_DEFECT
 
 
 class LedgerError(SbxError):

@@ -82,6 +82,9 @@ def _importable(name: str) -> bool:
         return False
 
 
+EMBEDDED_RUNS = 3  # the embedded fleet's open runs (alpha, bravo, charlie)
+
+
 def _require_sim() -> None:
     """Raise InventoryError (one line naming the extra) when the simulator's packages are not installed."""
     if not sim_installed():
@@ -95,20 +98,25 @@ def open_embedded(
     faults: list[str],
     *,
     seed: int | None = None,
-    runs: int = 3,
+    runs: int = EMBEDDED_RUNS,
     embedded: bool = True,
     sssf_checkout: Path | None = None,
+    install_attempt: str | None = None,
 ) -> EmbeddedFleet:
     """The embedded simulated fleet in ``root`` (not yet materialized or serving).
 
     ``sssf_checkout``: a real SSSF checkout whose recipes the fleet runs instead of its stand-ins.
+    ``install_attempt``: processes sharing one try at installing pi (a session's xdist workers).
     """
     _require_sim()
     from sbxcheck.sim.fleet import SimFleet
 
     if sssf_checkout is not None:
         check_sssf_checkout(sssf_checkout)
-    return SimFleet(root, faults, seed=seed, runs=runs, embedded=embedded, sssf_checkout=sssf_checkout)
+    return SimFleet(
+        root, faults, seed=seed, runs=runs, embedded=embedded, sssf_checkout=sssf_checkout,
+        install_attempt=install_attempt,
+    )  # fmt: skip
 
 
 def check_sssf_checkout(path: Path) -> None:
@@ -123,12 +131,21 @@ def check_sssf_checkout(path: Path) -> None:
         raise InventoryError(f"the SSSF checkout for the simulated fleet (--sssf-checkout, --sbx-sim-sssf): {why}")
 
 
-def check_fault(name: str) -> None:
-    """Raise SbxError when ``name`` is not a fault the simulator knows."""
+def check_fault(name: str, *, embedded_seed: int | None = None, embedded: bool = False) -> None:
+    """Raise SbxError when ``name`` is not a fault the simulator knows.
+
+    ``embedded``: the fault is for the embedded fleet, whose run ids are planned here (from the seed
+    and today's date), so a target that names none of its runs is refused before anything starts.
+    """
     _require_sim()
     from sbxcheck.sim.faults import parse_fault
 
-    parse_fault(name)
+    spec = parse_fault(name)
+    if embedded:
+        from sbxcheck.sim.fleet import DEFAULT_SEED, check_run_target, plan_run_ids
+
+        seed = embedded_seed if embedded_seed is not None else DEFAULT_SEED
+        check_run_target(spec, plan_run_ids(seed, EMBEDDED_RUNS))
 
 
 def describe_faults() -> str:
@@ -138,13 +155,13 @@ def describe_faults() -> str:
     return describe()
 
 
-def pi_status() -> str:
-    """Which pi the simulated VMs run (the real CLI, or the simulator's stand-in)."""
+def pi_status(attempt: str | None = None) -> str:
+    """Which pi the simulated VMs run (the real CLI, or why there is none); ``attempt``: a session tag."""
     if not sim_installed():
         return "not installed (" + SIM_EXTRA + ")"
     from sbxcheck.sim.pi import pi_status as status
 
-    return status()
+    return status(attempt=attempt)
 
 
 def node_toolchain() -> NodeToolchain:

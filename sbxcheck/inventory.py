@@ -1,4 +1,4 @@
-"""The inventory: which fleet to check and how to reach it (a TOML file, design.md §5).
+"""The inventory: which fleet to check and how to reach it (a TOML file).
 
 Secrets never appear here, only the names of the env vars that hold them. Relative paths are
 resolved against the inventory file's directory. A bad file raises one ``InventoryError``
@@ -65,11 +65,24 @@ class _Strict(BaseModel):
 class SshSection(_Strict):
     """How to reach hosts over SSH."""
 
-    config: Path | None = Field(default=None, description="an ssh_config file")
-    known_hosts: list[Path] = Field(default_factory=list, description="known_hosts files; empty = ~/.ssh")
-    identity: Path | None = Field(default=None, description="private key used when ssh_config names none")
-    connect_timeout_s: float = Field(default=10.0, gt=0, le=300)
-    command_timeout_s: float = Field(default=240.0, gt=0, le=3600)
+    config: Path | None = Field(
+        default=None,
+        description="an ssh_config file: Host aliases, HostName, Port, User, IdentityFile, ProxyJump",
+    )
+    known_hosts: list[Path] = Field(
+        default_factory=list,
+        description="known_hosts files (one path is a list of one); strict: an unknown or changed host key "
+        "is refused, never accepted for you; empty = ~/.ssh/known_hosts",
+    )
+    identity: Path | None = Field(
+        default=None,
+        description="private key used when ssh_config names none (the file stays where it is; mode 0600)",
+        json_schema_extra={"secret": "file"},
+    )
+    connect_timeout_s: float = Field(default=10.0, gt=0, le=300, description="seconds one SSH connect may take")
+    command_timeout_s: float = Field(
+        default=240.0, gt=0, le=3600, description="seconds one remote command may run"
+    )
     max_parallel: int = Field(
         default=32,
         ge=0,
@@ -83,7 +96,9 @@ class SshSection(_Strict):
         description="commands in flight per SSH connection (OpenSSH MaxSessions is 10)",
     )
     machines: list[str] = Field(
-        default_factory=list, description="SSH aliases listed in the machine inventory"
+        default_factory=list,
+        description="SSH aliases listed in the machine inventory (test_fleet_machine_inventory: SSH "
+        "reachability against the control plane's registered compute)",
     )
 
 
@@ -102,25 +117,34 @@ class RecipeTimeouts(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    mount: PositiveFloat = 600.0
-    teardown: PositiveFloat = 300.0
-    harvest: PositiveFloat = 120.0
-    list: PositiveFloat = 60.0
-    reap: PositiveFloat = 60.0
+    mount: PositiveFloat = Field(default=600.0, description="seconds `mount` may run")
+    teardown: PositiveFloat = Field(default=300.0, description="seconds `teardown` may run")
+    harvest: PositiveFloat = Field(default=120.0, description="seconds `harvest` may run")
+    list: PositiveFloat = Field(default=60.0, description="seconds `list` may run")
+    reap: PositiveFloat = Field(default=60.0, description="seconds `reap` (a dry run) may run")
 
 
 class RecipeTemplates(BaseModel):
-    """Command templates for the recipes sbxcheck may run, and where to run them."""
+    """Command templates for the recipes sbxcheck may run, and where to run them.
+
+    Each runs without a shell (no `;`, `|`, `>`, `&&`), `{run_id}` is its only placeholder (quoted for
+    you; mount, teardown and harvest need it, list and reap take none), and `--yes` is never allowed.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    mount: str = "just sbx mount {run_id}"
-    teardown: str = "just sbx lifecycle teardown {run_id}"
-    harvest: str = "just sbx manage harvest {run_id}"
-    list: str = "just sbx manage list"
-    reap: str = "just sbx manage reap"
-    cwd: Path | None = None  # the SSSF checkout; None: the current directory
-    timeout_s: RecipeTimeouts = RecipeTimeouts()
+    mount: str = Field(
+        default="just sbx mount {run_id}",
+        description="mounts a sandbox (--sbx-mount NAME, [sssf] mounts); {run_id} is the mount name",
+    )
+    teardown: str = Field(default="just sbx lifecycle teardown {run_id}", description="tears a run down")
+    harvest: str = Field(
+        default="just sbx manage harvest {run_id}", description="harvests a run before its teardown"
+    )
+    list: str = Field(default="just sbx manage list", description="lists the fleet's runs")
+    reap: str = Field(default="just sbx manage reap", description="lists orphaned keys (a dry run)")
+    cwd: Path | None = Field(default=None, description="where the recipes run; default: [sssf] checkout")
+    timeout_s: RecipeTimeouts = Field(default=RecipeTimeouts(), description="per recipe, in seconds")
 
     @model_validator(mode="after")
     def _check_templates(self) -> RecipeTemplates:
@@ -169,31 +193,57 @@ def _validate_template(name: str, template: str) -> None:
 class SssfSection(_Strict):
     """An SSSF checkout whose ``.sandbox/runs/`` holds the run records of its fleet."""
 
-    checkout: Path
-    runs_dir: Path | None = Field(default=None, description="default: <checkout>/.sandbox/runs")
-    roster_config: str = DEFAULT_ROSTER_CONFIG
-    vm_host_suffix: str = ".exe.xyz"
-    openrouter_base_url: str = "https://openrouter.ai/api/v1"
-    credit_floor_usd: float = Field(default=1.0, ge=0, allow_inf_nan=False)
-    account_credit_floor_usd: float | None = Field(  # issue 21: test_credits
-        default=None, ge=0, allow_inf_nan=False, description="the OpenRouter account balance floor (USD)"
+    checkout: Path = Field(description="the SSSF checkout: its .sandbox/runs/<id>.json are the run records")
+    runs_dir: Path | None = Field(default=None, description="the run records; default: <checkout>/.sandbox/runs")
+    roster_config: str = Field(
+        default=DEFAULT_ROSTER_CONFIG,
+        description="the roster config, relative to the checkout: the models gate B expects and C pings",
     )
-    cost_probe_model: str = DEFAULT_COST_PROBE_MODEL
-    ping_timeout_s: float = Field(default=60.0, gt=0, le=600)
-    pi_timeout_s: float = Field(default=180.0, gt=0, le=1800)
+    vm_host_suffix: str = Field(
+        default=".exe.xyz",
+        description="appended to a run record's vm_name to make the VM's SSH host; empty, or '.' and host labels",
+    )
+    openrouter_base_url: str = Field(
+        default="https://openrouter.ai/api/v1",
+        description="OpenRouter's API, for the gate's pings and key reads and the provisioning key's calls "
+        "(http:// or https://, no user:password@)",
+    )
+    credit_floor_usd: float = Field(
+        default=1.0, ge=0, allow_inf_nan=False, description="gate E fails when a run key's remaining credit "
+        "(limit − usage) is below this"
+    )
+    account_credit_floor_usd: float | None = Field(
+        default=None,
+        ge=0,
+        allow_inf_nan=False,
+        description="test_credits fails when the OpenRouter account's credits − usage are below this (USD); "
+        "unset: test_credits is skipped",
+    )
+    cost_probe_model: str = Field(
+        default=DEFAULT_COST_PROBE_MODEL, description="the model gate D asks pi to answer, to see a cost reported"
+    )
+    ping_timeout_s: float = Field(default=60.0, gt=0, le=600, description="gate C: seconds one model ping may take")
+    pi_timeout_s: float = Field(default=180.0, gt=0, le=1800, description="gate D: seconds pi's cost probe may take")
     exedev_alias: str = Field(
         default="exe.dev", description="ssh alias of exe.dev's control plane (ls --json)"
     )
     provisioning_key_env: str | None = Field(
-        default="OPENROUTER_PROVISIONING_KEY", description="env var name"
+        default="OPENROUTER_PROVISIONING_KEY",
+        description="the env var holding the OpenRouter provisioning key (key audit, VM hygiene, the revoke "
+        "check, test_credits); used when set, else provisioning_key_file",
+        json_schema_extra={"secret": "env"},
     )
     provisioning_key_file: Path | None = Field(
         default=None,
-        description="a file holding the key, bare or as a dotenv line (e.g. the checkout's .env)",
+        description="a file holding the provisioning key, bare or as an OPENROUTER_PROVISIONING_KEY= dotenv "
+        "line (e.g. the checkout's .env)",
+        json_schema_extra={"secret": "file"},
     )
     recipes: RecipeTemplates | None = Field(default=None, description="the just sbx command templates")
-    mounts: list[str] = Field(default_factory=list, description="sandboxes to mount before the gate")
-    observe_probe: Literal["https", "vm"] = Field(  # issue 22: the run items' test_observe_app/obs
+    mounts: list[str] = Field(
+        default_factory=list, description="sandboxes to mount before the gate when no --sbx-mount is given"
+    )
+    observe_probe: Literal["https", "vm"] = Field(
         default="https",
         description="how the run items reach app and trace UI: 'https' from this host as a user would "
         "(https://<vm>/ and :<obs port>), 'vm' the VM's local ports (curl inside the VM, over SSH)",
@@ -229,24 +279,44 @@ class SssfSection(_Strict):
 class RouteSpec(_Strict):
     """One mission route to probe: how a mission is dispatched and what it must run on."""
 
-    name: str = ""
-    agent: str | None = None
-    backend: str
-    model_override: str | None = None
-    model_effort: str | None = None
+    name: str = Field(
+        default="",
+        description="the route's label in item ids and idempotency keys (unique); default: "
+        "<backend>-<model_override or default>, with -mcp for via = \"mcp\"",
+    )
+    agent: str | None = Field(
+        default=None, description="the agent the mission runs (a library agent or the backend's own)"
+    )
+    backend: str = Field(description="the backend the mission is dispatched to (codex, claudecode, opencode, ...)")
+    model_override: str | None = Field(
+        default=None, description="the model: an exact GET /api/providers id; default: the backend's own"
+    )
+    model_effort: str | None = Field(
+        default=None,
+        description="the effort asked for (max, xhigh, high, ...); accepted only lower on the ladder is degraded",
+    )
     workspace: str | None = Field(
         default=None, description="workspace name or id; default: the host workspace"
     )
-    via: Literal["rest", "mcp"] = "rest"
-    prompt: str = (
-        "sbxcheck route probe: run `echo ok` once with your shell tool, then reply with the word ok."
+    via: Literal["rest", "mcp"] = Field(
+        default="rest",
+        description="how the mission is created: the REST API, or the assistant MCP server ([sandboxed.mcp])",
     )
-    # issue 21: an opt-in dispatch contract this route's mission is created under (test_dispatch_contract)
-    contract: Literal["none", "roadmap", "conversational"] = "none"
-    project: str | None = None
-    track: str | None = None
-    acceptance_criteria: list[str] = Field(default_factory=list)
-    origin_session_id: str | None = None
+    prompt: str = Field(
+        default="sbxcheck route probe: run `echo ok` once with your shell tool, then reply with the word ok.",
+        description="the probe mission's prompt",
+    )
+    contract: Literal["none", "roadmap", "conversational"] = Field(
+        default="none",
+        description="an opt-in dispatch contract the mission is created under (test_dispatch_contract): "
+        "roadmap needs project, track and acceptance_criteria; conversational needs origin_session_id",
+    )
+    project: str | None = Field(default=None, description="roadmap contract: the project")
+    track: str | None = Field(default=None, description="roadmap contract: the track the mission reserves")
+    acceptance_criteria: list[str] = Field(default_factory=list, description="roadmap contract: its criteria")
+    origin_session_id: str | None = Field(
+        default=None, description="conversational contract: the session the mission answers"
+    )
 
     @model_validator(mode="after")
     def _contract_fields(self) -> RouteSpec:
@@ -265,15 +335,20 @@ class RouteSpec(_Strict):
 class WorkspaceCanarySpec(_Strict):
     """A read-only workspace-visibility canary for one (backend, workspace)."""
 
-    backend: str
-    workspace: str
+    backend: str = Field(description="the backend the canary mission runs on")
+    workspace: str = Field(description="the workspace (name or id) whose checkout the mission must see")
     checkout: str = Field(description="the checkout path the mission must see")
-    ref: str | None = Field(default=None, description="expected `git rev-parse HEAD`")
-    pin_file: str | None = "lean-toolchain"
-    pin: str | None = None
-    mcp_file: str = Field(default="README.md", description="a file read through a registered MCP tool")
-    model_override: str | None = None
-    agent: str | None = None
+    ref: str | None = Field(default=None, description="expected `git rev-parse HEAD`; unset: any commit")
+    pin_file: str | None = Field(
+        default="lean-toolchain", description="a file of the checkout that pins a toolchain; \"\": no pin check"
+    )
+    pin: str | None = Field(default=None, description="the pin_file's expected content; unset: only readable")
+    mcp_file: str = Field(
+        default="README.md",
+        description="a file read through a registered MCP tool, whose sha256 must equal a workspace exec's",
+    )
+    model_override: str | None = Field(default=None, description="the model; default: the backend's own")
+    agent: str | None = Field(default=None, description="the agent; default: the backend's own")
 
     @property
     def label(self) -> str:
@@ -283,12 +358,14 @@ class WorkspaceCanarySpec(_Strict):
 class McpSection(_Strict):
     """How to start the assistant MCP server (stdio) for routes with via = "mcp"."""
 
-    command: list[str]
+    command: list[str] = Field(description="the server's argv (run without a shell)")
     env: dict[str, str] = Field(default_factory=dict, description="plain, non-secret values")
     env_from: dict[str, str] = Field(
-        default_factory=dict, description="server env var -> name of the local env var holding its value"
+        default_factory=dict,
+        description="server env var -> name of the local env var holding its value",
+        json_schema_extra={"secret": "env"},
     )
-    timeout_s: float = Field(default=30.0, gt=0, le=600)
+    timeout_s: float = Field(default=30.0, gt=0, le=600, description="seconds one MCP call may take")
     pass_session_token: bool = Field(
         default=True,
         description="hand the REST session's JWT to the server as SANDBOXED_API_TOKEN (env, never argv)",
@@ -307,7 +384,7 @@ GIT_REMOTE_RE = re.compile(r"^(?:https|ssh)://(?P<auth>[^/@]*@)?[A-Za-z0-9.-]+(?
 
 
 def _no_userinfo(url: str, fix: str) -> None:
-    """Refuse ``http://user:PASSWORD@host``: a secret in a URL would be sent, logged and echoed (issue 20)."""
+    """Refuse ``http://user:PASSWORD@host``: a secret in a URL would be sent, logged and echoed."""
     authority = url.split("://", 1)[1].split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
     if "@" in authority:
         raise ValueError(f"must not carry a user name or password (user:…@host); {fix}")
@@ -325,9 +402,11 @@ def credential_free_remote(url: str) -> bool:
 class GithubProbeSpec(_Strict):
     """A workspace that declares a GitHub repo: probe its stored gh/git credentials (booleans only)."""
 
-    workspace: str
-    repo: str
-    via: Literal["rest", "mcp"] = "rest"
+    workspace: str = Field(description="the workspace whose stored credentials are probed")
+    repo: str = Field(description="owner/name of the repository read")
+    via: Literal["rest", "mcp"] = Field(
+        default="rest", description="workspace discovery over the REST API or the assistant MCP server"
+    )
     host: str = Field(default="github.com", description="the GitHub host (GitHub Enterprise: its host name)")
     remote_url: str | None = Field(
         default=None, description="the git remote to read instead of https://<host>/<repo>.git (a mirror)"
@@ -351,21 +430,21 @@ class GithubProbeSpec(_Strict):
 
 
 class DgxSection(_Strict):
-    """The DGX routing runbook (§8.13): agent-core reaches the DGX over tailscale."""
+    """The DGX routing runbook: agent-core reaches the DGX over tailscale."""
 
     agent_core: str | list[str] = Field(
         default="agent-core",
         description="ssh alias of the control-plane host, or a list of them (each is checked)",
     )
     dgx_host: str = Field(default="dgx-spark", description="ssh alias of the DGX")
-    tailscale_ip: str = "100.77.4.93"
-    ping_count: int = Field(default=2, ge=1, le=10)
-    command_timeout_s: float = Field(default=20.0, gt=0, le=300)
+    tailscale_ip: str = Field(default="100.77.4.93", description="the DGX's tailscale IP: a pong must come from it")
+    ping_count: int = Field(default=2, ge=1, le=10, description="pings of `tailscale ping` from agent-core")
+    command_timeout_s: float = Field(default=20.0, gt=0, le=300, description="seconds one DGX probe may take")
     remediation_sudo: Literal["auto", "always", "never"] = Field(
         default="auto",
         description="--sbx-remediate runs its command with `sudo -n`: auto = when the SSH user is not root",
     )
-    sentinel_command: str | None = Field(  # issue 22
+    sentinel_command: str | None = Field(
         default=None,
         description="the fleet sentinel, run over SSH (e.g. `disk-sentinel --once`): one line per unreachable "
         "node, silent when all answer; without it the fleet view is GET /api/remote-nodes",
@@ -400,13 +479,17 @@ class DgxSection(_Strict):
 
 
 class HygieneSection(_Strict):
-    """Mission-hygiene thresholds (seconds of ``idle_seconds``; defaults are the spec's, §3.3)."""
+    """Mission-hygiene thresholds, in seconds of a mission's ``idle_seconds`` (defaults: the server's own)."""
 
-    quiet_s: float = Field(default=300.0, gt=0)
-    stalled_s: float = Field(default=1800.0, gt=0)
-    stuck_queued_s: float = Field(default=900.0, gt=0)
-    stalled_parked_s: float = Field(default=1800.0, gt=0)
-    stalled_background_s: float = Field(default=21600.0, gt=0)
+    quiet_s: float = Field(default=300.0, gt=0, description="an active mission idle this long is quiet (< stalled_s)")
+    stalled_s: float = Field(default=1800.0, gt=0, description="an active mission idle this long is stalled")
+    stuck_queued_s: float = Field(default=900.0, gt=0, description="a pending mission idle this long is stuck_queued")
+    stalled_parked_s: float = Field(
+        default=1800.0, gt=0, description="an awaiting-user or acknowledged mission idle this long is stalled_parked"
+    )
+    stalled_background_s: float = Field(
+        default=21600.0, gt=0, description="a waiting_background mission idle this long is stalled_background"
+    )
     max_missions: int = Field(default=1000, ge=1, le=20000, description="missions read (paged) at most")
     signal_scan_limit: int = Field(
         default=50, ge=1, le=500, description="in-flight missions asked for get_mission_health at most"
@@ -422,11 +505,11 @@ class HygieneSection(_Strict):
 class WorkspaceExpectation(_Strict):
     """What a workspace is expected to carry (names only: init scripts, MCPs, env-var names)."""
 
-    name: str
-    init_scripts: list[str] = Field(default_factory=list)
-    mcps: list[str] = Field(default_factory=list)
+    name: str = Field(description="the workspace's name")
+    init_scripts: list[str] = Field(default_factory=list, description="init scripts it must carry")
+    mcps: list[str] = Field(default_factory=list, description="MCP servers it must carry")
     env_names: list[str] = Field(default_factory=list, description="env-var NAMES, never values")
-    skills: list[str] = Field(default_factory=list)
+    skills: list[str] = Field(default_factory=list, description="skills it must carry")
 
     @field_validator("env_names")
     @classmethod
@@ -437,28 +520,57 @@ class WorkspaceExpectation(_Strict):
 
 
 class SandboxedSection(_Strict):
-    """A sandboxed.sh control plane: where it is, how to authenticate, what to probe."""
+    """A sandboxed.sh control plane: where it is, how to authenticate, what to probe.
 
-    url: str
-    token_env: str | None = Field(default=None, description="env var holding a JWT")
-    password_env: str | None = Field(default=None, description="env var holding the dashboard password")
-    password_file: Path | None = Field(default=None, description="file holding the dashboard password")
-    username: str | None = None
-    request_timeout_s: float = Field(default=15.0, gt=0, le=300)
-    execution_deadline_s: float = Field(default=60.0, gt=0, le=3600)
-    canary_deadline_s: float = Field(default=120.0, gt=0, le=3600)
-    poll_interval_s: float = Field(default=1.0, gt=0, le=60)  # first polling step without the stream
-    max_concurrency: int = Field(default=8, ge=1, le=64)
-    alternative_backends: list[str] = Field(default_factory=lambda: ["opencode"])
-    routes: list[RouteSpec] = Field(default_factory=list)
-    canaries: list[WorkspaceCanarySpec] = Field(default_factory=list)
-    mcp: McpSection | None = None
+    It authenticates with a JWT (``token_env``) or logs in with the dashboard password
+    (``password_env``, else ``password_file``); with none of them the canaries stop at one
+    ``config_defect``. Route labels, canary labels and github probes must each be unique.
+    """
+
+    url: str = Field(description="the control plane's base URL (http:// or https://, no user:password@)")
+    token_env: str | None = Field(
+        default=None, description="env var holding a JWT", json_schema_extra={"secret": "env"}
+    )
+    password_env: str | None = Field(
+        default=None, description="env var holding the dashboard password", json_schema_extra={"secret": "env"}
+    )
+    password_file: Path | None = Field(
+        default=None,
+        description="file holding the dashboard password (read when password_env is unset)",
+        json_schema_extra={"secret": "file"},
+    )
+    username: str | None = Field(default=None, description="the login's user name (multi-user mode)")
+    request_timeout_s: float = Field(default=15.0, gt=0, le=300, description="seconds one request may take")
+    execution_deadline_s: float = Field(
+        default=60.0, gt=0, le=3600, description="seconds from dispatch for a route to reach execution"
+    )
+    canary_deadline_s: float = Field(
+        default=120.0, gt=0, le=3600, description="seconds a workspace canary mission has to settle"
+    )
+    poll_interval_s: float = Field(
+        default=1.0, gt=0, le=60, description="first polling step where the live stream is missing (doubles to 10 s)"
+    )
+    max_concurrency: int = Field(default=8, ge=1, le=64, description="missions dispatched at once")
+    alternative_backends: list[str] = Field(
+        default_factory=lambda: ["opencode"],
+        description="alternative-provider backends: two of their routes crashing alike are one infrastructure "
+        "incident, and that backend gets nothing more",
+    )
+    routes: list[RouteSpec] = Field(default_factory=list, description="the mission routes to probe")
+    canaries: list[WorkspaceCanarySpec] = Field(default_factory=list, description="workspace-visibility canaries")
+    mcp: McpSection | None = Field(default=None, description="the assistant MCP server, for via = \"mcp\"")
     expected_nodes: list[str] = Field(default_factory=list, description="remote nodes that must be healthy")
-    node_max_age_s: float = Field(default=120.0, gt=0, le=86400)
-    github_probes: list[GithubProbeSpec] = Field(default_factory=list)
-    hygiene: HygieneSection = Field(default_factory=HygieneSection)  # issue 21
-    workspaces: list[WorkspaceExpectation] = Field(default_factory=list)  # issue 21
-    removed_providers: list[str] = Field(default_factory=lambda: ["virtuals"])  # issue 21
+    node_max_age_s: float = Field(
+        default=120.0, gt=0, le=86400, description="a node's heartbeat older than this is stale"
+    )
+    github_probes: list[GithubProbeSpec] = Field(default_factory=list, description="stored GitHub auth to probe")
+    hygiene: HygieneSection = Field(default_factory=HygieneSection, description="mission-hygiene thresholds")
+    workspaces: list[WorkspaceExpectation] = Field(
+        default_factory=list, description="what each workspace must carry (test_workspace_ready)"
+    )
+    removed_providers: list[str] = Field(
+        default_factory=lambda: ["virtuals"], description="providers a route must not use (test_catalog)"
+    )
 
     @field_validator("url")
     @classmethod
@@ -488,28 +600,34 @@ class SandboxedSection(_Strict):
 class StateSection(_Strict):
     """Where sbxcheck keeps its ledger of what sessions created (default: .sbxcheck/state beside this file)."""
 
-    dir: Path | None = None
+    dir: Path | None = Field(
+        default=None, description="the ledger's directory (--sbx-state wins); default: .sbxcheck/state beside this file"
+    )
 
 
 class SimSection(_Strict):
     """Present when the simulator wrote this inventory: what it is, for the report header."""
 
-    embedded: bool = False
-    pi: str = ""
-    faults: list[str] = Field(default_factory=list)
-    pid: int | None = None
+    embedded: bool = Field(default=False, description="the embedded fleet (started by this pytest run)")
+    pi: str = Field(default="", description="the pi CLI the simulated VMs run")
+    faults: list[str] = Field(default_factory=list, description="the faults injected")
+    pid: int | None = Field(default=None, description="the simulator's process")
     recipes: str = Field(default="stand-in", description="which SSSF recipes: 'stand-in' or 'real (<checkout>)'")
 
 
 class Inventory(_Strict):
     """A whole inventory file, validated."""
 
-    ssh: SshSection = Field(default_factory=SshSection)
-    sssf: SssfSection | None = None
-    sandboxed: SandboxedSection | None = None
-    dgx: DgxSection | None = None
-    state: StateSection = Field(default_factory=StateSection)
-    sim: SimSection | None = None
+    ssh: SshSection = Field(default_factory=SshSection, description="how every host is reached")
+    sssf: SssfSection | None = Field(
+        default=None, description="the SSSF fleet, for the gate and run items, test_credits and the orphan audit"
+    )
+    sandboxed: SandboxedSection | None = Field(
+        default=None, description="the control plane, for the canary and triage items"
+    )
+    dgx: DgxSection | None = Field(default=None, description="the DGX items and their triage")
+    state: StateSection = Field(default_factory=StateSection, description="the ledger")
+    sim: SimSection | None = Field(default=None, description="written by `sbxcheck sim up`; never write it")
 
     source: str = Field(default="", exclude=True)
 

@@ -164,6 +164,7 @@ def configuration_problem(
     required: tuple[bool, str],
     faults: list[str],
     markexpr: str,
+    sim_seed: int | None = None,
 ) -> str | None:
     """The one message that stops the session, or None when the configuration is usable.
 
@@ -184,7 +185,7 @@ def configuration_problem(
     if faults:
         for fault in faults:
             try:
-                check_fault(fault)
+                check_fault(fault, embedded=choice.path is None, embedded_seed=sim_seed)
             except SbxError as exc:
                 return f"sbxcheck: --sbx-sim-fault: {exc.message}"
     if choice.path is None:

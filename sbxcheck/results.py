@@ -1,6 +1,6 @@
 """Result model: what one check saw and concluded, and the report of a whole run.
 
-These are the shapes written to ``results.json`` (schema 1, see design.md §5).
+These are the shapes written to ``results.json`` (schema 1).
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ class Classification(enum.StrEnum):
     DEGRADED = "degraded"
     RATE_LIMITED = "rate_limited"  # the server pushed back (429 / 503 + Retry-After) until the deadline
     INTERNAL_ERROR = "internal_error"
-    SPEND_CAP = "spend_cap"  # issue 21: not run because --sbx-max-spend was reached
-    NO_USABLE_ANSWER = "no_usable_answer"  # issue 21: the model was addressed twice and returned nothing
+    SPEND_CAP = "spend_cap"  # not run because --sbx-max-spend was reached
+    NO_USABLE_ANSWER = "no_usable_answer"  # the model was addressed twice and returned nothing
 
 
 Evidence = dict[str, Any]
@@ -112,7 +112,7 @@ class CheckResult(BaseModel):
 class CheckRecord(CheckResult):
     """A CheckResult placed in a run: the pytest node and suite it came from."""
 
-    model_config = ConfigDict(extra="ignore")  # results.json may carry extra fields (design.md §5)
+    model_config = ConfigDict(extra="ignore")  # results.json may carry extra fields (readers ignore them)
 
     nodeid: str
     suite: str
@@ -163,8 +163,10 @@ class RunReport(BaseModel):
     interrupted_reason: str = ""
     not_run: list[str] = Field(default_factory=list)
     left: list[dict[str, Any]] = Field(default_factory=list)
-    # issue 21: what the run spent ({total_usd, missions, missions_cost_unknown, cap_usd, cap_reached, not_run})
+    # what the run spent ({total_usd, missions, missions_cost_unknown, cap_usd, cap_reached, not_run})
     spend: dict[str, Any] = Field(default_factory=dict)
+    # where the run's report.html is published (--sbx-report-url), so a page or alert can link to it
+    report_url: str = ""
 
     model_config = ConfigDict(populate_by_name=True)
 

@@ -1,4 +1,4 @@
-"""What a run spent (issue 21 item 4): a core module (results only), read by the plugin and the reports.
+"""What a run spent, and the cap it ran under: a core module (results only), read by the plugin and the reports.
 
 * :func:`mission_cost_usd` — a mission's cost from its stored ``assistant_message`` events
   (``cost_cents``, where the control plane reports it; folded into ``metadata`` or ``content``).

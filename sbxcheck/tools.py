@@ -33,12 +33,6 @@ def interpreter_tool(name: str) -> Path | None:
     return None
 
 
-def is_interpreter_tool(path: str | Path) -> bool:
-    """Whether ``path`` lies in the interpreter's scripts directory (a venv console script)."""
-    parent = Path(path).parent
-    return any(parent == d or parent.resolve() == d.resolve() for d in interpreter_bin_dirs())
-
-
 def find_tool(name: str) -> str | None:
     """The interpreter's ``name``, else the first on PATH, else None."""
     own = interpreter_tool(name)

@@ -1,4 +1,4 @@
-"""Dispatch contracts (spec §8.1, §8.2): what a roadmap or a conversational dispatch must carry and get back.
+"""Dispatch contracts: what a roadmap or a conversational dispatch must carry and get back.
 
 A route opts in with ``contract = "roadmap"`` (``project``, ``track``, ``acceptance_criteria``; its
 retry-safe ``idempotency_key`` is the session's) or ``contract = "conversational"``

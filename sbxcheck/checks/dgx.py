@@ -1,4 +1,4 @@
-"""DGX routing checks (sandboxed-sh.md §8.13): tailscaled on agent-core, the tailnet path, SSH to the DGX.
+"""DGX routing checks (specs/sandboxed-sh.md, 8.13): tailscaled on agent-core, the tailnet path, SSH to the DGX.
 
 When disk-sentinel reports only ``dgx-spark`` unreachable, the runbook checks three things on
 **agent-core** before anyone touches keys or topology: ``systemctl is-enabled tailscaled``,
@@ -356,7 +356,7 @@ def triage_dgx(
     agent_core: str = AGENT_CORE,
     fleet_unreachable: Sequence[str] | None = None,
 ) -> CheckResult | None:
-    """The §8.13 incident, or None: only the DGX is unreachable and tailscaled is down on agent-core.
+    """The DGX routing incident, or None: only the DGX is unreachable and tailscaled is down on agent-core.
 
     ``results`` maps an item id (the pytest nodeid) to its result. "Unreachable" means a failed or
     errored result classified ``infra_unreachable`` or ``timeout`` (SSH probes, remote-node items);

@@ -1,4 +1,4 @@
-"""DGX remediation (sandboxed-sh.md §8.13), only on request (``--sbx-remediate``): the one recovery command
+"""DGX remediation, only on request (``--sbx-remediate``): the one recovery command
 (``systemctl enable --now tailscaled`` on agent-core), its report, and closing the loop with the re-check.
 The checks it follows are in :mod:`sbxcheck.checks.dgx`."""
 

@@ -1,4 +1,4 @@
-"""Secret-safe workspace discovery by REST and by MCP (sandboxed-sh.md §8.11, §7, §9).
+"""Secret-safe workspace discovery by REST and by MCP (specs/sandboxed-sh.md, 8.11).
 
 Every workspace record is secret-bearing. Each one is reduced **at the source** to ``id``,
 ``name``, ``status``, ``init_scripts``, ``skills`` and the env-var **names**, plus two facts about
@@ -9,10 +9,10 @@ show a raw local.
 
 What counts as an exposure differs per endpoint, by design of the real server:
 
-* **REST** ``GET /api/workspaces`` is never scrubbed (§4, §7): values always come back. That is
+* **REST** ``GET /api/workspaces`` is never scrubbed: values always come back. That is
   *expected by design* and reduced here; the item fails as ``security_exposure`` only when a
   value is credential-shaped (GitHub/OpenAI/Anthropic/Tailscale tokens, private keys, …), because
-  §8.11 asks that exactly such an exposure be reported to the security owner for rotation.
+  the runbook asks that exactly such an exposure be reported to the security owner for rotation.
 * **MCP** ``list_workspaces`` is scrubbed by the real server (every env value becomes
   ``[redacted]``), and its results go into agent prompts. Any unredacted value there means the
   scrub is missing: ``security_exposure``, whatever the value looks like.
@@ -78,7 +78,7 @@ class DiscoveredWorkspace:
         )
 
     def summary(self) -> dict[str, Any]:
-        """The six fields §8.11 keeps (names, not values)."""
+        """The six fields secret-safe discovery keeps (names, not values)."""
         return {
             "id": self.id,
             "name": self.name,
@@ -241,7 +241,7 @@ def _judge(check: str, target: str, found: Discovery, *, strict: bool) -> CheckR
             check,
             target,
             f"{found.endpoint} returns env var values ({valued} of {n} workspaces; {cred_note}); the assistant "
-            "MCP must scrub them (§7) because its results reach agent prompts. Values were dropped at the "
+            "MCP must scrub them because its results reach agent prompts. Values were dropped at the "
             "source and appear nowhere in this report",
             ev,
             Classification.SECURITY_EXPOSURE,

@@ -1,4 +1,4 @@
-"""Control-plane and compute-fleet health over the REST client (sandboxed-sh.md §6, §8.14).
+"""Control-plane and compute-fleet health over the REST client (specs/sandboxed-sh.md, 6 and 8.14).
 
 ``/api/health`` and ``/api/health/fleet`` answer HTTP 200 even when degraded, so the verdict comes
 from the body: ``status``, ``control_responsive`` and the disk fields. Each remote node is one item:
@@ -185,7 +185,7 @@ def check_remote_node(
     """One node: ``online``, not cordoned, ``last_seen`` within ``max_age_s`` of ``now``, Lean ready if ``lean``.
 
     Fields the verdict needs but the body lacks fail the item and are named. Fields sbxcheck does
-    not know are listed in the evidence only (the API grows; spec §0). ``offline``/``degraded``
+    not know are listed in the evidence only (the API grows). ``offline``/``degraded``
     and a stale heartbeat are classified ``infra_unreachable`` (the DGX triage reads that).
     """
     check, target = CHECK_NODE, node.id
@@ -276,7 +276,7 @@ def check_expected_node(
     return check_remote_node(node, now=now, max_age_s=max_age_s)
 
 
-# ---------------------------------------------------------------- inventory section (§8.14)
+# ---------------------------------------------------------------- the machine-inventory section
 
 
 @dataclass(frozen=True)
@@ -326,7 +326,7 @@ class ComputeLive:
 
 
 def read_compute_live(client: _ComputeApi) -> ComputeLive:
-    """Read ``GET /api/remote-nodes`` and ``GET /api/health/fleet`` now, dating each answer (§8.14).
+    """Read ``GET /api/remote-nodes`` and ``GET /api/health/fleet`` now, dating each answer.
 
     A node listing failure propagates (the inventory cannot be built); a fleet-health failure only
     means the compute rows are dated, not live, and the reason is kept.
@@ -349,7 +349,7 @@ def machine_inventory(
 ) -> list[dict[str, Any]]:
     """The report's machine-inventory rows: SSH-reachable machines first, then registered compute.
 
-    Two sections, never merged (§8.14): ``ssh`` rows say what answered SSH in this run;
+    Two sections, never merged: ``ssh`` rows say what answered SSH in this run;
     ``sandboxed-compute`` rows say what ``GET /api/remote-nodes`` registered. A compute row is
     ``live`` only when both ``/api/remote-nodes`` and ``/api/health/fleet`` were read in this run;
     otherwise its ``checked_at`` is the date the claim rests on, and it says so.

@@ -12,7 +12,7 @@ SDLC run gets it, pass it to curl on stdin or to pi in its environment (never ar
 only HTTP status and body. Scripts never write to a fixed path in a shared directory (a file
 they need lives in their own ``mktemp -d``, removed by a trap) and end with ``SBX_END``: a script
 that stops before it failed itself, which is an ``error`` with its stderr, never a verdict. Traps
-handled here are the ones in specs/sssf-sandbox.md §3 (prefix sha match, content-level clean
+handled here are the ones in specs/sssf-sandbox.md, 3 (prefix sha match, content-level clean
 tree, ``command -v pi`` first, "No models available" with exit 0, reasoning-only answers, pi's
 own cost).
 """

@@ -1,4 +1,4 @@
-"""Stored GitHub auth probe inside a workspace (sandboxed-sh.md §8.12).
+"""Stored GitHub auth probe inside a workspace (specs/sandboxed-sh.md, 8.12).
 
 A workspace without ``GH_TOKEN``/``GITHUB_TOKEN`` may still hold stored gh and git credentials.
 The probe runs three commands in the workspace with the env tokens unset, sends all of their

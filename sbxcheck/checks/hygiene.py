@@ -1,6 +1,6 @@
 """Mission hygiene on a sandboxed.sh control plane: the runbook's read-only looks at what is stuck.
 
-Four checks, each a pure function of what the control plane answered (spec §3.3, §3.6, §7):
+Four checks, each a pure function of what the control plane answered (specs/sandboxed-sh.md, 3.3, 3.6 and 7):
 
 * :func:`check_missions_integrity` — ``GET /missions/integrity``: orphaned_pending or stale_active
   fail; scheduled_waiting and stale_awaiting_user are reported as evidence.
@@ -39,7 +39,7 @@ CHECK_VERDICTS: Final = "mission_verdicts"
 CHECK_SIGNAL: Final = "mission_signals"
 
 STALLED_VERDICTS: Final = frozenset({"stalled", "stuck_queued", "stalled_parked", "stalled_background"})
-#: The ``signals`` of ``get_mission_health`` (spec §7), in report order.
+#: The ``signals`` of the assistant MCP's ``get_mission_health``, in report order.
 SIGNALS: Final = (
     "auth_error",
     "rate_limited",
@@ -238,7 +238,7 @@ def judge_running(rows: Sequence[RunningEntry], *, target: str = "control-plane"
 
 
 def verdict_for(status: str, idle_s: float, t: HygieneSection) -> str | None:
-    """The staleness label for ``status`` after ``idle_s`` idle seconds, with ``t``'s thresholds (§3.3)."""
+    """The staleness label for ``status`` after ``idle_s`` idle seconds, with ``t``'s thresholds."""
     if status in TERMINAL_STATUSES:
         return None
     if status == "active":

@@ -1,4 +1,4 @@
-"""Mission route-health and workspace-visibility verdicts (specs/sandboxed-sh.md §8.3–§8.10).
+"""Mission route-health and workspace-visibility verdicts (specs/sandboxed-sh.md, 8.3 to 8.10).
 
 Pure functions over what the dispatcher saw (``RouteRun``/``CanaryRun``). A mission reaching
 ``pending`` proves nothing: the record must echo the request and there must be execution evidence
@@ -78,7 +78,7 @@ def _skip_or_error(check: str, target: str, run: RouteRun) -> CheckResult | None
 
 
 def not_dispatched(check: str, target: str, doomed: CheckResult) -> CheckResult:
-    """Issue 21: kept back by a failed readiness item (same classification and cause: one incident), or
+    """The verdict of a route kept back by a failed readiness item (same classification and cause: one incident), or
     by the spend cap (an ``error``: not checked, says why)."""
     if doomed.outcome is Outcome.ERROR:
         return CheckResult.errored(
@@ -205,7 +205,7 @@ def _idempotency_ignored(run: RouteRun, ev: dict[str, Any]) -> str | None:
     if retry_id == run.mission_id:
         ev["idempotency"] = "honoured: the retry returned the first mission"
         return None
-    if run.first_status_at_retry == "failed":  # §3.4 step 5: a failed holder does not coalesce
+    if run.first_status_at_retry == "failed":  # a failed holder does not coalesce (spec 3.4 step 5)
         ev["idempotency"] = "inconclusive: the first mission had failed before the retry"
         return None
     return (
@@ -248,7 +248,7 @@ def check_record_echoes_request(run: RouteRun) -> CheckResult:
     created = run.created.mission
     ev = _base(run)
     stored = {k: record.get(k) for k in ("backend", "model_override", "model_effort")}
-    stored["agent"] = created.get("agent", record.get("agent"))  # only full reads carry agent (§3.5)
+    stored["agent"] = created.get("agent", record.get("agent"))  # only a full read of a mission carries agent
     ev["stored"] = stored
     problems: list[str] = []
     notes: list[str] = []
@@ -291,7 +291,7 @@ def _evidence_events(run: RouteRun) -> list[dict[str, Any]]:
 
 
 def no_usable_answer(check: str, target: str, run: RouteRun, retry: RouteRun) -> CheckResult:
-    """Issue 21 (§8.9): the first mission ended silent; judge the one direct-output retry of the same route."""
+    """The no-output rule: the first mission ended silent; judge the one direct-output retry of the same route."""
     from sbxcheck.clients.missionruns import assistant_content
 
     model = run.route.model_override or "(default model)"
@@ -342,7 +342,7 @@ def check_reaches_execution(run: RouteRun, *, blocked_signature: str | None = No
     early = _skip_or_error(check, target, run)
     if early is not None:
         return early
-    if run.output_retry is not None:  # issue 21: the no-output rule
+    if run.output_retry is not None:  # the no-output rule: the retry decides
         return no_usable_answer(check, target, run, run.output_retry)
     ev = _base(run)
     status = run.status
@@ -403,7 +403,7 @@ def check_reaches_execution(run: RouteRun, *, blocked_signature: str | None = No
                 Classification.INFRASTRUCTURE,
                 cause=adapter_crash_cause(run.route.backend, signature),
                 recommendation=f"stop launching {run.route.backend}; open exactly one bounded repair mission on a "
-                "reliable route, then validate with one narrow probe before relaunching (§8.8)",
+                "reliable route, then validate with one narrow probe before relaunching",
             )
         return CheckResult.failed(
             check,
@@ -728,7 +728,7 @@ def check_workspace_visible(canary: CanaryRun) -> CheckResult:
 
 
 def check_prompt_limits(name: str, prompt: str) -> CheckResult:
-    """A codex ``/goal`` objective must be at most 4000 characters; over 3500 is a warning (§8.4)."""
+    """A codex ``/goal`` objective over 4000 characters is refused by Codex's goal API; over 3500 is a warning."""
     check = "prompt_limits"
     stripped = prompt.lstrip()
     is_goal = stripped.startswith("/goal ")

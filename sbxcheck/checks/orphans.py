@@ -1,4 +1,4 @@
-"""Orphaned ``sbx-*`` OpenRouter keys (sssf-sandbox.md §8 reap, §9): an audit that reports, never deletes.
+"""Orphaned ``sbx-*`` OpenRouter keys (upstream's reap, specs/sssf-sandbox.md 8): an audit that reports, never deletes.
 
 The join is upstream reap's: ``GET /keys`` (every page), ``ssh exe.dev ls --json`` and the local
 run records. Only keys named ``sbx-…`` are considered; other keys are never listed (only counted).
@@ -181,7 +181,7 @@ def _judge_key(
     why: str | None = None
     advice = REAP_ADVICE
     if record is not None and not record.is_open and key.disabled:
-        return None  # issue 22: listed disabled = revoked (as teardown's proof counts it), not an orphan
+        return None  # listed disabled = revoked (as teardown's proof counts it), not an orphan
     if record is not None and not record.is_open:
         why = f"record closed {record.closed_at}"
         ev["record_closed_at"] = record.closed_at

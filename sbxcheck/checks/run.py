@@ -1,4 +1,4 @@
-"""Checks of an SSSF run that has executed or been observed (issue 22): is the SDLC alive, is its
+"""Checks of an SSSF run that has executed or been observed: is the SDLC alive, is its
 ``run.log`` free of known fatal lines, do the app and the trace UI answer as the spec says.
 
 ``execute`` records a pid, which only proves a process started: the SDLC can die right after spawn

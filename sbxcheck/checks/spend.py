@@ -1,4 +1,4 @@
-"""Whether the account can afford the next run (issue 21 item 4); the run's own spend is :mod:`sbxcheck.spend`.
+"""Whether the account can afford the next run; the run's own spend is :mod:`sbxcheck.spend`.
 
 :func:`check_credits` — ``GET /api/v1/credits`` with the provisioning key: the account balance
 against the inventory's floor.

@@ -7,9 +7,6 @@ Both return plain JSON-like dicts: the checks read fields, not transport objects
 
 from __future__ import annotations
 
-import re
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -24,15 +21,11 @@ from sbxcheck.clients.sandboxed import (
     parse_valid_models,
 )
 from sbxcheck.clients.sandboxed_models import MissionSpec, check_record_id
-from sbxcheck.errors import AuthFailed, BadResponseError, RateLimited, TransportError
+from sbxcheck.errors import AuthFailed, BadResponseError, TransportError
 from sbxcheck.ids import check_id
-from sbxcheck.transports.http import pushback_deadline
 
 # the REST status or text an MCP tool relays when the control plane pushed back (429 / 503); a tool
 # result carries no headers, so a relayed 503 counts as pushback (the server did not act either way)
-_PUSHBACK_TEXT = re.compile(r"\b429\b|\b503\b|too many requests|service unavailable", re.IGNORECASE)
-MCP_PUSHBACK_WAIT_S = 1.0  # an MCP tool result carries no Retry-After
-MCP_PUSHBACK_RETRIES = 30
 
 
 @dataclass(frozen=True)
@@ -90,34 +83,16 @@ class McpChannel:
     def __init__(self, client: AssistantMcpClient) -> None:
         self.client = client
 
-    def _absorbing_pushback(self, tool: str, call: Callable[[], McpToolResult]) -> McpToolResult:
-        """``call`` again while the tool relays a 429/503 (the server did not act), until the deadline."""
-        until = pushback_deadline(60.0)
-        for _ in range(MCP_PUSHBACK_RETRIES):
-            result = call()
-            if not (result.is_error and _PUSHBACK_TEXT.search(result.text)):
-                return result
-            if time.monotonic() + MCP_PUSHBACK_WAIT_S >= until:
-                break
-            time.sleep(MCP_PUSHBACK_WAIT_S)
-        raise RateLimited(
-            f"MCP {tool}: the control plane kept pushing back (429) until the deadline",
-            evidence={"via": "mcp", "tool": tool},
-        )
-
     def create(self, spec: MissionSpec) -> Created:
-        # the control plane did not act on a pushed-back create, so repeating it makes no second mission
-        result = self._absorbing_pushback(
-            "start_mission",
-            lambda: self.client.start_mission(
-                spec.title or "sbxcheck mission",
-                spec.prompt or "",
-                workspace_id=spec.workspace_id,
-                backend=spec.backend,
-                model_override=spec.model_override,
-                model_effort=spec.model_effort,
-                agent=spec.agent,
-            ),
+        # a pushed-back create is repeated by the client: the server did not act, so no second mission
+        result = self.client.start_mission(
+            spec.title or "sbxcheck mission",
+            spec.prompt or "",
+            workspace_id=spec.workspace_id,
+            backend=spec.backend,
+            model_override=spec.model_override,
+            model_effort=spec.model_effort,
+            agent=spec.agent,
         )
         if result.is_error:
             _raise_auth(result, self.client)
@@ -129,13 +104,11 @@ class McpChannel:
         check_id(
             mission["id"], field="id", source="MCP start_mission"
         )  # data, never a path or a ledger ident
-        # the MCP start_mission tool takes no idempotency_key (§7): a retried create is a new mission
+        # the MCP start_mission tool takes no idempotency_key: a retried create is a new mission
         return Created(mission, None, idempotency_supported=False)
 
     def get(self, mission_id: str) -> dict[str, Any]:
-        doc = self._json(
-            "get_mission", self._absorbing_pushback("get_mission", lambda: self.client.get_mission(mission_id))
-        )
+        doc = self._json("get_mission", self.client.get_mission(mission_id))
         mission = doc.get("mission", doc) if isinstance(doc, dict) else None
         if not isinstance(mission, dict):
             raise BadResponseError("MCP get_mission: expected a mission object")
@@ -145,10 +118,7 @@ class McpChannel:
     def events(self, mission_id: str, since_seq: int) -> list[dict[str, Any]]:
         doc = self._json(
             "get_mission_events",
-            self._absorbing_pushback(
-                "get_mission_events",
-                lambda: self.client.get_mission_events(mission_id, since_seq=since_seq, view="all", limit=200),
-            ),
+            self.client.get_mission_events(mission_id, since_seq=since_seq, view="all", limit=200),
         )
         rows = doc.get("events", doc) if isinstance(doc, dict) else doc
         if not isinstance(rows, list):
@@ -156,7 +126,7 @@ class McpChannel:
         return [r for r in rows if isinstance(r, dict)]
 
     def cancel(self, mission_id: str) -> bool:
-        result = self._absorbing_pushback("cancel_mission", lambda: self.client.cancel_mission(mission_id))
+        result = self.client.cancel_mission(mission_id)
         if result.is_error:
             if "not found" in result.text.lower() or "404" in result.text:
                 return False

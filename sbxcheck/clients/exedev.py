@@ -1,4 +1,4 @@
-"""exe.dev's control plane over SSH (sssf-sandbox.md §6): ``ssh exe.dev ls --json``, read-only.
+"""exe.dev's control plane over SSH (specs/sssf-sandbox.md, 6): ``ssh exe.dev ls --json``, read-only.
 
 exe.dev's SSH endpoint takes a verb as the command, so the caller hands over a
 :class:`~sbxcheck.checks.base.RemoteShell` connected to the alias ``exe.dev`` and the command

@@ -6,7 +6,7 @@ pytest item shares one server process and one session. Every wait is bounded: th
 ``startup_timeout_s``, each call by ``timeout_s``, teardown by ``shutdown_timeout_s`` (the SDK's
 own stdio shutdown closes stdin, then terminates and kills the process group).
 
-Tool names may be given with or without the host prefix (``mcp_sandboxed_assistant_``, spec §7);
+Tool names may be given with or without the host prefix (``mcp_sandboxed_assistant_``, as a host names them);
 they are resolved against the names the server advertises. Failures map onto :mod:`sbxcheck.errors`:
 
 * the server cannot be spawned, exits, or never completes the handshake → :class:`McpServerUnavailable`
@@ -27,6 +27,7 @@ import os
 import re
 import shlex
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -45,9 +46,15 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
-from sbxcheck.errors import BadResponseError, CommandTimeout, HostUnreachable, SbxError
+from sbxcheck.errors import BadResponseError, CommandTimeout, HostUnreachable, RateLimited, SbxError
 from sbxcheck.redact import Redactor, default_redactor
 from sbxcheck.safeio import loads_bounded
+from sbxcheck.transports.http import pushback_deadline
+
+#: a tool result that relays the control plane's pushback (the server did not act on the request)
+PUSHBACK_TEXT = re.compile(r"\b429\b|\b503\b|too many requests|service unavailable", re.IGNORECASE)
+MCP_PUSHBACK_WAIT_S = 1.0  # an MCP tool result carries no Retry-After
+MCP_PUSHBACK_RETRIES = 30
 
 _T = TypeVar("_T")
 
@@ -237,7 +244,7 @@ def _json_or_none(text: str) -> Any | None:
 
 
 class AssistantMcpClient:
-    """A sync facade over one MCP stdio session (spec §7); a context manager.
+    """A sync facade over one assistant-MCP stdio session; a context manager.
 
     ``env`` is merged over the SDK's safe default environment (HOME, PATH, …) for the server
     process; its values are masked in every message this client produces.
@@ -524,7 +531,28 @@ class AssistantMcpClient:
     def call(
         self, tool: str, arguments: dict[str, Any] | None = None, *, timeout_s: float | None = None
     ) -> McpToolResult:
-        """Call a tool; tool failures come back as ``is_error`` results, transport failures raise."""
+        """Call a tool; tool failures come back as ``is_error`` results, transport failures raise.
+
+        A tool that relays the control plane's pushback (429, 503) is called again: the server did not
+        act on the request, so repeating it is safe whatever the tool does. After the pushback deadline
+        (the caller's, else 60 s) or MCP_PUSHBACK_RETRIES calls it is :class:`RateLimited`.
+        """
+        until = pushback_deadline(60.0)
+        for _ in range(MCP_PUSHBACK_RETRIES):
+            result = self._call_once(tool, arguments, timeout_s)
+            if not (result.is_error and PUSHBACK_TEXT.search(result.text)):
+                return result
+            if time.monotonic() + MCP_PUSHBACK_WAIT_S >= until:
+                break
+            time.sleep(MCP_PUSHBACK_WAIT_S)
+        raise RateLimited(
+            f"MCP {tool}: the control plane kept pushing back (429) until the deadline",
+            evidence={"via": "mcp", "tool": tool, "answer": self.redact(result.text)[:200]},
+        )
+
+    def _call_once(
+        self, tool: str, arguments: dict[str, Any] | None, timeout_s: float | None
+    ) -> McpToolResult:
         portal, session = self._live_session(f"call {tool}")
         name = self.resolve_tool(tool)
         deadline = self._timeout_s if timeout_s is None else timeout_s
@@ -560,7 +588,7 @@ class AssistantMcpClient:
             result.json(self.redact)
         return result
 
-    # -- the assistant MCP's tools (spec §7); None arguments are left out ---------------------
+    # -- the assistant MCP's tools (specs/sandboxed-sh.md, 7); None arguments are left out -----
 
     def _tool(self, tool: str, **arguments: Any) -> McpToolResult:
         return self.call_json(tool, {k: v for k, v in arguments.items() if v is not None})
@@ -581,7 +609,7 @@ class AssistantMcpClient:
         agent: str | None = None,
         **extra: Any,
     ) -> McpToolResult:
-        """``start_mission`` → ``{"mission": <create response>}``; ``extra`` passes other §7 fields."""
+        """``start_mission`` → ``{"mission": <create response>}``; ``extra`` passes the tool's other fields."""
         return self._tool(
             "start_mission",
             title=title,

@@ -1,6 +1,6 @@
 """Reading a failed assistant-MCP tool result as a credential refusal (no mcp SDK import: checks use it).
 
-The MCP turns every REST failure behind a tool into one ``-32000`` text (spec §7): ``list workspaces
+The MCP turns every REST failure behind a tool into one ``-32000`` text: ``list workspaces
 failed (401 Unauthorized): Invalid or expired token``, ``Mission not found: 401 Unauthorized``. A
 401/403 there is an auth failure (a token to renew), never a bad response.
 """
@@ -12,7 +12,7 @@ from typing import Final, Protocol
 
 from sbxcheck.errors import AuthFailed
 
-# The control plane's own 401 texts (§2), and the MCP's "no token configured" message.
+# The control plane's own 401 texts (specs/sandboxed-sh.md, 2), and the MCP's "no token configured" message.
 AUTH_TEXTS: Final = (
     "Invalid or expired token",
     "Missing Authorization header",

@@ -64,8 +64,8 @@ class RouteRun:
     first_status_at_retry: str | None = None  # the first mission's status when the retry made a second
     retry_joined: str | None = None  # the keyed retry was answered with this mission of someone else's
     check_idempotency: bool = True
-    not_dispatched: CheckResult | None = None  # issue 21: the readiness failure that kept it back
-    output_retry: RouteRun | None = None  # issue 21: the one direct-output retry of a silent model
+    not_dispatched: CheckResult | None = None  # the readiness failure that kept it back: nothing spent
+    output_retry: RouteRun | None = None  # the one direct-output retry of a model that ended silent
     stream_generation: int = -1  # the live stream's generation when the create was sent (-1: not live)
     followed_by: str | None = None  # "stream" or "polling (why)"
     reads: int = 0  # record and event reads made to follow it
@@ -107,7 +107,7 @@ class CanaryRun:
     exec_error: str | None = None
     skipped_incident: str | None = None
     error: SbxError | None = None
-    not_dispatched: CheckResult | None = None  # issue 21: the readiness failure that kept it back
+    not_dispatched: CheckResult | None = None  # the readiness failure that kept it back: nothing spent
     done: threading.Event = field(default_factory=threading.Event)
 
 
@@ -127,7 +127,7 @@ def assistant_content(events: list[dict[str, Any]]) -> bool:
 
 
 def silent_end(events: list[dict[str, Any]]) -> bool:
-    """Issue 21: the mission ended on a no-output error (idle timeout, stall) without assistant content."""
+    """True when the mission ended on a no-output error (idle timeout, stall) without assistant content."""
     if assistant_content(events):
         return False
     return any(

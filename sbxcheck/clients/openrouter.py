@@ -1,4 +1,4 @@
-"""Provisioning-side OpenRouter client (sssf-sandbox.md §5): list keys, paged, read-only.
+"""Provisioning-side OpenRouter client (specs/sssf-sandbox.md, 5): list keys, paged, read-only.
 
 The provisioning key is registered with the default redactor and never appears in a message or
 repr. ``GET /keys`` returns key *metadata* (hash, name, usage, limit, …), never a key's secret;

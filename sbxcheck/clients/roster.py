@@ -1,4 +1,4 @@
-"""The SSSF roster: which models a run's config pins (specs §3 C, §4).
+"""The SSSF roster: which models a run's config pins (specs/sssf-sandbox.md, 3 C and 4).
 
 Upstream's gate reads the second whitespace field of every ``model:`` line and strips a leading
 ``openrouter/`` (pi's provider name). sbxcheck parses the same lines but is stricter where

@@ -1,4 +1,4 @@
-"""SSSF run records: ``.sandbox/runs/<run-id>.json``, a closed 12-field schema (specs §2).
+"""SSSF run records: ``.sandbox/runs/<run-id>.json``, a closed 12-field schema (specs/sssf-sandbox.md, 2).
 
 Read no more strictly than the writer (upstream ``run_record.py``) writes: ``set`` coerces
 ``ports`` as any JSON value, ``pid`` to int, ``limit``/``spend`` to float, everything else to a

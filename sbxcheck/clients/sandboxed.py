@@ -1,4 +1,4 @@
-"""Typed REST client for a sandboxed.sh control plane (spec ``sandboxed-sh.md`` §2–§6).
+"""Typed REST client for a sandboxed.sh control plane (its REST API: auth, missions, workspaces, fleet).
 
 One :class:`SandboxedClient` wraps an ``httpx.Client``. Every call has a timeout; only idempotent
 GETs are retried on errors by the shared :class:`~sbxcheck.transports.http.RetryPolicy` (``retries``
@@ -20,8 +20,8 @@ non-JSON / schema mismatch  :class:`~sbxcheck.errors.BadResponseError` (redacted
 ==========================  ============================================================
 
 Secrets: the password and token are registered with the default redactor, never appear in a
-message or repr, and workspace records are reduced at the source (§8.11): env-var *names* are
-kept, values are dropped while parsing.
+message or repr, and workspace records are reduced at the source: env-var *names* are kept,
+values are dropped while parsing. Section numbers below point into specs/sandboxed-sh.md.
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ class NotFound(ApiRejected):
 
 
 class MissionRejected(ApiRejected):
-    """Create refused (§3.4). ``valid_models``/``supported_efforts`` are parsed from the server's text."""
+    """Create refused (a 4xx). ``valid_models``/``supported_efforts`` are parsed from the server's text."""
 
     def __init__(
         self,
@@ -131,7 +131,8 @@ class MissionRejected(ApiRejected):
         self.valid_models: list[str] = list(valid_models)
         self.supported_efforts: list[str] = list(supported_efforts)
         self.evidence.update(valid_models=self.valid_models, supported_efforts=self.supported_efforts)
-        # a 409 conflict names the mission that holds the workspace/lease: its id and title (issue 20)
+        # a 409 conflict names the mission that holds the workspace/lease: its id and title, so the
+        # message can say which mission to wait for or cancel
         self.holder: dict[str, str] = {
             k: default_redactor().redact_text(v)[:200]
             for k, v in (holder or {}).items()
@@ -196,7 +197,7 @@ def _id_tokens(text: str) -> list[str]:
 
 
 def parse_valid_models(text: str, doc: Mapping[str, Any] | None = None) -> list[str]:
-    """Valid catalog ids from a model-not-found error (§3.4 step 23, §8.6); ``[]`` if none listed."""
+    """Valid catalog ids from a model-not-found error (spec 3.4 step 23); ``[]`` if none listed."""
     for key in ("valid_models", "available_models", "valid_ids", "models"):
         listed = (doc or {}).get(key)
         if isinstance(listed, list) and all(isinstance(x, str) for x in listed):
@@ -210,7 +211,7 @@ def parse_valid_models(text: str, doc: Mapping[str, Any] | None = None) -> list[
 
 
 def parse_supported_efforts(text: str) -> list[str]:
-    """Supported values from ``Invalid model_effort for backend '<b>'. Supported values: ...`` (§8.5)."""
+    """Supported values from ``Invalid model_effort for backend '<b>'. Supported values: ...``."""
     match = _SUPPORTED_RE.search(text)
     if not match:
         return []
@@ -341,7 +342,7 @@ class SandboxedClient:
     # ---- transport core -----------------------------------------------------------------------
 
     def login(self) -> None:
-        """``POST /api/auth/login`` with the configured password; keep the JWT (§2)."""
+        """``POST /api/auth/login`` with the configured password; keep the JWT for later calls."""
         if self._password is None:
             raise AuthFailed("login: no password configured for the control plane")
         body: dict[str, str] = {"password": self._password}
@@ -552,7 +553,7 @@ class SandboxedClient:
         remote_requirements: Sequence[str] | None = None,
         extra: Mapping[str, JsonValue] | None = None,
     ) -> Mission:
-        """Create a mission (§3.4); a 4xx refusal raises :class:`MissionRejected`."""
+        """Create a mission (spec 3.4); a 4xx refusal raises :class:`MissionRejected`."""
         spec = MissionSpec(
             title=title,
             prompt=prompt,
@@ -594,7 +595,7 @@ class SandboxedClient:
         limit: int | None = None,
         offset: int | None = None,
     ) -> list[Mission]:
-        """``GET /api/control/missions``: attention-only unless ``status`` or ``all`` is given (§3.6)."""
+        """``GET /api/control/missions``: attention-only unless ``status`` or ``all`` is given (spec 3.6)."""
         params: dict[str, str | int] = {}
         if status is not None:
             params["status"] = status if isinstance(status, str) else ",".join(status)
@@ -722,7 +723,7 @@ class SandboxedClient:
     def workspace_exec(
         self, workspace_id: str, command: str, timeout_s: float = 60.0, *, cwd: str | None = None
     ) -> ExecResult:
-        """``POST /api/workspaces/:id/exec`` → exit code, output, ``timed_out`` (§4).
+        """``POST /api/workspaces/:id/exec`` → exit code, output, ``timed_out``.
 
         The server enforces ``timeout_secs`` (rounded up, max 600); the HTTP call waits that long
         plus a grace period.
@@ -742,10 +743,10 @@ class SandboxedClient:
             timed_out=parsed.timed_out,
         )
 
-    # ---- issue 21: mission hygiene, workspace and catalog readiness (a block of its own) -----
+    # ---- mission hygiene, workspace and catalog readiness: read-only, what the runbook checks -
 
     def missions_integrity(self) -> MissionsIntegrity:
-        """``GET /api/control/missions/integrity``: orphaned/stale groups (§3.6)."""
+        """``GET /api/control/missions/integrity``: orphaned/stale groups."""
         return self._get("/api/control/missions/integrity", MissionsIntegrity)
 
     def list_missions_paged(
@@ -771,7 +772,7 @@ class SandboxedClient:
         return _names(self._json(f"GET {path}", resp, False), "agents", f"GET {path}")
 
     def backends(self) -> list[BackendInfo]:
-        """``GET /api/backends``: the registered backends (§5)."""
+        """``GET /api/backends``: the registered backends."""
         path = "/api/backends"
         return self._parse_list(f"GET {path}", self._send("GET", path), BackendInfo)
 
@@ -782,17 +783,17 @@ class SandboxedClient:
         return _names(self._json(f"GET {path}", resp, False), "agents", f"GET {path}")
 
     def ai_providers(self) -> list[AiProvider]:
-        """``GET /api/ai/providers``: configured providers and the backends each serves (§5)."""
+        """``GET /api/ai/providers``: configured providers and the backends each serves."""
         path = "/api/ai/providers"
         return self._parse_list(f"GET {path}", self._send("GET", path), AiProvider, secret_bearing=True)
 
     def tracks(self, project: str) -> list[TrackRow]:
-        """``GET /api/control/tracks?project=``: the project's track rows and their mission counts (§3.6)."""
+        """``GET /api/control/tracks?project=``: the project's track rows and their mission counts."""
         path = "/api/control/tracks"
         return self._parse_list(f"GET {path}", self._send("GET", path, params={"project": project}), TrackRow)
 
     def provider_catalog(self) -> list[CatalogProvider]:
-        """``GET /api/providers?include_all=true``: the static model catalog (§5)."""
+        """``GET /api/providers?include_all=true``: the static model catalog."""
         path = "/api/providers"
         resp = self._send("GET", path, params={"include_all": "true"})
         return self._parse(f"GET {path}", resp, ProviderCatalog).providers

@@ -1,8 +1,8 @@
-"""Wire shapes of the sandboxed.sh control plane (spec ``sandboxed-sh.md`` §2–§6), parsed by :mod:`.sandboxed`.
+"""Wire shapes of the sandboxed.sh control plane's REST API, parsed by :mod:`.sandboxed`.
 
 Pydantic models of what the REST API answers, and :class:`MissionSpec` (what a create sends).
-Workspace records are reduced at the source (§8.11): env-var *names* are kept, values are dropped
-while parsing.
+Workspace records are reduced at the source: env-var *names* are kept, values are dropped while
+parsing, so no secret value is ever held. Section numbers below point into specs/sandboxed-sh.md.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class HistoryEntry(_Wire):
 
 
 class MissionExecution(_Wire):
-    """The latest-run projection on a mission (§3.1); key set varies between versions."""
+    """The latest-run projection on a mission (spec 3.1); key set varies between versions."""
 
     run_id: str | None = None
     mission_id: str | None = None
@@ -50,7 +50,7 @@ class MissionExecution(_Wire):
 
 
 class Mission(_Wire):
-    """A mission record (§3.1). Optional fields are usually omitted by the server."""
+    """A mission record (spec 3.1). Optional fields are usually omitted by the server."""
 
     id: str
     status: str
@@ -105,7 +105,7 @@ class Mission(_Wire):
 
     @property
     def is_terminal(self) -> bool:
-        """True for completed, failed, blocked, not_feasible and interrupted (§3.2)."""
+        """True for completed, failed, blocked, not_feasible and interrupted."""
         return self.status in TERMINAL_STATUSES
 
     def asked_for(self, asked: str, source: str) -> Mission:
@@ -115,7 +115,7 @@ class Mission(_Wire):
 
 
 class StoredEvent(_Wire):
-    """One stored mission event (§3.7); payloads are folded into ``content`` and ``metadata``."""
+    """One stored mission event (spec 3.7); payloads are folded into ``content`` and ``metadata``."""
 
     id: int | str | None = None
     mission_id: str | None = None
@@ -156,7 +156,7 @@ def is_credential_like(value: str, name: str | None = None) -> bool:
 
 
 class Workspace(BaseModel):
-    """A workspace reduced at the source (§8.11): env-var names only, never their values.
+    """A workspace reduced at the source: env-var names only, never their values.
 
     Unknown fields are ignored, not kept: a workspace record is secret-bearing, and the free-form
     ``init_script`` body and ``config`` are dropped for the same reason. ``env_values_present``
@@ -221,7 +221,7 @@ class Workspace(BaseModel):
 
 @dataclass(frozen=True)
 class ExecResult:
-    """What ``POST /api/workspaces/:id/exec`` returned (§4). The repr shows sizes, not output."""
+    """What ``POST /api/workspaces/:id/exec`` returned. The repr shows sizes, not output."""
 
     exit_code: int
     stdout: str
@@ -241,7 +241,7 @@ class ExecResult:
 
 
 class HealthInfo(_Wire):
-    """``GET /api/health`` (public, §6)."""
+    """``GET /api/health`` (public: no token needed)."""
 
     status: str
     version: str | None = None
@@ -255,7 +255,7 @@ class HealthInfo(_Wire):
 
 
 class AuthStatus(_Wire):
-    """``GET /api/auth/status`` (§2)."""
+    """``GET /api/auth/status``: whether the server wants a login."""
 
     auth_mode: str | None = None
     password_source: str | None = None
@@ -272,7 +272,7 @@ class MissionCounts(_Wire):
 
 
 class FleetHealth(_Wire):
-    """``GET /api/health/fleet`` (§6). HTTP 200 even when ``status`` is ``degraded``."""
+    """``GET /api/health/fleet``. HTTP 200 even when ``status`` is ``degraded``."""
 
     status: str
     version: str | None = None
@@ -293,7 +293,7 @@ class FleetHealth(_Wire):
 
 
 class RemoteNode(_Wire):
-    """One node of ``GET /api/remote-nodes`` (§6). ``token_env`` is an env-var *name*."""
+    """One node of ``GET /api/remote-nodes``. ``token_env`` is an env-var *name*."""
 
     id: str
     status: str
@@ -338,7 +338,7 @@ class CordonResult(_Wire):
 
 
 class RunningEntry(_Wire):
-    """One row of ``GET /api/control/running`` (§3.6)."""
+    """One row of ``GET /api/control/running`` (spec 3.6)."""
 
     mission_id: str
     state: str
@@ -368,7 +368,7 @@ class CreateOutcome:
 
 @dataclass(frozen=True)
 class MissionSpec:
-    """The body of ``POST /api/control/missions`` (§3.4); ``None`` fields are not sent."""
+    """The body of ``POST /api/control/missions`` (spec 3.4); ``None`` fields are not sent."""
 
     title: str | None = None
     prompt: str | None = None
@@ -413,7 +413,7 @@ class IntegrityGroup(_Wire):
 
 
 class MissionsIntegrity(_Wire):
-    """``GET /api/control/missions/integrity`` (§3.6); the two groups ``healthy`` rests on are required."""
+    """``GET /api/control/missions/integrity`` (spec 3.6); the two groups ``healthy`` rests on are required."""
 
     generated_at: str | None = None
     scanned: int | None = None

@@ -1,4 +1,4 @@
-"""The control plane's live event stream, ``GET /api/control/stream`` (SSE, spec §3.7), as signals.
+"""The control plane's live event stream, ``GET /api/control/stream`` (server-sent events), as signals.
 
 One :class:`ControlStream` per session and control plane: a daemon thread holds the subscription
 and folds every event into a small per-mission :class:`MissionSignal` (last status, whether

@@ -30,7 +30,7 @@ without a final newline, write the whole line with one ``O_APPEND`` write and ``
 before unlocking, so concurrent processes (pytest-xdist workers) never interleave a line.
 Readers take ``LOCK_SH``. Every lock wait is bounded.
 
-Hostile or broken state (issue 20): the ledger is opened with ``O_NOFOLLOW`` and ``O_NONBLOCK``
+Hostile or broken state never steers a run: the ledger is opened with ``O_NOFOLLOW`` and ``O_NONBLOCK``
 and must be a regular file; a symlink, FIFO or device at its path is one clear
 :class:`~sbxcheck.errors.LedgerError`, at once. Reads are incremental: a :class:`Ledger` folds the
 file once and afterwards reads only what was appended since (an append never re-reads the file).

@@ -100,10 +100,10 @@ class MissionDispatcher(ClosingMixin):
         self.on_wait: Callable[[WaitingState | None, float], None] | None = None
         self._unanswered: dict[str, RouteRun] = {}  # ledger entry -> run whose create never answered
         self._list_missions = list_missions
-        self._preflight = preflight  # issue 21: a route that would fail readiness is not dispatched
-        self.max_spend_usd = max_spend_usd  # issue 21: with a cap, one mission at a time
-        self.single_create = single_create  # issue 21 (--sbx-probe): one create per route, no keyed retry
-        self.costs: dict[str, float | None] = {}  # issue 21: mission id -> USD (None: not reported)
+        self._preflight = preflight  # a route that would fail readiness is not dispatched (no money spent)
+        self.max_spend_usd = max_spend_usd  # with a cap, one mission at a time: each cost known before the next
+        self.single_create = single_create  # --sbx-probe: one create per route, no keyed retry
+        self.costs: dict[str, float | None] = {}  # mission id -> USD (None: not reported)
         self._stream = stream
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -141,7 +141,7 @@ class MissionDispatcher(ClosingMixin):
             by_backend.setdefault(route.backend, []).append(run)
         for backend in {r.backend for r in self.section.routes} | {c.backend for c in self.section.canaries}:
             self._backend_settled[backend] = threading.Event()
-        if self.max_spend_usd is not None:  # issue 21: capped runs go one by one, cost known before the next
+        if self.max_spend_usd is not None:  # capped runs go one by one, cost known before the next
             for settled in self._backend_settled.values():
                 settled.set()
             self.canaries = {spec.label: CanaryRun(spec) for spec in self.section.canaries}
@@ -162,7 +162,7 @@ class MissionDispatcher(ClosingMixin):
             self._spawn(self._drive_canary, canary)
 
     def _doomed(self, route: RouteSpec) -> CheckResult | None:
-        """The readiness failure that would doom ``route`` (issue 21), else None; a failing look dooms nothing."""
+        """The readiness failure that would doom ``route``, else None; a failing look dooms nothing."""
         if self._preflight is None:
             return None
         try:
@@ -170,10 +170,10 @@ class MissionDispatcher(ClosingMixin):
         except SbxError:
             return None
 
-    # ------------------------------------------------------------------ no-output rule (issue 21)
+    # ------------------------------------------------------------------ no-output rule
 
     def _retry_silent(self, run: RouteRun) -> None:
-        """§8.9: a mission that ended without any assistant content on a no-output error is retried
+        """The no-output rule: a mission that ended without any assistant content on a no-output error is retried
         once, on the same route (never another model), with a bounded direct-output prompt."""
         if run.status not in TERMINAL or not silent_end(run.events):
             return
@@ -187,7 +187,7 @@ class MissionDispatcher(ClosingMixin):
             except CommandTimeout as exc:
                 retry.error = exc
 
-    # ------------------------------------------------------------------ spend (issue 21)
+    # ------------------------------------------------------------------ spend
 
     @property
     def spent_usd(self) -> float:
@@ -357,7 +357,7 @@ class MissionDispatcher(ClosingMixin):
                 self._dispatch(run)
                 if run.created is not None:
                     self._follow(run)
-                    self._retry_silent(run)  # issue 21: the no-output rule
+                    self._retry_silent(run)  # the no-output rule: one bounded direct-output retry
         except SbxError as exc:
             run.error = self._of_control_plane(exc)
         except Exception as exc:  # a bug must not hang the items waiting on this run
@@ -384,7 +384,7 @@ class MissionDispatcher(ClosingMixin):
                 model_override=route.model_override,
                 model_effort=effort,
                 idempotency_key=run.idempotency_key,
-                **contract_fields(route),  # issue 21: project/track/criteria or origin_session_id
+                **contract_fields(route),  # a dispatch contract: project/track/criteria or origin_session_id
             )
             try:
                 created = channel.create(spec)
@@ -413,10 +413,11 @@ class MissionDispatcher(ClosingMixin):
             return
 
     def _probe_idempotency(self, run: RouteRun, channel: MissionChannel, spec: MissionSpec) -> None:
-        """§8.2: a retry with the same key must return the same mission, never a second one.
+        """A roadmap dispatch's retry with the same key must return the same mission, never a second one.
 
         The server also coalesces an identical title from the same origin while the first mission is
-        pending or active (§3.4 step 6), so an identical retry would pass even when the key is ignored.
+        pending or active (specs/sandboxed-sh.md, 3.4 step 6), so an identical retry would pass even when
+        the key is ignored.
         The retry therefore changes the title and the prompt: only ``idempotency_key`` can match it.
         """
         retry_spec = replace(
@@ -431,7 +432,7 @@ class MissionDispatcher(ClosingMixin):
             if not isinstance(exc, MissionRejected):
                 self._release_if_never_sent(entry, exc)
                 raise
-            # the key lookup comes before every refusal but prompt validation (§3.4 step 5): a refused
+            # the key lookup comes before every refusal but prompt validation (spec 3.4 step 5): a refused
             # retry means the key did not match
             run.retry_rejection = exc
             self._release(entry, f"retry refused: {exc.reason[:120]}")
@@ -446,7 +447,7 @@ class MissionDispatcher(ClosingMixin):
         else:
             self.created[retry_id] = run.route.via
             self._created(entry, retry_id)
-            try:  # a held attempt that failed does not coalesce (§3.4 step 5): not an ignored key
+            try:  # a held attempt that failed does not coalesce (spec 3.4 step 5): not an ignored key
                 run.first_status_at_retry = str(channel.get(str(run.mission_id)).get("status"))
             except SbxError:
                 run.first_status_at_retry = None

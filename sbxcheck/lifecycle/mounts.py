@@ -80,7 +80,18 @@ class Mounted:
             "ssh": self.ssh_hint(suffix) if self.run_id else None,
             "ledger_entry": self.entry_id,
             **({"reason": self.reason} if self.reason else {}),
+            **({"teardown": self.teardown_proof()} if self.teardown else {}),
         }
+
+    def teardown_proof(self) -> dict[str, Any]:
+        """What the teardown recipe said and what GET /keys proved, without the recipe's output."""
+        kept = ("exit_code", "key", "gate", "duration_s")
+        proof: dict[str, Any] = {k: self.teardown[k] for k in kept if k in self.teardown}
+        revocation = self.teardown.get("revocation")
+        proof["revocation"] = revocation if isinstance(revocation, dict) else {"status": "not checked"}
+        if self.harvest:
+            proof["harvest"] = self.harvest.get("status")
+        return proof
 
 
 class MountManager:
@@ -91,7 +102,7 @@ class MountManager:
         self.ledger = ledger
         self.vm_suffix = vm_suffix
         self.mounts: list[Mounted] = []
-        self.revocation: Revocations | None = None  # issue 22: GET /keys proves each revoke
+        self.revocation: Revocations | None = None  # GET /keys afterwards proves each revoke took effect
 
     def mount(self, name: str) -> Mounted:
         """Run the mount recipe for ``name``; the ledger entry is written before anything exists."""

@@ -1,5 +1,5 @@
 """What sbxcheck asks of a mission: the prompts (canary steps, repair probe, direct-output retry),
-the create fields of a dispatch contract, the effort fallbacks, and the probe's items (issue 21)."""
+the create fields of a dispatch contract, the effort fallbacks, and the items ``--sbx-probe`` keeps."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ CANARY_STEPS_HEADER = (
 
 
 def effort_fallbacks(effort: str | None) -> list[str | None]:
-    """The efforts to try in order: the requested one, then one step down at a time (§8.5)."""
+    """The efforts to try in order: the requested one, then one step down at a time (a backend refuses others)."""
     if effort not in EFFORT_LADDER:
         return [effort]
     return list(EFFORT_LADDER[EFFORT_LADDER.index(effort) :])
@@ -42,7 +42,7 @@ PROBE_ITEMS = ("test_route_dispatched", "test_route_record_echoes_request", "tes
 
 
 def probe_items(items: list[Any], route: str) -> tuple[list[Any], list[Any]]:
-    """Issue 21 (--sbx-probe): the selected items of ``route``'s three route checks, and all the others."""
+    """For ``--sbx-probe``: the selected items of ``route``'s three route checks, and all the others."""
     kept: list[Any] = []
     other: list[Any] = []
     for item in items:
@@ -59,7 +59,7 @@ DIRECT_OUTPUT_PROMPT = (
 
 
 def contract_fields(route: RouteSpec) -> dict[str, Any]:
-    """Issue 21: the create fields of a route's dispatch contract (none for an ordinary route)."""
+    """The create fields of a route's dispatch contract (none for an ordinary route)."""
     if route.contract == "roadmap":
         return {
             "project": route.project,

@@ -1,14 +1,14 @@
 """Running the SSSF ``just sbx`` recipes from templates, and reading what they print.
 
 sbxcheck never hand-rolls a mint, a ``new``, a revoke or a destroy: it runs the upstream recipes
-(specs §1), configured as command templates with one placeholder, ``{run_id}``. Values are
+(specs/sssf-sandbox.md, 1), configured as command templates with one placeholder, ``{run_id}``. Values are
 ``shlex.quote``-d into the template, which is then split with ``shlex`` and run without a shell,
 so a hostile run id stays one argv element. No template may contain ``--yes``: ``reap`` is only
 ever a dry run here. Teardown is the person's decision (:func:`decide_teardown` applies the
 flag they chose, and a failed gate always keeps its VM).
 
-Parsers read the printed contract (specs §1, §8) and never raise: unknown output gives a result
-with ``ok=False`` and a ``reason``.
+Parsers read the recipes' printed contract (specs/sssf-sandbox.md, 1 and 8) and never raise:
+unknown output gives a result with ``ok=False`` and a ``reason``.
 """
 
 from __future__ import annotations

@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from collections.abc import Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from pytest import ExitCode
 
 from sbxcheck.fleetsource import FleetSource
 from sbxcheck.plugin.collector import ResultCollector
@@ -92,19 +94,52 @@ def _check_outputs(config: pytest.Config, settings: Settings) -> None:
         raise pytest.UsageError("; ".join(problems))
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_cmdline_main(config: pytest.Config) -> Generator[None, ExitCode | int | None, ExitCode | int | None]:
+    """Settings and output paths are checked here, before any plugin's ``pytest_configure`` runs
+    (allure-pytest creates its ``--alluredir`` in its own configure, and crashes on a regular file);
+    a run that ends in a usage error leaves no earlier run's report behind it."""
+    controller = getattr(config, "workerinput", None) is None
+    try:
+        if controller and not (config.option.help or config.option.version):  # these two write nothing
+            settings = build(config)
+            config.stash[SETTINGS_KEY] = settings
+            _check_outputs(config, settings)
+        return (yield)
+    except pytest.UsageError:
+        if controller:
+            _remove_old_report(config)
+        raise
+
+
+def _remove_old_report(config: pytest.Config) -> None:
+    """Delete the previous run's report files: after a usage error none may pass for this run's."""
+    from sbxcheck.plugin.outputs import remove_stale_reports
+    from sbxcheck.plugin.settings import read_one
+
+    settings = config.stash.get(SETTINGS_KEY, None)
+    try:
+        report_dir = settings.report_dir if settings is not None else read_one(config, "report_dir")
+    except pytest.UsageError:  # the report dir itself is what is wrong: there is nothing to trust in it
+        return
+    with contextlib.suppress(OSError):
+        remove_stale_reports(report_dir)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
     handed = workerinput.get("sbxcheck_settings") if workerinput else None
     # a worker takes the controller's settings whole; elsewhere a bad value is a usage error now
-    settings = Settings.from_wire(handed) if handed else build(config)
+    # (pytest_cmdline_main built them already, unless a caller configured pytest without it)
+    settings = Settings.from_wire(handed) if handed else config.stash.get(SETTINGS_KEY, None) or build(config)
     config.stash[SETTINGS_KEY] = settings
     if settings.doctor:
         _run_doctor(settings)
     if workerinput is None and not getattr(config.option, "help", False):
         _preflight(config, settings)  # a bad configuration is one usage error, before collection (exit 4)
-    _check_outputs(config, settings)  # a wrong output path is exit 4, before anything runs
+    _check_outputs(config, settings)  # again, for a caller that skipped pytest_cmdline_main
     _add_shipped_suites(config, settings)
     config.stash[PARAMS_KEY] = {}
     config.stash[SESSION_TAG_KEY] = (
@@ -176,6 +211,7 @@ def _preflight(config: pytest.Config, settings: Settings) -> None:
         required=required,
         faults=list(settings.sim_faults),
         markexpr=str(config.getoption("markexpr") or ""),
+        sim_seed=settings.sim_seed,
     )
     if problem:
         raise pytest.UsageError(problem)
@@ -331,7 +367,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [item for item in items if not placeholder(item)]
         config.hook.pytest_deselected(items=dropped)
     probe = config.stash[SETTINGS_KEY].probe
-    if probe:  # issue 21: --sbx-probe=ROUTE keeps that route's three items, nothing else
+    if probe:  # --sbx-probe=ROUTE keeps that route's three items, nothing else
         from sbxcheck.lifecycle.prompts import probe_items
 
         kept, other = probe_items(items, probe)
@@ -354,7 +390,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     canaries: set[str] = set()
     for item in session.items:
         params = getattr(getattr(item, "callspec", None), "params", {})
-        for key in ("sbx_route", "sbx_contract"):  # issue 21: a contract item needs its route dispatched
+        for key in ("sbx_route", "sbx_contract"):  # a contract item needs its route dispatched
             if isinstance(params.get(key), str):
                 routes.add(params[key])
         if isinstance(params.get("sbx_canary"), str):
@@ -412,8 +448,9 @@ def _result_from_report(
         host = exc.evidence.get("alias") or exc.evidence.get("service") or exc.evidence.get("endpoint")
         cause = f"{exc.classification.value}:{host}" if host else None  # one unreachable host = one incident
         return CheckResult.errored(
-            check, target, exc.message, exc.classification, dict(exc.evidence), cause=cause
-        )
+            check, target, exc.message, exc.classification, dict(exc.evidence), cause=cause,
+            recommendation=exc.recommendation,
+        )  # fmt: skip
     if report.skipped:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr or "")
         return CheckResult(
@@ -468,7 +505,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         redact_exception(call.excinfo)  # before pytest, junit or Allure format it
         from sbxcheck.display import neutralise_exception
 
-        neutralise_exception(call.excinfo)  # then control characters shown visibly (issue 20)
+        neutralise_exception(call.excinfo)  # then control characters shown visibly (fleet text never drives a terminal)
     if call.excinfo is not None and not item.config.getoption("fulltrace", False):
         _hide_sbxcheck_frames(call.excinfo)
     report: pytest.TestReport = yield

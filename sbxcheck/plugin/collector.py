@@ -21,7 +21,7 @@ from sbxcheck.plugin.stash import (
 )
 
 if TYPE_CHECKING:
-    from sbxcheck.results import CheckRecord
+    from sbxcheck.results import CheckRecord, RunReport
 
 
 class ResultCollector:
@@ -32,6 +32,8 @@ class ResultCollector:
         self.records: dict[str, CheckRecord] = {}
         self.started_at = _now()
         self.written: dict[str, Path] = {}
+        self.report: RunReport | None = None
+        self.not_written = ""  # one line naming every output the disk refused; empty when all were written
         self._nodeids: dict[str, str] = {}  # report nodeid (maybe with @group) -> plain nodeid
         self.selected: dict[str, str] = {}  # plain nodeid -> parameter id, of every selected item
         self.reported: set[str] = set()  # plain nodeids that ran (a call, or a failed/skipped phase)
@@ -46,7 +48,10 @@ class ResultCollector:
         self.interrupted_reason = self.interrupted_reason or _interrupt_reason(excinfo.value)
 
     def remove_stale_reports(self) -> None:
-        """Once, when this run is known to write a report: the previous run's files go first (issue 20)."""
+        """Once, when this run is known to write a report: the previous run's files go first.
+
+        A red run must never leave the last run's green report behind for a CI upload.
+        """
         if self._stale_removed:
             return
         self._stale_removed = True
@@ -113,13 +118,18 @@ class ResultCollector:
         if interrupted:
             self._add_not_run(session)
         self.finish(interrupted=interrupted)
-        if crashed and self.written:  # pytest prints no terminal summary after an internal error
+        if crashed and self.report is not None:  # pytest prints no terminal summary after an internal error
+            where = self.written.get("results.json", "not written")
             line = (
                 f"sbxcheck: verdict: INTERRUPTED ({self.interrupted_reason}): {len(self.report.not_run)} "
-                f"selected item(s) did not run; report: {self.written.get('results.json', '')}\n"
+                f"selected item(s) did not run; report: {where}\n"
             )
             with contextlib.suppress(OSError):
                 os.write(2, line.encode())
+        if self.not_written and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+            # a green run without its report is no green run: exit as pytest does when it cannot write
+            # its own --junitxml (internal error); a failed or interrupted run keeps its status
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
         sbx = self.config.stash.get(SESSION_KEY, None)
         failed_cleanup = [c for c in (sbx.cleanup if sbx else []) if not c.get("ok", True)]
         if failed_cleanup and session.exitstatus == pytest.ExitCode.OK:
@@ -177,7 +187,7 @@ class ResultCollector:
             )
         info = InventoryInfo(
             source=sbx.describe_source(),
-            sim=simulated_fleet(sbx),  # issue 18: a `sbxcheck sim up` inventory is a simulated fleet too
+            sim=simulated_fleet(sbx),  # a `sbxcheck sim up` inventory is a simulated fleet too
             details=sbx.describe_details(),
         )
         report = assemble_report(records, started_at=self.started_at, finished_at=_now(), inventory=info)
@@ -191,7 +201,7 @@ class ResultCollector:
         machines = [r.evidence["machine_inventory"] for r in records if "machine_inventory" in r.evidence]
         if machines and isinstance(machines[0], list):
             report = report.model_copy(update={"machine_inventory": machines[0]})
-        from sbxcheck.spend import summarize_spend  # issue 21
+        from sbxcheck.spend import summarize_spend
 
         report = report.model_copy(
             update={
@@ -201,6 +211,7 @@ class ResultCollector:
                 "not_run": self.not_run() if interrupted else [],
                 "cleanup": cleanup,
                 "left": left,
+                "report_url": settings.report_url or "",
             }
         )
         for incident in report.incidents:
@@ -215,11 +226,17 @@ class ResultCollector:
         )
         self.written, self.history_warnings = written.paths, written.warnings
         self.report = report
-        self.config.hook.pytest_sbxcheck_report(report=report, paths=dict(self.written), config=self.config)
+        self.not_written = written.problem()
+        if self.not_written:  # a full or broken disk: one line, and the terminal summary still follows
+            with contextlib.suppress(OSError):
+                os.write(2, f"sbxcheck: {self.not_written}\n".encode())
+        if {"results.json", "junit.xml", "report.html"} <= self.written.keys():
+            self.config.hook.pytest_sbxcheck_report(report=report, paths=dict(self.written), config=self.config)
         if interrupted and not self.config.stash.get(PYTEST_SESSION_KEY, None):
             # no terminal summary follows an interrupt before the session started: say it here
+            where = self.written.get("results.json", "not written")
             with contextlib.suppress(OSError):
-                os.write(2, f"sbxcheck: interrupted; report: {out_dir / 'results.json'}\n".encode())
+                os.write(2, f"sbxcheck: interrupted; report: {where}\n".encode())
 
     def _add_not_run(self, session: pytest.Session) -> None:
         """Interrupted: every selected item without a result is reported as not run, and why."""
@@ -266,7 +283,7 @@ class ResultCollector:
         return out
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if not self.written:
+        if self.report is None:
             return
         from sbxcheck.display import SanitisingWriter
         from sbxcheck.report.history import verdict_of
@@ -279,7 +296,7 @@ class ResultCollector:
         verdict = verdict_of(self.report)
         why = f" ({document['interrupted_reason']})" if document.get("interrupted_reason") else ""
         tr.write_line(
-            f"verdict: {verdict_headline(verdict)}{why}",
+            f"verdict: {verdict_headline(verdict, document['summary'])}{why}",
             bold=True,
             purple=verdict == "interrupted",
             red=verdict == "failed",
@@ -324,11 +341,11 @@ class ResultCollector:
                 mark = "" if item.get("ok", True) else "FAILED "
                 tr.write_line(f"cleanup: {mark}{item['kind']} {item.get('ident')}: {item.get('action')}")
         sbx_probe = settings_of(self.config).probe
-        if sbx_probe:  # issue 21
+        if sbx_probe:  # say what was left out, so a probe run never reads as a full one
             tr.write_line(f"probe: one narrow no-push probe of route {sbx_probe}; nothing else was run")
         from sbxcheck.spend import spend_worth_showing
 
-        if spend_worth_showing(document.get("spend")):  # issue 21
+        if spend_worth_showing(document.get("spend")):
             from sbxcheck.spend import spend_line
 
             tr.write_line(spend_line(document["spend"]))
@@ -341,6 +358,11 @@ class ResultCollector:
                 tr.write_line(f"    not run: {nodeid}")
             if len(not_run) > NOT_RUN_SHOWN:
                 tr.write_line(f"    … and {len(not_run) - NOT_RUN_SHOWN} more (results.json: not_run)")
+            from sbxcheck.report.html import not_run_command
+
+            rerun = not_run_command(self.report)
+            if rerun:
+                tr.write_line(f"    re-run what did not run: {rerun}")
         for entry in document.get("left") or []:
             tr.write_line(
                 f"left open: {entry['kind']} {entry['ident']} ({entry['state']}) {entry['why']}".rstrip()
@@ -350,7 +372,12 @@ class ResultCollector:
             tr.write_line(f"interrupted during {note}")
         for warning in self.history_warnings:
             tr.write_line(f"warning: {warning}", yellow=True)
-        tr.write_line("report: " + ", ".join(str(p) for p in self.written.values()))
+        if self.not_written:
+            tr.write_line(f"report: FAILED: {self.not_written}", bold=True, red=True)
+        if self.written:
+            tr.write_line("report: " + ", ".join(str(p) for p in self.written.values()))
+        if document.get("report_url"):
+            tr.write_line(f"report page: {document['report_url']}")
 
 
 #: How many not-run items the terminal names (results.json and report.html have every one).

@@ -43,4 +43,7 @@ def pytest_sbxcheck_incident(incident: Incident, config: pytest.Config) -> None:
 
 @hookspec
 def pytest_sbxcheck_report(report: RunReport, paths: dict[str, Path], config: pytest.Config) -> None:
-    """The run's report, after results.json, junit.xml and report.html were written to ``paths``."""
+    """The run's report, after results.json, junit.xml and report.html were written to ``paths``.
+
+    Not called when the disk refused them (the run says so on stderr and does not exit 0).
+    """

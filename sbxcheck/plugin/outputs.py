@@ -5,7 +5,8 @@ Allure dir, state dir, metrics file) cannot be used: the wrong type, a symlink (
 target: sbxcheck writes where it is told, never through a link), or not writable. The plugin turns
 a problem into a usage error (exit 4) at configure time, before anything is mounted or run.
 :func:`remove_stale_reports` deletes the files a previous run left in the report dir at session
-start, so a crashed, interrupted or failing run can never leave the last run's green report behind.
+start, and when a run ends in a usage error, so a crashed, interrupted, failing or misconfigured run
+can never leave the last run's green report behind.
 """
 
 from __future__ import annotations
@@ -86,7 +87,15 @@ def output_problems(specs: Iterable[tuple[str, Path | None, PathKind]]) -> list[
 
 
 def remove_stale_reports(report_dir: Path) -> list[Path]:
-    """Delete the report files a previous run left in ``report_dir`` (regular files only); return them."""
+    """Delete the report files a previous run left in ``report_dir`` (regular files only); return them.
+
+    Only in a real directory: nothing is deleted through a symlink.
+    """
+    try:
+        if not stat.S_ISDIR(os.lstat(report_dir).st_mode):
+            return []
+    except OSError:
+        return []
     removed = []
     for name in REPORT_FILES:
         path = report_dir / name

@@ -93,12 +93,12 @@ def _sandboxed_params(config: pytest.Config, kind: str) -> list[Any]:
         params = [pytest.param(r.label, id=r.label, marks=CONTROL_PLANE_GROUP) for r in section.routes]
     elif kind == "canary":
         params = [pytest.param(c.label, id=c.label, marks=CONTROL_PLANE_GROUP) for c in section.canaries]
-    elif kind == "catalog":  # issue 21: every route, judged before dispatch (selecting it dispatches nothing)
+    elif kind == "catalog":  # every route, judged before dispatch (selecting it dispatches nothing)
         params = [pytest.param(r.label, id=r.label, marks=CONTROL_PLANE_GROUP) for r in section.routes]
-    elif kind == "contract":  # issue 21: routes with an opt-in dispatch contract
+    elif kind == "contract":  # routes with an opt-in dispatch contract
         contracts = [r for r in section.routes if r.contract != "none"]
         params = [pytest.param(r.label, id=r.label, marks=CONTROL_PLANE_GROUP) for r in contracts]
-    elif kind == "workspace":  # issue 21: expected workspaces, then those routes and canaries use
+    elif kind == "workspace":  # expected workspaces, then those routes and canaries use
         names = [w.name for w in section.workspaces] + [r.workspace for r in section.routes if r.workspace]
         names += [c.workspace for c in section.canaries]
         params = [pytest.param(n, id=n, marks=CONTROL_PLANE_GROUP) for n in dict.fromkeys(names)]
@@ -132,7 +132,7 @@ def _ledger_params(config: pytest.Config) -> list[Any]:
         )
         for e in entries
     ]
-    if session.ledger_problem is not None:  # issue 20: an unreadable ledger is one error item, not silence
+    if session.ledger_problem is not None:  # an unreadable ledger is one error item, not silence
         key = _keyed(config, "sbx_ledger_entry", "unreadable", session.ledger_problem)
         params.append(pytest.param(key, id="unreadable", marks=pytest.mark.gate))
     # nothing leaked: a parameter that collection removes (an empty parametrization would be a skip)
@@ -166,7 +166,7 @@ def parametrize(metafunc: pytest.Metafunc) -> None:
     names = set(metafunc.fixturenames)
     config = metafunc.config
     kinds = ("route", "canary", "prompt", "node", "discovery_via", "github_probe")
-    for kind in (*kinds, "workspace", "contract", "catalog"):  # the last three: issue 21
+    for kind in (*kinds, "workspace", "contract", "catalog"):  # the readiness and contract kinds
         if f"sbx_{kind}" in names:
             metafunc.parametrize(
                 f"sbx_{kind}", _sandboxed_params(config, kind), indirect=f"sbx_{kind}" in OBJECT_PARAMS

@@ -1,4 +1,4 @@
-"""One live status line while an item waits (issue 19): what is waited on, elapsed of deadline.
+"""One live status line while an item waits, so a long wait never looks hung: what is waited on, elapsed of deadline.
 
 On a terminal the line is rewritten in place ("sbxcheck: 3 missions: 2 pending, 1 active — 12 s of
 120 s"); when stdout is not a TTY (CI logs) a plain line is written every :data:`PLAIN_EVERY_S`;

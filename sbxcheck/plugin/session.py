@@ -35,7 +35,7 @@ _T = TypeVar("_T")
 
 
 if TYPE_CHECKING:  # production runs never import the simulator
-    from sbxcheck.checks.catalog import CatalogSnapshot  # issue 21
+    from sbxcheck.checks.catalog import CatalogSnapshot
     from sbxcheck.clients.channels import MissionChannel
     from sbxcheck.clients.mcp import AssistantMcpClient
     from sbxcheck.clients.openrouter import OpenRouterAdmin, OpenRouterKey
@@ -94,14 +94,14 @@ class SbxSession:
         self._client: SandboxedClient | None = None
         self._mcp: AssistantMcpClient | None = None
         self._dispatcher: MissionDispatcher | None = None
-        self._catalog: CatalogSnapshot | None = None  # issue 21
+        self._catalog: CatalogSnapshot | None = None  # workspace and catalog readiness, read once
         self.max_spend_usd = settings.max_spend_usd
         self.probe_route = settings.probe  # one narrow no-push probe of this route, nothing else
         self.on_wait: Any = None  # the progress line's callback, handed to the dispatcher (plugin sets it)
         self.cancel_report: dict[str, str] = {}
         self.cleanup: list[dict[str, Any]] = []  # what the end of the session released or failed to
         self.ledger_ids = None if ledger_ids is None else set(ledger_ids)  # a worker: the controller's entries
-        self.ledger_problem: SbxError | None = None  # why the ledger could not be read (issue 20)
+        self.ledger_problem: SbxError | None = None  # why the ledger could not be read (one error item says it)
         self.remediate = settings.remediate  # the DGX triage may run its one recovery command
         self.state_option = str(settings.state) if settings.state else None
         self.mount_names = list(settings.mounts)
@@ -135,7 +135,7 @@ class SbxSession:
             return {}
         from sbxcheck.fleetsource import pi_status
 
-        details: dict[str, object] = {"pi": pi_status(), "faults": list(self.faults)}
+        details: dict[str, object] = {"pi": pi_status(self.session_tag), "faults": list(self.faults)}
         if self._sim is not None and self._sim.pi is not None:
             pi = self._sim.pi
             details["pi"] = pi.describe()
@@ -165,7 +165,10 @@ class SbxSession:
             from sbxcheck.fleetsource import open_embedded
 
             root = Path(tempfile.mkdtemp(prefix="sbxcheck-sim-"))
-            fleet = open_embedded(root, self.faults, seed=self.sim_seed, sssf_checkout=self.settings.sim_sssf)
+            fleet = open_embedded(
+                root, self.faults, seed=self.sim_seed, sssf_checkout=self.settings.sim_sssf,
+                install_attempt=self.session_tag,  # the session's xdist workers try npm once between them
+            )  # fmt: skip
             self._sim_dir, self._sim = fleet.root, fleet
         return self._sim
 
@@ -317,7 +320,7 @@ class SbxSession:
         try:
             entries = self.ledger().open_entries()
         except SbxError as exc:
-            self.ledger_problem = exc  # a FIFO, a symlink, ...: one error item says it (issue 20)
+            self.ledger_problem = exc  # a FIFO, a symlink, ...: one error item says it
             return []
         mine = default_owner()
         others = [
@@ -347,7 +350,7 @@ class SbxSession:
             )
             from sbxcheck.checks.revocation import RevocationVerifier
 
-            self._mount_manager.revocation = RevocationVerifier(sssf.runs_path, self._list_keys)  # issue 22
+            self._mount_manager.revocation = RevocationVerifier(sssf.runs_path, self._list_keys)  # proves revokes
         return self._mount_manager
 
     def _list_keys(self) -> list[OpenRouterKey]:
@@ -522,7 +525,7 @@ class SbxSession:
                         "canaries": [c for c in section.canaries if c.label in wanted_c],
                     }
                 )
-            if self.probe_route is not None:  # issue 21: one narrow no-push probe of one route
+            if self.probe_route is not None:  # one narrow no-push probe of one route
                 from sbxcheck.lifecycle.prompts import PROBE_PROMPT
 
                 section = section.model_copy(
@@ -547,16 +550,16 @@ class SbxSession:
                 list_missions=lambda limit, offset: [  # paged back to the oldest unanswered create
                     m.model_dump(mode="json") for m in client.list_missions(all=True, limit=limit, offset=offset)
                 ],
-                preflight=self.route_preflight,  # issue 21
-                max_spend_usd=self.max_spend_usd,  # issue 21
-                single_create=self.probe_route is not None,  # issue 21: no idempotency retry
-                # one live-stream subscription per session and control plane (issue 23)
+                preflight=self.route_preflight,  # a route that would fail readiness is not dispatched
+                max_spend_usd=self.max_spend_usd,
+                single_create=self.probe_route is not None,  # a probe: no idempotency retry
+                # one live-stream subscription per session and control plane
                 stream=ControlStream(section.url, client.auth_headers, connect_timeout_s=section.request_timeout_s),
             )
             self._dispatcher.on_wait = self.on_wait
         return self._dispatcher
 
-    # issue 21: workspace and catalog readiness, read once; a route that would fail it is not dispatched
+    # workspace and catalog readiness, read once; a route that would fail it is not dispatched
     def catalog_snapshot(self) -> CatalogSnapshot:
         """What the control plane says of workspaces, agents, backends and models (read once a session)."""
         if self._catalog is None:
@@ -589,7 +592,7 @@ class SbxSession:
                     "ident": mission_id,
                     "action": how,
                     "ok": not how.startswith("cancel failed"),
-                    "cost_usd": dispatcher.costs.get(mission_id),  # issue 21: the run's spend
+                    "cost_usd": dispatcher.costs.get(mission_id),  # the run's spend
                 }
             )
         return report
@@ -605,7 +608,7 @@ class SbxSession:
                         closer.close()
             self._mcp = None
             self._client = None
-            if self._ledger is not None:  # issue 20: owner lock files do not pile up one per session
+            if self._ledger is not None:  # owner lock files do not pile up one per session
                 from sbxcheck.lifecycle.ledger import release_owner_locks
 
                 with contextlib.suppress(OSError):

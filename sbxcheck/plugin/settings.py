@@ -60,6 +60,20 @@ def listed(raw: Any, base: Path) -> tuple[str, ...]:
     return tuple(str(v) for v in raw)
 
 
+def web_url(raw: Any, base: Path) -> str | None:
+    """An http(s) URL a person can open (the run's report page); never one holding a password."""
+    value = str(raw).strip()
+    if not value:
+        return None
+    scheme, sep, rest = value.partition("://")
+    host = rest.split("/", 1)[0]
+    if not sep or scheme.lower() not in ("http", "https") or not host.strip("@:"):
+        raise ValueError(f"expected an http:// or https:// URL (e.g. https://ci.example.com/job/42); got {raw!r}")
+    if "@" in host or any(ch.isspace() for ch in value):
+        raise ValueError("expected a URL without user:password@ or spaces (it is printed and exported)")
+    return value
+
+
 def choice(*choices: str) -> Parse:
     def parse(raw: Any, base: Path) -> str:
         value = str(raw).strip()
@@ -229,6 +243,12 @@ OPTIONS: tuple[Option, ...] = (
         metavar="FILE",
     ),
     Option(
+        "report_url", "--sbx-report-url", "SBXCHECK_REPORT_URL", "sbx_report_url", None, web_url,
+        "where this run's report.html will be published (e.g. the CI job's artifact URL): printed in the "
+        "terminal summary and written to junit.xml, results.json and the metrics, so an alert links to the page",
+        metavar="URL",
+    ),
+    Option(
         "require_inventory", "--sbx-require-inventory", "SBXCHECK_REQUIRE_INVENTORY", "sbx_require_inventory",
         False, flag,
         "no inventory found is a usage error (exit 4) instead of a run on the embedded simulated fleet "
@@ -275,6 +295,7 @@ class Settings:
     history: Path | None = None
     history_keep: int = HISTORY_KEEP_DEFAULT
     metrics: Path | None = None
+    report_url: str | None = None
     require_inventory: bool = False
     shipped_suites: str = "auto"
     doctor: bool = False
@@ -347,25 +368,41 @@ def declare(parser: pytest.Parser) -> None:
 
 def build(config: pytest.Config, environ: Mapping[str, str] | None = None) -> Settings:
     """Read every row once (command line > environment > ini > default); a bad value is a UsageError."""
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for option in OPTIONS:
+        found = _read(config, option, environ)
+        if found is not None:
+            values[option.name], source = found
+            if source:
+                sources[option.name] = source
+    invocation = Path(str(config.invocation_params.dir))
+    return Settings(rootdir=Path(str(config.rootpath)), invocation_dir=invocation, sources=sources, **values)
+
+
+def read_one(config: pytest.Config, name: str, environ: Mapping[str, str] | None = None) -> Any:
+    """The one setting ``name`` as :func:`build` reads it (for when another setting is bad); None when unset."""
+    option = next(o for o in OPTIONS if o.name == name)
+    found = _read(config, option, environ)
+    return found[0] if found is not None else None
+
+
+def _read(config: pytest.Config, option: Option, environ: Mapping[str, str] | None) -> tuple[Any, str] | None:
+    """``option``'s parsed value and where it was written ("" for a default); None when unset, no default."""
     env = os.environ if environ is None else environ
     invocation = Path(str(config.invocation_params.dir))
     ini_base = config.inipath.parent if config.inipath is not None else Path(str(config.rootpath))
     ini_file = config.inipath.name if config.inipath is not None else "the ini file"
-    values: dict[str, Any] = {}
-    sources: dict[str, str] = {}
-    for option in OPTIONS:
-        found = _raw(config, env, option, invocation, ini_base, ini_file)
-        if found is None:
-            if isinstance(option.default, str):  # a default path is taken from the invocation directory
-                values[option.name] = option.parse(option.default, invocation)
-            continue
-        raw, source, base = found
-        try:
-            values[option.name] = option.parse(raw, base)
-        except ValueError as exc:
-            raise pytest.UsageError(f"{source}: {exc}") from None
-        sources[option.name] = source
-    return Settings(rootdir=Path(str(config.rootpath)), invocation_dir=invocation, sources=sources, **values)
+    found = _raw(config, env, option, invocation, ini_base, ini_file)
+    if found is None:
+        if isinstance(option.default, str):  # a default path is taken from the invocation directory
+            return option.parse(option.default, invocation), ""
+        return None
+    raw, source, base = found
+    try:
+        return option.parse(raw, base), source
+    except ValueError as exc:
+        raise pytest.UsageError(f"{source}: {exc}") from None
 
 
 def _raw(

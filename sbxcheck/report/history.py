@@ -68,7 +68,7 @@ def item_identity(record: CheckRecord) -> str:
     is ``gate/A_git_integrity@demo`` (the run name keeps two VMs of one night apart).
     """
     target = record.target
-    if record.suite in ("gate", "run"):  # the run items (issue 22) are per run too
+    if record.suite in ("gate", "run"):  # the SSSF run items are per run too
         match = _RUN_ID.match(target)
         if match:
             rest = match.group("rest")

@@ -15,8 +15,6 @@ from __future__ import annotations
 import hashlib
 import html
 import json
-import re
-import shlex
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,7 +34,14 @@ from sbxcheck.report.history import (
     verdict_of,
 )
 from sbxcheck.report.incidents import default_recommendation
-from sbxcheck.report.nextsteps import inventory_flag, probe_command
+from sbxcheck.report.nextsteps import (
+    extract_commands,
+    inventory_flag,
+    next_step_commands,
+    not_run_command,
+    probe_command,
+    rerun_command,
+)
 from sbxcheck.report.present import outcome_counts
 from sbxcheck.results import CheckRecord, Classification, Incident, Outcome, RunReport
 
@@ -52,6 +57,7 @@ __all__ = [
     "extract_commands",
     "item_anchor",
     "next_step_commands",
+    "not_run_command",
     "render_html",
     "rerun_command",
     "verdict_headline",
@@ -94,18 +100,6 @@ _KEY_EVIDENCE = (
     "deadline_s", "events_seen", "notes", "stdout", "head", "recorded_commit_sha", "ran", "exit_code", "host",
 )  # fmt: skip
 _MAX_EVIDENCE_LINES = 6
-_GATE_RUN = re.compile(r"^(?P<run>[a-z0-9][a-z0-9-]*?-\d{8}-[0-9a-f]{6})(?:-.+)?$")
-_COMMAND_VERBS = (
-    r"(?:ssh|just|systemctl|sudo|tailscale|journalctl|pytest|sbxcheck|curl|git|gh|docker|kubectl)"
-)
-_BACKTICKS = re.compile(r"`([^`\n]{2,300})`")
-_PARENTHESISED = re.compile(r"\((" + _COMMAND_VERBS + r"\s[^()\n]{1,300})\)")
-_LEADING = re.compile(
-    r"(?:^|[;:]\s+)((?:ssh|just|systemctl|sudo|tailscale|journalctl|pytest|sbxcheck|curl)\s[^,;()`\n]+?)"
-    r"(?=\s*(?:[,;]|$|\bthen\b))"
-)
-
-
 def _e(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
@@ -113,45 +107,6 @@ def _e(value: Any) -> str:
 def item_anchor(nodeid: str) -> str:
     """The id of an item's card: stable per node id, safe in a URL fragment."""
     return "item-" + hashlib.sha1(nodeid.encode(), usedforsecurity=False).hexdigest()[:12]
-
-
-def extract_commands(text: str) -> list[str]:
-    """Commands a next-step text names: `backticked`, (parenthesised), or leading a clause (``; ssh host``)."""
-    hits: list[tuple[int, str]] = []
-    for pattern in (_BACKTICKS, _PARENTHESISED, _LEADING):
-        for match in pattern.finditer(text):
-            command = match.group(1).strip().rstrip(".")
-            if command and not any(command in seen or seen in command for _, seen in hits):
-                hits.append((match.start(1), command))
-    return [command for _, command in sorted(hits)]
-
-
-def rerun_command(records: Sequence[CheckRecord], inventory_flag: str = "") -> str | None:
-    """The command that re-runs these items: the gate per run id, anything else by node id; with the
-    run's ``--sbx-inventory=PATH`` when it used one, so it checks the same fleet."""
-    if not records:
-        return None
-    pytest_cmd = f"pytest {inventory_flag}" if inventory_flag else "pytest"
-    runs = [m.group("run") for r in records if r.suite == "gate" and (m := _GATE_RUN.match(r.target))]
-    if len(runs) == len(records):
-        return f"{pytest_cmd} -m gate " + " ".join(
-            f"--sbx-run-id {shlex.quote(r)}" for r in dict.fromkeys(runs)
-        )
-    nodeids = [r.nodeid for r in records]
-    shown = " ".join(shlex.quote(n) for n in nodeids[:6])
-    suite = shlex.quote(records[0].suite)
-    return f"{pytest_cmd} {shown}" if len(nodeids) <= 6 else f"{pytest_cmd} -m {suite} {shown}"
-
-
-def next_step_commands(
-    records: Sequence[CheckRecord], recommendation: str, inventory_flag: str = ""
-) -> list[str]:
-    """What to type: the commands the recommendation names, then the re-run of the affected items."""
-    commands = extract_commands(recommendation)
-    rerun = rerun_command(records, inventory_flag)
-    if rerun and rerun not in commands:
-        commands.append(rerun)
-    return commands
 
 
 def _fmt_seconds(value: float | None) -> str:
@@ -253,7 +208,7 @@ def _top(ctx: _Ctx) -> str:
     ]
     from sbxcheck.spend import spend_worth_showing
 
-    if spend_worth_showing(report.spend):  # issue 21
+    if spend_worth_showing(report.spend):  # only when the run dispatched missions
         from sbxcheck.spend import spend_line
 
         meta.append(("spend", spend_line(report.spend).removeprefix("spend: ")))
@@ -288,14 +243,20 @@ def _top(ctx: _Ctx) -> str:
     )
     return (
         f'<header class="verdict v-{verdict}" id="verdict" data-verdict="{verdict}">'
-        f"<h1>{_e(_HEADLINE[verdict])}</h1><p>{_e(total)} checks: {pills_text(tally)}</p>"
+        f"<h1>{_e(verdict_headline(verdict, summary))}</h1><p>{_e(total)} checks: {pills_text(tally)}</p>"
         f"{_not_run_banner(report)}</header>"
         f'<main>{banner}<div class="meta">{meta_html}{history}</div><p>{pills}</p>{nav}{details}'
     )
 
 
-def verdict_headline(verdict: str) -> str:
-    """The banner's headline for a verdict (``verdict_of``), e.g. "INTERRUPTED — the run stopped …"."""
+def verdict_headline(verdict: str, summary: Mapping[str, int] | None = None) -> str:
+    """The banner's headline for a verdict (``verdict_of``), e.g. "INTERRUPTED — the run stopped …".
+
+    A healthy run with skipped items says how many passed and how many were skipped, not "every check".
+    """
+    skipped = (summary or {}).get("skipped", 0)
+    if verdict == "passed" and skipped:
+        return f"HEALTHY — {(summary or {}).get('passed', 0)} passed, {skipped} skipped"
     return _HEADLINE.get(verdict, verdict.upper())
 
 
@@ -308,9 +269,12 @@ def _not_run_banner(report: RunReport) -> str:
     more = len(report.not_run) - _BANNER_NOT_RUN
     if more > 0:
         names += f"<li>… and {more} more (see the items below)</li>"
+    rerun = not_run_command(report)
     return (
         f'<p class="not-run">{len(report.not_run)} selected item(s) did not run{_e(why)}; '
-        "re-run them for a verdict</p>" + (f'<ul class="not-run">{names}</ul>' if names else "")
+        "re-run them for a verdict</p>"
+        + (_next_step("", [rerun], title="Re-run what did not run") if rerun else "")
+        + (f'<ul class="not-run">{names}</ul>' if names else "")
     )
 
 
@@ -403,12 +367,22 @@ def _status_tag(status: IncidentStatus | None) -> str:
     return f'<span class="tag {_e(status.status)}">{_e(status.status.upper())}</span>'
 
 
-def _next_step(recommendation: str, commands: Sequence[str]) -> str:
+def _next_step(recommendation: str, commands: Sequence[str], *, title: str = "Next step") -> str:
     cmds = "".join(
         f'<div class="cmd"><pre><code>{_e(c)}</code></pre><button class="copy" type="button" hidden>copy</button></div>'
         for c in commands
     )
-    return f'<div class="next"><strong>Next step</strong>{_e(recommendation)}{cmds}</div>'
+    return f'<div class="next"><strong>{_e(title)}</strong>{_e(recommendation)}{cmds}</div>'
+
+
+def _key_proof(mount: Mapping[str, Any]) -> str:
+    """The runtime key's end as GET /keys proved it ("" before any teardown ran)."""
+    teardown = mount.get("teardown")
+    if not isinstance(teardown, Mapping):
+        return ""
+    revocation = teardown.get("revocation")
+    status = revocation.get("status") if isinstance(revocation, Mapping) else None
+    return f"{status} (GET /keys)" if status and status != "not checked" else f"recipe: {teardown.get('key') or '?'}"
 
 
 def _mounts(report: RunReport) -> str:
@@ -417,10 +391,10 @@ def _mounts(report: RunReport) -> str:
         return ""
     body = "".join(
         f"<tr><td>{_e(m.get('name'))}</td><td>{_e(m.get('run_id'))}</td><td>{_e(m.get('action'))}</td>"
-        f"<td><code>{_e(m.get('ssh') or '')}</code></td><td>{_e(m.get('why'))}</td></tr>"
+        f"<td><code>{_e(m.get('ssh') or '')}</code></td><td>{_e(_key_proof(m))}</td><td>{_e(m.get('why'))}</td></tr>"
         for m in rows
     )
-    head = "<tr><th>mount</th><th>run id</th><th>action</th><th>get in</th><th>why</th></tr>"
+    head = "<tr><th>mount</th><th>run id</th><th>action</th><th>get in</th><th>key</th><th>why</th></tr>"
     return f'<h2 id="mounts">Mounted runs ({len(rows)})</h2><table>{head}{body}</table>'
 
 

@@ -1,4 +1,4 @@
-"""Group failures that share a cause into incidents (design.md §2 principle 7).
+"""Group failures that share a cause into incidents: one cause is one incident, not N failures.
 
 Rules, applied to records whose outcome is ``failed`` or ``error`` (a ``passed`` record is never
 part of an incident, nor is a ``skipped`` one: a skip states an absent precondition, not a

@@ -19,7 +19,9 @@ Layout:
   ``<system-out>``. No ``<properties>`` inside a testcase (the schema forbids them) and no suite-level
   evidence;
 - each testsuite's ``<properties>`` say which fleet was checked: ``sbxcheck.fleet`` is ``simulated``
-  (the embedded fleet) or ``real``, and ``sbxcheck.inventory`` names the inventory's source.
+  (the embedded fleet) or ``real``, and ``sbxcheck.inventory`` names the inventory's source; then the
+  run's ``sbxcheck.verdict`` (passed, failed, error, empty or interrupted, whichever suite) and, with
+  ``--sbx-report-url``, ``sbxcheck.report_url``.
 
 Everything is rendered from the already redacted results document, and the final text passes
 through the redactor once more.
@@ -34,7 +36,9 @@ from typing import Any
 
 from sbxcheck.display import for_display, xml_text
 from sbxcheck.redact import Redactor, default_redactor
+from sbxcheck.report.history import verdict_of
 from sbxcheck.report.present import detail_block, next_step, shorten, user_text
+from sbxcheck.results import RunReport
 
 __all__ = ["MAX_VALUE_CHARS", "SUITE_ORDER", "case_name", "render_junit_xml", "trim_json"]
 
@@ -109,13 +113,16 @@ def _case(check: Mapping[str, Any], incident: str | None) -> ET.Element:
     return case
 
 
-def _fleet_properties(document: Mapping[str, Any]) -> ET.Element:
+def _fleet_properties(document: Mapping[str, Any], verdict: str) -> ET.Element:
     """``<properties>``: a simulated run says so in junit.xml too (a CI job that lost its inventory)."""
     inventory = document.get("inventory") or {}
     properties = ET.Element("properties")
     fleet = "simulated" if inventory.get("sim") else "real"
     ET.SubElement(properties, "property", {"name": "sbxcheck.fleet", "value": fleet})
     ET.SubElement(properties, "property", {"name": "sbxcheck.inventory", "value": str(inventory.get("source", ""))})
+    ET.SubElement(properties, "property", {"name": "sbxcheck.verdict", "value": verdict})
+    if document.get("report_url"):
+        ET.SubElement(properties, "property", {"name": "sbxcheck.report_url", "value": str(document["report_url"])})
     return properties
 
 
@@ -131,8 +138,7 @@ def _add_interrupted(
     if props is None:
         props = ET.SubElement(element, "properties")
     why = str(document.get("interrupted_reason") or "")
-    for name, value in (("sbxcheck.verdict", "interrupted"), ("sbxcheck.interrupted", why or "true")):
-        ET.SubElement(props, "property", {"name": name, "value": value})
+    ET.SubElement(props, "property", {"name": "sbxcheck.interrupted", "value": why or "true"})
     ET.SubElement(props, "property", {"name": "sbxcheck.not_run", "value": str(len(mine))})
     out = ET.SubElement(element, "system-out")
     out.text = (
@@ -152,6 +158,7 @@ def render_junit_xml(document: Mapping[str, Any], redactor: Redactor) -> str:
         by_suite.setdefault(str(check.get("suite") or "sbxcheck"), []).append(check)
     order = [s for s in SUITE_ORDER if s in by_suite] + sorted(s for s in by_suite if s not in SUITE_ORDER)
 
+    verdict = verdict_of(RunReport.model_validate(document))
     root = ET.Element("testsuites", {"name": "sbxcheck"})
     totals = {"tests": 0, "failures": 0, "errors": 0}
     total_time = 0.0
@@ -175,7 +182,7 @@ def render_junit_xml(document: Mapping[str, Any], redactor: Redactor) -> str:
                 "timestamp": str(document.get("started_at", "")),
             },
         )
-        element.append(_fleet_properties(document))  # one <properties>: the fleet, and an interrupt
+        element.append(_fleet_properties(document, verdict))  # one <properties>: fleet, verdict, interrupt
         _add_interrupted(element, document, checks)
         for check in checks:
             element.append(_case(check, incident_of.get(str(check["nodeid"]))))

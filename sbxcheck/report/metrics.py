@@ -12,29 +12,38 @@ several), so a gate file and a canary file of one fleet never collide in one col
 - ``sbxcheck_item_flaky_flips{item, suite}`` flips in the history window (only with ``--sbx-history``)
 - ``sbxcheck_credit_remaining_usd{key, run_id}`` and ``sbxcheck_credit_floor_usd{key, run_id}`` (gate E;
   an uncapped key has no remaining series)
-- ``sbxcheck_incidents_open{classification}`` and ``sbxcheck_incidents_open_total``
+- ``sbxcheck_incidents_open{classification}``, and ``sbxcheck_last_run_incidents`` their sum (0 when none);
+  the sum's old name ``sbxcheck_incidents_open_total`` is still written, untyped, until the next release
+  (a gauge may not end in ``_total``: ``promtool check metrics`` rejects it)
 - ``sbxcheck_last_run_timestamp_seconds``, ``sbxcheck_last_run_duration_seconds``
 - ``sbxcheck_last_run_verdict{verdict}`` 1 for the verdict (passed, failed, error, empty, interrupted),
   else 0
 - ``sbxcheck_last_run_not_run`` selected items that never ran (an interrupted run)
 - ``sbxcheck_last_run_checks{outcome}`` counts
+- ``sbxcheck_last_run_info{report_url}`` 1, when ``--sbx-report-url`` names where the run's page is
+  published (alert annotations look it up by ``fleet`` and ``suite``)
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
+from prometheus_client.core import Metric, UnknownMetricFamily
+from prometheus_client.registry import Collector
 
 from sbxcheck.redact import Redactor
 from sbxcheck.report.history import HistoryView, credit_of, item_identity, run_duration_s, verdict_of
 from sbxcheck.results import Outcome, RunReport
 
-__all__ = ["VERDICTS", "build_registry", "fleet_label", "suite_label", "write_metrics"]
+__all__ = ["DEPRECATED_SERIES", "VERDICTS", "build_registry", "fleet_label", "suite_label", "write_metrics"]
 
 VERDICTS = ("passed", "failed", "error", "empty", "interrupted")
+#: Old series name -> the one that replaces it; each is still written (untyped) for one more release.
+DEPRECATED_SERIES = {"sbxcheck_incidents_open_total": "sbxcheck_last_run_incidents"}
 
 
 def fleet_label(report: RunReport) -> str:
@@ -121,8 +130,16 @@ def build_registry(
         open_by_class.labels(name, run_suite, fleet).set(count)
     run = {"suite": run_suite, "fleet": fleet}
     Gauge(
-        "sbxcheck_incidents_open_total", "incidents open after the last run", list(run), registry=registry
+        "sbxcheck_last_run_incidents", "incidents open after the last run", list(run), registry=registry
     ).labels(**run).set(len(report.incidents))
+    registry.register(_Deprecated("sbxcheck_incidents_open_total", run, len(report.incidents)))
+    if report.report_url:
+        Gauge(
+            "sbxcheck_last_run_info",
+            "1; report_url is where the last run's report.html is published",
+            ["report_url", *run],
+            registry=registry,
+        ).labels(r(report.report_url), run_suite, fleet).set(1)
 
     finished = _timestamp(report.finished_at)
     if finished is not None:
@@ -157,7 +174,7 @@ def build_registry(
     )
     for value in Outcome:
         checks.labels(value.value, run_suite, fleet).set(report.summary.get(value.value, 0))
-    if report.spend:  # issue 21: what the last run spent, and its cap (labelled like every run-level series)
+    if report.spend:  # what the last run spent, and its cap (labelled like every run-level series)
         Gauge(
             "sbxcheck_last_run_spend_usd",
             "what the last run's missions reported costing (USD)",
@@ -175,6 +192,22 @@ def build_registry(
                 "sbxcheck_spend_cap_usd", "the --sbx-max-spend cap of the last run", list(run), registry=registry
             ).labels(**run).set(float(report.spend["cap_usd"]))
     return registry
+
+
+class _Deprecated(Collector):
+    """A renamed series under its old name, untyped (a gauge named ``*_total`` fails ``promtool check metrics``)."""
+
+    def __init__(self, name: str, labels: dict[str, str], value: float) -> None:
+        self.name, self.labels, self.value = name, labels, value
+
+    def collect(self) -> Iterable[Metric]:
+        family = UnknownMetricFamily(
+            self.name,
+            f"deprecated: renamed {DEPRECATED_SERIES[self.name]}; this name goes in the next release",
+            labels=list(self.labels),
+        )
+        family.add_metric(list(self.labels.values()), self.value)
+        yield family
 
 
 def write_metrics(

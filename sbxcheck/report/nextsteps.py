@@ -3,19 +3,42 @@
 An SSH host is probed with ``ssh`` by the alias sbxcheck itself connected to (with ``-F`` when the
 inventory names its own ssh_config, so the alias resolves as it did for the check); an HTTP service
 with ``curl`` on its base URL. When the evidence names neither, no command is offered rather than
-one with a ``<target>`` to fill in or an empty argument.
+one with a ``<target>`` to fill in or an empty argument. A next-step text's own commands are taken
+from it (:func:`extract_commands`), and every item set has its re-run command (:func:`rerun_command`;
+:func:`not_run_command` for what an interrupted run did not reach).
 """
 
 from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["fill_probe", "inventory_flag", "probe_command", "probe_of"]
+from sbxcheck.results import CheckRecord, RunReport
+
+__all__ = [
+    "extract_commands",
+    "fill_probe",
+    "inventory_flag",
+    "next_step_commands",
+    "not_run_command",
+    "probe_command",
+    "probe_of",
+    "rerun_command",
+]
 
 _PLACEHOLDER_CLAUSE = re.compile(r"\s*\([^()]*<target>[^()]*\)")
+_GATE_RUN = re.compile(r"^(?P<run>[a-z0-9][a-z0-9-]*?-\d{8}-[0-9a-f]{6})(?:-.+)?$")
+_COMMAND_VERBS = (
+    r"(?:ssh|just|systemctl|sudo|tailscale|journalctl|pytest|sbxcheck|curl|git|gh|docker|kubectl)"
+)
+_BACKTICKS = re.compile(r"`([^`\n]{2,300})`")
+_PARENTHESISED = re.compile(r"\((" + _COMMAND_VERBS + r"\s[^()\n]{1,300})\)")
+_LEADING = re.compile(
+    r"(?:^|[;:]\s+)((?:ssh|just|systemctl|sudo|tailscale|journalctl|pytest|sbxcheck|curl)\s[^,;()`\n]+?)"
+    r"(?=\s*(?:[,;]|$|\bthen\b))"
+)
 
 
 def probe_command(evidence: Mapping[str, Any]) -> str | None:
@@ -48,3 +71,50 @@ def inventory_flag(source: str) -> str:
     if not source.endswith(".toml"):
         return ""
     return f"--sbx-inventory={shlex.quote(source)}"
+
+
+def extract_commands(text: str) -> list[str]:
+    """Commands a next-step text names: `backticked`, (parenthesised), or leading a clause (``; ssh host``)."""
+    hits: list[tuple[int, str]] = []
+    for pattern in (_BACKTICKS, _PARENTHESISED, _LEADING):
+        for match in pattern.finditer(text):
+            command = match.group(1).strip().rstrip(".")
+            if command and not any(command in seen or seen in command for _, seen in hits):
+                hits.append((match.start(1), command))
+    return [command for _, command in sorted(hits)]
+
+
+def rerun_command(records: Sequence[CheckRecord], inventory_flag: str = "", *, every: bool = False) -> str | None:
+    """The command that re-runs these items: the gate per run id, anything else by node id; with the
+    run's ``--sbx-inventory=PATH`` when it used one, so it checks the same fleet. ``every``: name every
+    node id (for the items an interrupted run did not reach), not the first few of a suite."""
+    if not records:
+        return None
+    pytest_cmd = f"pytest {inventory_flag}" if inventory_flag else "pytest"
+    runs = [m.group("run") for r in records if r.suite == "gate" and (m := _GATE_RUN.match(r.target))]
+    if len(runs) == len(records):
+        return f"{pytest_cmd} -m gate " + " ".join(
+            f"--sbx-run-id {shlex.quote(r)}" for r in dict.fromkeys(runs)
+        )
+    nodeids = [r.nodeid for r in records]
+    shown = " ".join(shlex.quote(n) for n in (nodeids if every else nodeids[:6]))
+    suite = shlex.quote(records[0].suite)
+    return f"{pytest_cmd} {shown}" if every or len(nodeids) <= 6 else f"{pytest_cmd} -m {suite} {shown}"
+
+
+def next_step_commands(
+    records: Sequence[CheckRecord], recommendation: str, inventory_flag: str = ""
+) -> list[str]:
+    """What to type: the commands the recommendation names, then the re-run of the affected items."""
+    commands = extract_commands(recommendation)
+    rerun = rerun_command(records, inventory_flag)
+    if rerun and rerun not in commands:
+        commands.append(rerun)
+    return commands
+
+
+def not_run_command(report: RunReport) -> str | None:
+    """The command that runs what an interrupted run did not reach, against the same fleet."""
+    not_run = set(report.not_run)
+    records = [r for r in report.checks if r.nodeid in not_run]
+    return rerun_command(records, inventory_flag(report.inventory.source), every=True)

@@ -3,7 +3,8 @@
 - :func:`next_step` — the recommendation (the check's own, else the classification's default), whole;
 - :func:`key_evidence_lines` — the few evidence lines that say what was seen (the changed files,
   the missing models), not counts of them;
-- :func:`user_text` — runbook section references (``§8.8``, ``sandboxed-sh.md §8.3``) removed;
+- :func:`user_text` — runbook section references (a section sign and number, maybe after a spec
+  file name) removed: the reader has no runbook open;
 - :func:`detail_block` — all of the above as one block of text;
 - :func:`outcome_counts`, :func:`counts_line` — checks per outcome, the items an interrupt left unrun
   apart from the skips.
@@ -29,7 +30,8 @@ __all__ = [
     "user_text",
 ]
 
-_SECTION = r"(?:[\w./-]+\.md\s*)?§[\d.]*\d(?:\s*[–-]\s*§?[\d.]*\d)?"
+# a spec section reference: a section sign (\u00a7) and its number, maybe after the spec file name
+_SECTION = r"(?:[\w./-]+\.md\s*)?\u00a7[\d.]*\d(?:\s*[–-]\s*\u00a7?[\d.]*\d)?"
 _RUNBOOK_REF = re.compile(
     rf"\s*\((?:see\s+)?(?:the\s+)?(?:runbook\s+)?{_SECTION}(?:\s*,\s*{_SECTION})*\)"
     rf"|(?:see\s+)?(?:(?:the\s+)?runbook\s+)?{_SECTION}(?:\s*,\s*{_SECTION})*"

@@ -1,4 +1,4 @@
-"""The results.json document (design.md §5, schema 1): assemble, render, write atomically, load."""
+"""The results.json document (schema 1): assemble, render, write atomically, load."""
 
 from __future__ import annotations
 
@@ -26,9 +26,10 @@ __all__ = [
     "load_report",
     "render_results_json",
     "report_dict",
+    "stage_text",
 ]
 
-#: Key order of one check in results.json: the §5 contract first, then the extra fields.
+#: Key order of one check in results.json: the published schema-1 fields first, then the extra fields.
 CHECK_KEY_ORDER = (
     "nodeid",
     "suite",
@@ -94,18 +95,32 @@ def render_results_json(report: RunReport, redactor: Redactor) -> str:
     return json.dumps(report_dict(report, redactor), indent=2, ensure_ascii=False) + "\n"
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same directory and os.replace."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def stage_text(path: Path, text: str) -> str:
+    """Write ``text`` to a new temporary file beside ``path`` (flushed to disk); return its name.
+
+    Nothing is left behind when the write fails (a full or broken disk): the OSError propagates.
+    """
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_name)
+        raise
+    return tmp_name
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same directory and os.replace."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp_name = stage_text(path, text)
+    try:
         os.replace(tmp_name, path)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):
             os.unlink(tmp_name)
         raise
 

@@ -3,12 +3,17 @@ entry and the Prometheus metrics file.
 
 All are rendered from one document, ``redactor.redact`` applied to the dumped
 :class:`~sbxcheck.results.RunReport`; junit.xml and report.html additionally pass their final
-text through the redactor. Each file is written atomically (temporary file + ``os.replace``).
+text through the redactor. The three are written as one set: each to a temporary file beside it,
+and only when all three are on disk are they moved into place, so a full or broken disk leaves no
+partial set that looks complete. What could not be written is returned (``Written.missing``), never
+raised: the caller says so in one line and in the exit status.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,7 +21,7 @@ from sbxcheck.redact import Redactor
 from sbxcheck.report.history import DEFAULT_KEEP, HistoryStore, HistoryView, analyse
 from sbxcheck.report.html import render_html
 from sbxcheck.report.junit import render_junit_xml
-from sbxcheck.report.results_json import atomic_write_text, report_dict
+from sbxcheck.report.results_json import report_dict, stage_text
 from sbxcheck.results import RunReport
 
 __all__ = [
@@ -37,11 +42,51 @@ METRICS_NAME = "metrics"
 
 @dataclass
 class Written:
-    """What :func:`write_artifacts` wrote, the history it read, and what it had to skip."""
+    """What :func:`write_artifacts` wrote, the history it read, what it had to skip and what it could not write."""
 
     paths: dict[str, Path] = field(default_factory=dict)
     history: HistoryView | None = None
     warnings: list[str] = field(default_factory=list)
+    missing: dict[Path, str] = field(default_factory=dict)  # a file (or directory) not written -> why
+
+    def problem(self) -> str:
+        """One line naming every output that was not written and why; empty when all were."""
+        by_reason: dict[str, list[str]] = {}
+        for path, reason in self.missing.items():
+            by_reason.setdefault(reason, []).append(str(path))
+        return "; ".join(f"{', '.join(paths)} not written ({reason})" for reason, paths in by_reason.items())
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or str(exc) or type(exc).__name__
+
+
+def _write_set(out_dir: Path, texts: dict[str, str], written: Written) -> None:
+    """Write every file of ``texts`` into ``out_dir``, or none of them (each listed in ``written.missing``)."""
+    staged: dict[str, str] = {}
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name, text in texts.items():
+            staged[name] = stage_text(out_dir / name, text)
+    except OSError as exc:
+        for tmp_name in staged.values():
+            with contextlib.suppress(OSError):
+                os.unlink(tmp_name)
+        for name in texts:  # an older file of the same name must not stand in for this run's
+            with contextlib.suppress(OSError):
+                (out_dir / name).unlink(missing_ok=True)
+            written.missing[out_dir / name] = _reason(exc)
+        return
+    for name, tmp_name in staged.items():
+        path = out_dir / name
+        try:
+            os.replace(tmp_name, path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp_name)
+            written.missing[path] = _reason(exc)
+        else:
+            written.paths[name] = path
 
 
 def write_artifacts(
@@ -57,38 +102,45 @@ def write_artifacts(
     ``history_keep`` runs) and show the history on the page; with ``metrics_path`` also write metrics.
     """
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     document = report_dict(report, redactor)
     results_text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
     written = Written()
     redacted = RunReport.model_validate(document)
     if history_dir is not None:
         store = HistoryStore(history_dir, history_keep)
-        entry = store.add(results_text, redacted.started_at)
-        previous, warnings = store.load(exclude=entry)
-        runs = [*previous[-(history_keep - 1) :], redacted] if history_keep > 1 else [redacted]
-        written.history = analyse(runs, warnings)
-        written.warnings.extend(warnings)
-        written.paths["history"] = entry
+        try:
+            entry = store.add(results_text, redacted.started_at)
+        except OSError as exc:
+            written.missing[Path(history_dir)] = _reason(exc)
+        else:
+            previous, warnings = store.load(exclude=entry)
+            runs = [*previous[-(history_keep - 1) :], redacted] if history_keep > 1 else [redacted]
+            written.history = analyse(runs, warnings)
+            written.warnings.extend(warnings)
+            written.paths["history"] = entry
     texts = {
         RESULTS_NAME: results_text,
         JUNIT_NAME: render_junit_xml(document, redactor),
         HTML_NAME: render_html(document, redactor, written.history),
     }
-    for name, text in texts.items():
-        path = out_dir / name
-        atomic_write_text(path, text)
-        written.paths[name] = path
+    _write_set(out_dir, texts, written)
     if metrics_path is not None:
         from sbxcheck.report.metrics import write_metrics
 
-        written.paths[METRICS_NAME] = write_metrics(metrics_path, redacted, redactor, written.history)
+        try:
+            written.paths[METRICS_NAME] = write_metrics(metrics_path, redacted, redactor, written.history)
+        except OSError as exc:
+            written.missing[Path(metrics_path)] = _reason(exc)
     return written
 
 
 def write_reports(report: RunReport, out_dir: Path, redactor: Redactor) -> dict[str, Path]:
     """Write results.json, junit.xml and report.html into ``out_dir`` (created if needed).
 
-    Returns ``{"results.json": path, "junit.xml": path, "report.html": path}``.
+    Returns ``{"results.json": path, "junit.xml": path, "report.html": path}``; raises OSError
+    (naming every file not written) when the disk refused them.
     """
-    return write_artifacts(report, out_dir, redactor).paths
+    written = write_artifacts(report, out_dir, redactor)
+    if written.missing:
+        raise OSError(written.problem())
+    return written.paths

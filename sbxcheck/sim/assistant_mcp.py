@@ -1,4 +1,4 @@
-"""A stand-in for sandboxed.sh's assistant MCP (``assistant-mcp``, spec §7): stdio MCP over the REST API.
+"""A stand-in for sandboxed.sh's assistant MCP (``assistant-mcp``): stdio MCP over the REST API.
 
 Run it as ``python -m sbxcheck.sim.assistant_mcp`` (``--version`` prints ``assistant-mcp 0.1.0``).
 It serves the real server's 28 tools, unprefixed, with the same argument names, required arguments,
@@ -17,9 +17,9 @@ Environment (read once at start):
   ``start_mission`` and ``workspace_bash``; ``HERMES_ASSISTANT_ARTIFACT_DIR``: download directory.
 * ``SBXCHECK_SIM_MCP_SCRUB=1``: scrub results the way the real server does (env_vars values,
   secret-named keys, token-shaped strings). Off by default, so secret exposure passes through to
-  the harness, whose own reduction is what is under test (spec §8.11, §9).
+  the harness, whose own reduction is what is under test.
 * ``SBXCHECK_SIM_MCP_START_EXTRAS=1``: ``start_mission`` also accepts and forwards ``origin``,
-  ``origin_session_id``, ``idempotency_key`` and ``acceptance_criteria`` (newer builds, spec §7).
+  ``origin_session_id``, ``idempotency_key`` and ``acceptance_criteria`` (as newer builds do).
 * ``SBXCHECK_SIM_MCP_HTTP_TIMEOUT_S``: per-request REST timeout, default 30.
 """
 
@@ -97,7 +97,7 @@ class AssistantConfig:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> AssistantConfig:
-        """Read the same variables as the real server (spec §2, §7) plus the simulator's switches."""
+        """Read the same variables as the real server plus the simulator's switches."""
         url = _first_set(env, URL_ENV_VARS)
         token = _first_set(env, TOKEN_ENV_VARS)
         workspace = _first_set(env, DEFAULT_WORKSPACE_ENV_VARS)
@@ -564,7 +564,9 @@ _TRANSPORT_TIMEOUT_RE: Final = re.compile(
 
 
 def error_signals(text: str) -> list[str]:
-    """Classify error text (spec §7): rate_limited, auth_error, capacity_limited, context_limit, network_error.
+    """Classify error text as the real server does.
+
+    Signals: rate_limited, auth_error, capacity_limited, context_limit, network_error.
 
     A harness idle timeout ("OpenCode idle timeout: ...") is deliberately not a network error.
     """
@@ -705,7 +707,7 @@ _SENSITIVE_MARKERS: Final = ("BEGIN OPENSSH PRIVATE KEY", "BEGIN PGP PRIVATE KEY
 
 
 def scrub(value: Any) -> Any:
-    """The real server's result scrubbing (spec §7): env_vars values, secret-named keys, token shapes."""
+    """The real server's result scrubbing: env_vars values, secret-named keys, token shapes."""
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for key, child in value.items():

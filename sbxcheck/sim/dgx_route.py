@@ -1,4 +1,4 @@
-"""The DGX's reachability follows tailscaled on agent-core, as on the real tailnet (issue 22).
+"""The DGX's reachability follows tailscaled on agent-core, as on the real tailnet.
 
 While tailscaled on agent-core is not active (or the DGX itself is down), the DGX's SSH port refuses
 and its remote node is offline; once ``systemctl enable --now tailscaled`` has run there, the DGX

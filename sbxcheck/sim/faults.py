@@ -1,4 +1,6 @@
-"""Named faults the embedded fleet can inject. ``NAME`` targets the first run, ``NAME@<run-id>`` another.
+"""Named faults the embedded fleet can inject. ``NAME`` targets the first run, ``NAME@<run>`` another.
+
+A run is named by its id or its task (``@bravo``).
 
 A fault changes the simulated world (a file on a VM, a key's state in the OpenRouter double, how a
 host answers SSH); it never tells a check what to conclude.
@@ -10,7 +12,7 @@ from dataclasses import dataclass
 
 from sbxcheck.errors import SimError
 
-# issue 20: OSC 52 (sets the clipboard), a title change, clear screen, CR/VT line forgery, C0 bytes
+# Hostile terminal text: OSC 52 (sets the clipboard), a title change, clear screen, CR/VT line forgery, C0 bytes
 HOSTILE_TEXT = "\x1b]52;c;aGk=\x07\x1b]0;owned\x07\x1b[2J\rPASSED forged\x0bline\x01\x08\x1f\x7f"
 
 
@@ -112,7 +114,7 @@ FAULTS: dict[str, Fault] = {
             "a real checkout's recipes (--sssf-checkout) meet GNU mktemp, as on a Linux host: its BSD "
             "`mktemp -t PREFIX` form fails (by default they get macOS's behaviour)",
         ),
-        # issue 22
+        # lived-in VMs and the DGX incident's harder cases
         Fault(
             "vm.noisy-shell",
             "the VM's ~/.bashrc prints before and after every command, on stdout and stderr (the third "
@@ -141,7 +143,7 @@ FAULTS: dict[str, Fault] = {
             "vm.provisioning-key-planted",
             "the host's provisioning key sits in ~/.config/openrouter/credentials on the VM",
         ),
-        # issue 21: mission hygiene, readiness and catalog faults of the control plane (sim/controlplane/ops.py)
+        # mission hygiene, readiness and catalog faults of the control plane (sim/controlplane/ops.py)
         Fault(
             "ops.orphaned-pending", "a pending mission without a deferred goal, 40 min old (never dispatched)"
         ),
@@ -161,7 +163,7 @@ FAULTS: dict[str, Fault] = {
         ),
         Fault("ops.model-silent", "gemini missions go active, then hit an idle timeout without any output"),
         Fault("openrouter.balance-low", "the OpenRouter account has $2 left (below the $5 account floor)"),
-        # issue 23
+        # pushback and the live event stream
         Fault(
             "cp.rate-limited",
             "every 4th control-plane request (POST included) is refused unserved: 429 or 503 with Retry-After: 1",
@@ -171,7 +173,7 @@ FAULTS: dict[str, Fault] = {
             "the live event stream drops every third event of each subscriber and sends its lag error",
         ),
         Fault("cp.stream-absent", "GET /api/control/stream answers 404 (a build without the live stream)"),
-        # issue 20: hostile answers
+        # hostile answers: what the fleet says must never steer sbxcheck
         Fault(
             "vm.control-chars",
             "the VM's OpenRouter answers and error bodies (read by curl on the VM) carry terminal escapes "
@@ -213,7 +215,7 @@ FAULTS: dict[str, Fault] = {
             "cp.record-id-mismatch",
             "GET of an opencode mission answers another mission's record (its own id, another backend/model)",
         ),
-        # issue 22: a run that has executed or been observed (sim/run_services.py; the gate never sees them)
+        # a run that has executed or been observed (sim/run_services.py; the gate never sees them)
         Fault("run.sdlc-credits", "the SDLC dies right after spawn: run.log ends with OpenRouter's 402 (credits)"),
         Fault("run.sdlc-key-dead", "the SDLC dies right after spawn: run.log ends with a 401 (the key is revoked)"),
         Fault(
@@ -247,13 +249,13 @@ CONTROLPLANE_TARGETS: dict[str, str] = {
     "fleet.node-offline": "dgx-spark",
     "fleet.node-cordoned": "babylon",
     "fleet.degraded-disk": "*",
-    "ops.model-silent": "gemini",  # issue 21
-    "cp.rate-limited": "*",  # issue 23
+    "ops.model-silent": "gemini",
+    "cp.rate-limited": "*",
     "cp.stream-lags": "*",
     "cp.stream-absent": "*",
-    "cp.path-shaped-id": "gemini",  # issue 20
-    "cp.control-chars": "opencode",  # issue 20
-    "cp.workspace-busy": "verity",  # issue 20
+    "cp.path-shaped-id": "gemini",
+    "cp.control-chars": "opencode",
+    "cp.workspace-busy": "verity",
     "cp.coalesce-foreign": "claudecode",
     "cp.stream-lies": "gemini",
     "cp.stream-endless-line": "*",
@@ -264,7 +266,7 @@ CONTROLPLANE_TARGETS: dict[str, str] = {
 
 def is_controlplane_fault(name: str) -> bool:
     """Faults of the control-plane double (their @target is a backend, workspace or node, not a run)."""
-    return name.startswith(("cp.", "fleet.", "ops."))  # ops.: issue 21
+    return name.startswith(("cp.", "fleet.", "ops."))  # ops.: hygiene, readiness and catalog
 
 
 def is_fleet_host_fault(name: str) -> bool:
@@ -272,12 +274,12 @@ def is_fleet_host_fault(name: str) -> bool:
     return name.startswith(("dgx.", "exedev.", "gh.", "state.", "host.")) or name in (
         "openrouter.orphan-key",
         "openrouter.revoke-ignored",
-        "openrouter.balance-low",  # issue 21
+        "openrouter.balance-low",
     )
 
 
 def is_run_fault(name: str) -> bool:
-    """Faults of a run's execute/observe world (issue 22): a run's VM, after the gate (the run items see them)."""
+    """Faults of a run's execute/observe world: a run's VM, after the gate (the run items see them)."""
     return name.startswith("run.")
 
 

@@ -141,7 +141,27 @@ def plan_run_ids(seed: int, count: int, day: dt.date | None = None) -> list[str]
     return ids
 
 
-DGX_ROUTE_FAULTS = ("dgx.two-nodes-down", "dgx.sentinel-stuck")  # issue 22: tailscaled down, and more
+def task_of(run_id: str) -> str:
+    """The task a run id was made for: ``bravo`` of ``bravo-20261130-9c04be``."""
+    return run_id.rsplit("-", 2)[0]
+
+
+def unknown_run_target(target: str, run_ids: list[str]) -> str:
+    """Why ``target`` names no run of a fleet with ``run_ids``, and what would."""
+    return (
+        f"no simulated run {target!r}; name a run by its task ({', '.join(task_of(r) for r in run_ids)}) "
+        f"or by its id ({', '.join(run_ids)})"
+    )
+
+
+def check_run_target(spec: FaultSpec, run_ids: list[str]) -> None:
+    """Raise SimError when a run-targeted fault names no run of a fleet with ``run_ids``."""
+    targeted = spec.run_id is not None and not (is_controlplane_fault(spec.name) or is_fleet_host_fault(spec.name))
+    if targeted and spec.run_id not in run_ids and spec.run_id not in {task_of(r) for r in run_ids}:
+        raise SimError(f"fault {spec}: {unknown_run_target(str(spec.run_id), run_ids)}")
+
+
+DGX_ROUTE_FAULTS = ("dgx.two-nodes-down", "dgx.sentinel-stuck")  # tailscaled down, and more
 FOREIGN_UID = 65534  # "nobody": the owner of a clone another user made (vm.foreign-clone)
 
 
@@ -208,7 +228,9 @@ class SimFleet:
         runs: int = 3,
         embedded: bool = True,
         sssf_checkout: Path | None = None,
+        install_attempt: str | None = None,
     ) -> None:
+        """``install_attempt``: the processes that share one try at installing pi (see ``ensure_pi``)."""
         if not 1 <= runs <= MAX_RUNS:
             raise SimError(f"sim: runs must be between 1 and {MAX_RUNS}")
         self.root = root.resolve()
@@ -216,6 +238,7 @@ class SimFleet:
         self.seed = seed if seed is not None else DEFAULT_SEED
         self.run_count = runs
         self.embedded = embedded
+        self.install_attempt = install_attempt
         self.runs: list[SimRun] = []
         self.openrouter = OpenRouterDouble()
         self.controlplane: ControlPlaneDouble | None = None
@@ -470,14 +493,13 @@ class SimFleet:
         if spec.run_id is None:
             return self.runs[0]
         for run in self.runs:
-            if run.run_id == spec.run_id:
+            if spec.run_id in (run.run_id, task_of(run.run_id)):
                 return run
-        raise SimError(f"fault {spec}: no simulated run {spec.run_id!r}; runs: {', '.join(self.run_ids)}")
+        raise SimError(f"fault {spec}: {unknown_run_target(spec.run_id, self.run_ids)}")
 
     def _validate_fault_targets(self) -> None:
         for spec in self.fault_specs:
-            if not (is_controlplane_fault(spec.name) or is_fleet_host_fault(spec.name)):
-                self._target(spec)
+            check_run_target(spec, self.run_ids)
 
     # ------------------------------------------------------------ the sandboxed.sh control plane
 
@@ -506,7 +528,7 @@ class SimFleet:
                 backend="codex",
                 model_override="gpt-5.6-terra",
                 model_effort="high",
-                contract="roadmap",  # issue 21: test_dispatch_contract
+                contract="roadmap",  # test_dispatch_contract
                 project="verity",
                 track="sbxcheck-canary",
                 acceptance_criteria=["the route answers ok", "the record echoes project and track"],
@@ -532,7 +554,7 @@ class SimFleet:
                 backend="claudecode",
                 model_override="claude-opus-4-8",
                 model_effort="high",
-                contract="conversational",  # issue 21: test_dispatch_contract
+                contract="conversational",  # test_dispatch_contract
                 origin_session_id="sbxcheck-canary-chat",
             ),
             RouteSpec(name="opencode-glm", agent="build", backend="opencode", model_override="glm-5.2"),
@@ -579,7 +601,7 @@ class SimFleet:
                 GithubProbeSpec(workspace="verity", repo="verity-lang/verity"),
                 GithubProbeSpec(workspace="lean-lab", repo="lean-lab/lab", via="mcp"),
             ],
-            workspaces=[  # issue 21: what each workspace is expected to carry (names only)
+            workspaces=[  # what each workspace is expected to carry (names only)
                 WorkspaceExpectation(
                     name="verity",
                     init_scripts=["base", "uv-python", "github-cli"],
@@ -630,7 +652,7 @@ class SimFleet:
                 record_path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
             elif spec.name == "vm.no-models":
                 models.unlink()
-            elif spec.name == "vm.foreign-clone":  # issue 22
+            elif spec.name == "vm.foreign-clone":
                 _chown_tree(app, FOREIGN_UID)
             elif spec.name == "vm.wide-modes":
                 for path in (app / ".env", models, self.checkout / ".sandbox" / "runs" / f"{run.run_id}.key"):
@@ -651,18 +673,18 @@ class SimFleet:
                 key.models_down.add(sorted(MODEL_TABLE)[1])
             elif spec.name == "openrouter.reasoning-only":
                 key.reasoning_only = True
-            elif spec.name == "vm.control-chars":  # issue 20
+            elif spec.name == "vm.control-chars":
                 key.hostile_text = HOSTILE_TEXT
                 key.models_down.add(sorted(MODEL_TABLE)[1])
             elif spec.name == "openrouter.key-exhausted":
                 self.openrouter.set_usage(run.key_hash, 50.0)
             elif spec.name == "openrouter.key-uncapped":
                 self.openrouter.set_limit(run.key_hash, None)
-            elif spec.name in RUN_FAULTS:  # issue 22: read by the stand-in SDLC, app and trace UI
+            elif spec.name in RUN_FAULTS:  # read by the stand-in SDLC, app and trace UI
                 apply_run_fault(run.home, spec.name)
 
     def _apply_state_faults(self) -> None:
-        """Issue 20: a FIFO or a symlink where a session's ledger goes (embedded and `sim up` state dirs)."""
+        """Hostile state: a FIFO or a symlink where a session's ledger goes (embedded and `sim up` state dirs)."""
         faults = self._fleet_faults()
         for state in (self.root / "state", self.root / ".sbxcheck" / "state"):
             ledger = state / "ledger.jsonl"
@@ -743,12 +765,12 @@ class SimFleet:
             self.openrouter.mint(
                 f"sbx-{closed}", 50.0
             )  # teardown closed the record but never revoked the key
-        if "openrouter.revoke-ignored" in faults:  # issue 22
+        if "openrouter.revoke-ignored" in faults:
             self.openrouter.ignore_deletes = True
             for i in range(100):  # personal keys listed first: sbx- keys minted later land on page 2
                 self.openrouter.mint(f"personal-{i:03d}", None)
         self._make_github_shims("gh.no-auth" in faults)
-        if "openrouter.balance-low" in faults:  # issue 21: the account is nearly spent
+        if "openrouter.balance-low" in faults:  # the account is nearly spent
             self.openrouter.total_credits = self.openrouter.total_usage() + 2.0
 
     def _dgx_mode(self) -> Literal["ok", "refuse"]:
@@ -839,8 +861,8 @@ class SimFleet:
                 provisioning_key_env=None,
                 provisioning_key_file=self.checkout / ".env",
                 recipes=self.upstream.templates() if self.upstream is not None else None,
-                account_credit_floor_usd=5.0,  # issue 21: test_credits
-                observe_probe="vm",  # issue 22: https://<vm>.exe.xyz is not reachable here
+                account_credit_floor_usd=5.0,  # test_credits
+                observe_probe="vm",  # https://<vm>.exe.xyz is not reachable here
             ),
             dgx=DgxSection(command_timeout_s=5.0, sentinel_command="disk-sentinel --once"),
             sandboxed=self._sandboxed_section(),
@@ -854,6 +876,7 @@ class SimFleet:
         )
         header = (
             "# Written by the sbxcheck simulator. Secrets are not here: keys stay on the simulated VMs.\n"
+            "# Every field: docs/inventory.md (or `python -m sbxcheck.docs_inventory`).\n"
         )
         self.inventory_path.write_text(header + dump_inventory(inv), encoding="utf-8")
 
@@ -1001,11 +1024,11 @@ class SimFleet:
         if self._serving:
             return
         self.materialize()
-        self.pi = ensure_pi()
+        self.pi = ensure_pi(attempt=self.install_attempt)
         for run in self.runs:
             if not self._has_fault("vm.no-pi", run):
                 write_pi_shim(run.home / "bin", self.pi)
-            write_run_shims(run.home / "bin")  # issue 22: execute's just/adw, observe's app and trace UI
+            write_run_shims(run.home / "bin")  # execute's just/adw, observe's app and trace UI
         try:
             gated = KnobGate(self.openrouter.app, self.knobs_dir, self._key_name)
             self.http = BackgroundServer(gated, port=self._openrouter_port)
@@ -1042,7 +1065,7 @@ class SimFleet:
                 mode = self._dgx_mode() if name == "dgx-spark" else "ok"
                 self.ssh_server.add_host(home.sim_host(user=VM_USER, mode=mode), self._host_ports[name])
             if self._dgx_mode() == "refuse" and "dgx.unreachable" not in self._fleet_faults():
-                self._dgx_route = DgxRoute(  # issue 22: `enable --now tailscaled` brings the DGX back
+                self._dgx_route = DgxRoute(  # `enable --now tailscaled` brings the DGX back
                     self.ssh_server,
                     self.hosts["agent-core"],
                     self.hosts["dgx-spark"],
@@ -1093,11 +1116,13 @@ class SimFleet:
         if self.http is not None:
             self.http.stop()
             self.http = None
+        if self.controlplane is not None:
+            # its agent tasks are cancelled and its event streams ended while its loop still runs, so
+            # the server's graceful shutdown has no open response to cancel (and nothing to log)
+            self.controlplane.stop()
         if self.cp_http is not None:
             self.cp_http.stop()
             self.cp_http = None
-        if self.controlplane is not None:
-            self.controlplane.stop()
         self._ports.close()
         self._serving = False
 

@@ -28,7 +28,7 @@ from sbxcheck.sim.sshd import SimHost
 
 PingMode = Literal["ok", "derp", "no-reply", "timeout", "silent"]
 PING_MODES: Final = ("ok", "derp", "no-reply", "timeout", "silent")
-DGX_TAILSCALE_IP: Final = "100.77.4.93"  # spec §8.13; duplicated on purpose: sim imports no checks
+DGX_TAILSCALE_IP: Final = "100.77.4.93"  # the DGX's tailnet IP; duplicated on purpose: sim imports no checks
 _STATE: Final = ".sim"
 _PLACEHOLDER: Final = re.compile(r"@[A-Z_]+@")
 
@@ -117,7 +117,7 @@ HOST_FAULTS: Final[dict[str, HostFault]] = {
             "tailscaled on agent-core is disabled and the SSH user has no passwordless sudo",
             {"tailscaled_enabled": False, "tailscaled_active": False, "sudo_refused": True},
         ),
-        # issue 22
+        # the DGX incident's harder cases
         HostFault(
             "dgx.two-nodes-down",
             "agent-core",
@@ -270,7 +270,7 @@ echo "pong from $peer_name ($peer_ip) via 192.168.50.20:41641 in 3ms"
 exit 0
 """
 
-# issue 22: the fleet's disk-sentinel, one pass: silent when every node answers, one line per node that
+# The fleet's disk-sentinel, one pass: silent when every node answers, one line per node that
 # does not. The DGX answers while tailscaled runs here and the DGX itself is up (ping mode not no-reply).
 _SENTINEL = r"""#!/bin/bash
 # sbxcheck sim: disk-sentinel --once
@@ -498,7 +498,7 @@ def make_exedev(
 
 
 def exe_vm(vm_name: str, *, status: str = "running", region: str = "fra") -> dict[str, Any]:
-    """One ``ls --json`` entry in the verified shape (spec §6)."""
+    """One ``ls --json`` entry in the verified shape."""
     return {
         "vm_name": vm_name,
         "https_url": f"https://{vm_name}.exe.xyz",

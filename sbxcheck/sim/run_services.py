@@ -1,4 +1,4 @@
-"""The embedded fleet's execute/observe world (issue 22): a stand-in SDLC, the app and the trace UI.
+"""The embedded fleet's execute/observe world, for the SSSF run items: a stand-in SDLC, the app and the trace UI.
 
 Stdlib only: the VMs run this file directly (``python -I run_services.py …``) through shims the
 fleet writes into each VM's ``bin``:

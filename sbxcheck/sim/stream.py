@@ -1,4 +1,4 @@
-"""The control plane's live event stream, ``GET /api/control/stream`` (spec §3.7), for the double.
+"""The control plane's live event stream, ``GET /api/control/stream``, for the double.
 
 One :class:`StreamHub` per control plane fans every stored event out to its subscribers as SSE:
 first a ``status`` snapshot, then ``event: <type>`` + ``data: <json with "type">`` per event, a
@@ -36,7 +36,7 @@ BUFFER: Final = 512
 
 
 def sse_payload(row: dict[str, Any]) -> dict[str, Any]:
-    """A stored event row as the live stream carries it (the payload fields of §3.7's table)."""
+    """A stored event row as the live stream carries it (the payload fields of each event type)."""
     kind = str(row.get("event_type"))
     meta = row.get("metadata") or {}
     payload: dict[str, Any] = {"type": kind, "mission_id": row.get("mission_id")}
@@ -116,7 +116,7 @@ class StreamHub:
         if STREAM_ABSENT in self._faults:
             return PlainTextResponse("Not Found", status_code=404)
         if ENDLESS_LINE in self._faults:
-            return StreamingResponse(_endless_line(), media_type="text/event-stream")
+            return StreamingResponse(self._endless_line(), media_type="text/event-stream")
         sub = _Subscriber(user, asyncio.get_running_loop())
         with self._lock:
             self._subscribers.append(sub)
@@ -150,16 +150,15 @@ class StreamHub:
                 if sub in self._subscribers:
                     self._subscribers.remove(sub)
 
+    async def _endless_line(self) -> AsyncIterator[bytes]:
+        """``cp.stream-endless-line``: the status snapshot, then one line that never ends (no newline)."""
+        yield _frame("status", {"type": "status", "state": "idle", "queue_len": 0})
+        yield b"data: "
+        chunk = b"x" * 65536
+        while not self._closed:  # until the subscriber goes away or the double stops
+            yield chunk
+            await asyncio.sleep(0)
+
 
 def _frame(kind: str, data: dict[str, Any]) -> bytes:
     return f"event: {kind}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
-
-
-async def _endless_line() -> AsyncIterator[bytes]:
-    """``cp.stream-endless-line``: the status snapshot, then one line that never ends (no newline)."""
-    yield _frame("status", {"type": "status", "state": "idle", "queue_len": 0})
-    yield b"data: "
-    chunk = b"x" * 65536
-    while True:  # until the subscriber goes away
-        yield chunk
-        await asyncio.sleep(0)

@@ -316,7 +316,7 @@ def send(
             time.sleep(policy.wait_s(attempt, resp))
             attempt += 1
             continue
-        if 300 <= resp.status_code < 400:  # issue 20: redirects are never followed, and said so
+        if 300 <= resp.status_code < 400:  # never followed: a server never picks where the token goes
             raise _redirect_error(label, resp)
         return resp
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.gate_harness import CANARY_SUITES, run_canary
+from support.gate_harness import CANARY_SUITES, REPO, run_canary, run_suite
 from support.next_step_harness import next_step_problems
 
 from sbxcheck.sim.fleet import SimFleet
@@ -245,3 +245,16 @@ def test_sigint_mid_dispatch_leaves_no_mission_running(tmp_path: Path) -> None:
                 proc.kill()
         assert proc.returncode != 0
         assert cp.missions_nonterminal() == [], out.decode(errors="replace")[-2000:]
+
+
+def test_every_canary_absorbs_pushback_relayed_by_mcp(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    """cp.rate-limited behind the assistant MCP (workspace_bash, get_mission_health, ...): a tool that
+    relays a 429 is called again, so no canary reads the pushback as an answer it cannot interpret."""
+    suites = tuple(sorted((REPO / "canaries").glob("test_*.py")))
+    with SimFleet(tmp_path / "fleet", ["cp.rate-limited"]) as fleet:
+        outcome = run_suite(pytester, fleet, "canary", suites)
+        assert fleet.controlplane is not None
+        pushed_back = [r for r in fleet.controlplane.requests if r.status == 429]
+    classes = {c["classification"] for c in outcome.report["checks"] if c["outcome"] != "passed"}
+    assert outcome.ret == 0 and classes == set(), (classes, outcome.stdout[-3000:])
+    assert {r.path for r in pushed_back} - {"/api/control/missions"}, "no tool call met pushback"

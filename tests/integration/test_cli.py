@@ -86,3 +86,48 @@ def test_report_on_a_broken_file_is_readable(tmp_path: Path) -> None:
     result = sbxcheck("report", str(tmp_path))
     assert result.returncode == 2
     assert "results.json" in result.stderr and "Traceback" not in result.stderr
+
+
+def _report_dir(tmp_path: Path, passed: int) -> Path:
+    """A report of ``passed`` passed items and one failed item whose nodeid sorts after them."""
+    from sbxcheck.redact import Redactor
+    from sbxcheck.report import assemble_report, write_reports
+    from sbxcheck.results import CheckRecord, Classification, InventoryInfo, Outcome
+
+    def record(name: str, outcome: Outcome) -> CheckRecord:
+        failed = outcome is Outcome.FAILED
+        return CheckRecord(
+            nodeid=f"gates/test_gate.py::test_{name}[vm-1]", suite="gate", check=name, target="vm-1",
+            outcome=outcome, classification=Classification.CHECK_FAILED if failed else None,
+            message="broke" if failed else "fine", evidence={"checked": name},
+        )  # fmt: skip
+
+    records = [record(f"a{i:05}", Outcome.PASSED) for i in range(passed)] + [record("zz", Outcome.FAILED)]
+    report = assemble_report(
+        records, started_at="2026-01-01T00:00:00Z", finished_at="2026-01-01T00:01:00Z",
+        inventory=InventoryInfo(source="test", sim=True),
+    )  # fmt: skip
+    write_reports(report, tmp_path / "rep", Redactor())
+    return tmp_path / "rep"
+
+
+def test_report_lists_failures_before_passed_items(tmp_path: Path) -> None:
+    result = sbxcheck("report", str(_report_dir(tmp_path, 3)))
+    items = [line.split()[0] for line in result.stdout.splitlines() if line.startswith("  ")]
+    assert items[:2] == ["failed", "passed"], result.stdout
+
+
+def test_report_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    """``sbxcheck report DIR | head -1``: the reader leaves early; no BrokenPipeError, no traceback."""
+    directory = _report_dir(tmp_path, 3000)  # far more than a pipe buffer holds
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sbxcheck.cli", "report", str(directory)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.readline()
+    proc.stdout.close()
+    stderr = proc.stderr.read().decode()
+    proc.wait(timeout=60)
+    assert "BrokenPipeError" not in stderr and "Traceback" not in stderr, stderr
+    assert proc.returncode == 141

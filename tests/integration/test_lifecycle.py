@@ -104,6 +104,9 @@ def test_mount_gate_teardown_by_policy(fleet: SimFleet, tmp_path: Path, policy: 
         assert (entry.state, entry.ident) == ("kept", run_id)
     else:
         assert mount["action"] == "torn-down", mount
+        proof = mount["teardown"]  # results.json carries the proof, not only the verdict
+        assert (proof["exit_code"], proof["key"], proof["revocation"]["status"]) == (0, "revoked", "revoked"), proof
+        assert "stdout_tail" not in proof
         assert run_id not in fleet.live_vms() and f"sbx-{run_id}" not in fleet.live_keys()
         assert (fleet.checkout / ".sandbox" / "runs" / f"{run_id}.json").exists()  # the record stays, closed
         assert open_entries(tmp_path) == []

@@ -212,3 +212,20 @@ def test_gnu_mktemp_names_the_recipe_line(tmp_path: Path) -> None:
         quirk = explain_quirk(result.text, templates.cwd)
         assert quirk is not None and "just/sandbox/lifecycle/teardown.just:105" in quirk.sites, quirk
         assert rid in fleet.live_vms()  # it stopped before destroying anything
+
+
+def test_gate_mounts_and_tears_down_on_pass(world: World, pytester: pytest.Pytester) -> None:
+    """The whole first night on the real recipes: mount, the gate, teardown on-pass, the key proven gone."""
+    keys_before = set(world.fleet.live_keys())
+    gate = run_suite(
+        pytester, world.fleet, "gate", (REPO / "gates" / "test_gate.py",),
+        "--sbx-mount", "demo", "--sbx-teardown", "on-pass", timeout=300,
+    )  # fmt: skip
+    [mount] = gate.report["mounts"]
+    outcomes = {c["outcome"] for c in gate.report["checks"] if c["target"].startswith(mount["run_id"] or "?")}
+    assert gate.ret == 0 and outcomes == {"passed"}, (outcomes, gate.stdout[-3000:])
+    assert mount["action"] == "torn-down", mount
+    proof = mount["teardown"]
+    assert (proof["exit_code"], proof["key"], proof["revocation"]["status"]) == (0, "revoked", "revoked"), proof
+    assert f"sbx-{mount['run_id']}" not in world.fleet.live_keys()
+    assert set(world.fleet.live_keys()) <= keys_before

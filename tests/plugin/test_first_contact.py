@@ -185,6 +185,18 @@ def test_doctor_on_a_healthy_fleet_passes(healthy_fleet: SimFleet) -> None:
     assert password not in out  # no secret value printed
 
 
+def test_doctor_without_an_inventory_says_the_embedded_fleet_will_be_used_without_a_check_mark(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No inventory is not a met precondition: a neutral line says which fleet the run would check."""
+    import sbxcheck.fleetsource
+
+    monkeypatch.setattr(sbxcheck.fleetsource, "sim_installed", lambda: False)  # no fleet started: fast
+    _, out = _doctor(None)
+    first = out.splitlines()[0]
+    assert first.startswith("· inventory: none found") and "embedded simulated fleet will be used" in first, out
+
+
 def test_doctor_names_each_missing_precondition_and_its_fix(healthy_fleet: SimFleet, tmp_path: Path) -> None:
     """A key file 0644, an unset token env var, a host missing from known_hosts, an unreachable control
     plane: exit 1, one ✗ line each naming the file/var/host/URL and the fix (the fleet is not touched)."""
@@ -273,6 +285,7 @@ def test_doctor_other_failures_each_name_their_fix(
     bad.write_text("[ssh]\nport_knocking = true\n")
     code, out = _doctor(bad)
     assert code == 1 and "✗ inventory validates:" in out and "unknown field 'ssh.port_knocking'" in out
+    assert "docs/inventory.md lists every field" in out  # the manual's page, not the model's source
     doc = tomllib.loads(healthy_fleet.inventory_path.read_text())
     doc["ssh"]["config"] = str(tmp_path / "no-such-ssh-config")
     doc["sandboxed"]["token_env"] = "SBX_DOCTOR_WRONG_TOKEN"
@@ -298,3 +311,17 @@ def test_doctor_other_failures_each_name_their_fix(
         out
     )
     assert "not-a-valid-jwt" not in out
+
+
+@pytest.mark.parametrize("suite", ["gate", "canary"])
+def test_the_suites_without_the_plugin_are_one_line_naming_it(suite: str) -> None:
+    """``-p no:sbxcheck``: one usage error that names the plugin, not one "fixture not found" per item."""
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:sbxcheck", "-p", "no:cacheprovider", "-q", "-m", suite],
+        cwd=repo, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == pytest.ExitCode.USAGE_ERROR, proc.stdout[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1 and "need the sbxcheck pytest plugin" in errors[0], errors
+    assert "-p no:sbxcheck" in errors[0] and "not found" not in proc.stdout + proc.stderr

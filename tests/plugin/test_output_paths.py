@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import sbxcheck.plugin.fixtures  # noqa: F401  imported once here: pytester drops modules a run imports itself
-from sbxcheck.plugin.outputs import output_path_problem
+from sbxcheck.plugin.outputs import output_path_problem, remove_stale_reports
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -41,6 +41,7 @@ QUIET = ("-p", "no:randomly", "-p", "no:cacheprovider", "-p", "no:hypothesispyte
         ("--sbx-history", "file", "is a regular file, expected a directory"),
         ("--sbx-metrics", "dir", "is a directory, expected a regular file"),
         ("--sbx-report", "link", "is a symlink (to "),
+        ("--alluredir", "file", "is a regular file, expected a directory"),  # before allure's own configure
     ],
 )
 def test_a_wrong_output_path_is_one_usage_line_and_nothing_runs(
@@ -68,6 +69,15 @@ def test_output_path_checks(tmp_path: Path) -> None:
     assert problem is not None and "is not a directory" in problem
     assert output_path_problem(tmp_path / "new" / "deeper", "dir", "--sbx-history") is None
     assert "FIFO" in (output_path_problem(_fifo(), "file", "--sbx-metrics") or "")
+
+
+def test_old_reports_are_never_removed_through_a_symlink(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "results.json").write_text("{}\n")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    assert remove_stale_reports(tmp_path / "link") == []
+    assert (tmp_path / "real" / "results.json").exists()
+    assert remove_stale_reports(tmp_path / "real") == [tmp_path / "real" / "results.json"]
 
 
 def _fifo() -> Path:
@@ -116,3 +126,63 @@ def test_a_password_in_a_configured_url_reaches_no_output(tmp_path: Path) -> Non
         p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file() and p.name != "inv.toml"
     ]
     assert sum(text.count(password) for text in outputs) == 0
+
+
+def _file_size_limit(limit: int) -> None:
+    """In the child: every regular-file write past ``limit`` bytes fails (EFBIG), like a disk that fills up."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+@pytest.mark.parametrize(("failing", "expected"), [("", 3), ("1", 1)])
+def test_a_disk_that_refuses_the_report_is_one_line_and_no_partial_set(
+    tmp_path: Path, failing: str, expected: int
+) -> None:
+    """results.json and junit.xml fit under the limit and report.html does not: no file of the set is
+    left, one line on stderr names them, the summary still prints, and a green run is not exit 0."""
+    suite = SUITE + (
+        "\n\ndef test_broken(sbx_verdict):\n"
+        "    if os.environ.get('SBX_TEST_FAIL'):\n"
+        "        sbx_verdict(CheckResult.failed('broken', 'vm-1', 'it broke', {'checked': 'x'}))\n"
+        "    sbx_verdict(CheckResult.passed('broken', 'vm-1', 'fine', {'checked': 'x'}))\n"
+    )
+    (tmp_path / "test_suite.py").write_text(suite)
+    argv = [sys.executable, "-m", "pytest", *QUIET, "-q", "test_suite.py", "--sbx-report", "rep"]
+    proc = subprocess.run(
+        argv, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "SBX_TEST_FAIL": failing}, preexec_fn=lambda: _file_size_limit(6000),
+    )  # fmt: skip
+    output = proc.stdout + proc.stderr
+    assert "Traceback" not in output and "INTERNALERROR" not in output, output[-3000:]
+    assert proc.returncode == expected, output[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1 and errors[0].startswith("sbxcheck: "), errors
+    assert all(name in errors[0] for name in ("results.json", "junit.xml", "report.html")), errors
+    assert "File too large" in errors[0], errors
+    assert not list((tmp_path / "rep").iterdir())
+    assert "verdict: " in proc.stdout and "report: FAILED: " in proc.stdout, proc.stdout[-2000:]
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        ("--sbx-history-keep", "0"),  # a bad setting: the report dir is read on its own
+        ("--sbx-metrics", "out-dir"),  # a wrong output path
+        ("--sbx-sim-fault", "no.such-fault"),  # a configuration the preflight refuses
+        ("no_such_test_file.py",),  # pytest's own usage error, after configure
+    ],
+    ids=["setting", "output", "preflight", "pytest"],
+)
+def test_a_usage_error_leaves_no_green_report_of_an_earlier_run(
+    pytester: pytest.Pytester, wrong: tuple[str, ...]
+) -> None:
+    pytester.makepyfile(test_suite=SUITE)
+    (pytester.path / "out-dir").mkdir()
+    first = pytester.runpytest_inprocess(*QUIET, "test_suite.py", "--sbx-report", "rep")
+    assert first.ret == pytest.ExitCode.OK
+    assert {p.name for p in (pytester.path / "rep").iterdir()} >= {"results.json", "junit.xml", "report.html"}
+    (pytester.path / "rep" / "notes.txt").write_text("not sbxcheck's\n")
+    result = pytester.runpytest_inprocess(*QUIET, "test_suite.py", "--sbx-report", "rep", *wrong)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.outlines + result.errlines
+    assert sorted(p.name for p in (pytester.path / "rep").iterdir()) == ["notes.txt"]

@@ -60,6 +60,10 @@ def test_an_interrupted_run_replaces_the_stale_report(pytester: pytest.Pytester)
     page = (pytester.path / "r" / "report.html").read_text()
     assert "3 checks: 0 failed, 0 could not tell, 0 skipped, 2 not run, 1 passed" in page
     assert "2 skipped" not in page and "every check passed or was skipped" not in page
+    # what did not run, as one command to copy, against the same fleet (terminal and page)
+    rerun = f"pytest --sbx-inventory={pytester.path / 'fleet.toml'} {' '.join(report['not_run'])}"
+    result.stdout.fnmatch_lines([f"    re-run what did not run: {rerun}"])
+    assert f"<strong>Re-run what did not run</strong><div class=\"cmd\"><pre><code>{rerun}</code>" in page
     shown = pytester.run(sys.executable, "-m", "sbxcheck.cli", "report", str(pytester.path / "r"))
     shown.stdout.fnmatch_lines(["checks: 3 (2 not run, 1 passed)"])
 

@@ -126,8 +126,10 @@ def test_a_complete_run_is_not_interrupted(pytester: pytest.Pytester) -> None:
     assert result.ret == 0
     o = read_outputs(out)
     assert o["results"]["interrupted"] is False and o["results"]["not_run"] == []
-    props = {p.get("name") for p in o["junit"].iter("property")}
-    assert 'data-verdict="passed"' in o["html"] and props == {"sbxcheck.fleet", "sbxcheck.inventory"}
+    props = {p.get("name"): p.get("value") for p in o["junit"].iter("property")}
+    assert 'data-verdict="passed"' in o["html"]
+    assert set(props) == {"sbxcheck.fleet", "sbxcheck.inventory", "sbxcheck.verdict"}  # no interrupt properties
+    assert props["sbxcheck.verdict"] == "passed"
     assert _metric(o["metrics"], "sbxcheck_last_run_verdict", verdict="passed") == 1
 
 

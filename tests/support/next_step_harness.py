@@ -17,8 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sbxcheck.report.html import extract_commands, next_step_commands
-from sbxcheck.report.nextsteps import inventory_flag
+from sbxcheck.report.nextsteps import extract_commands, inventory_flag, next_step_commands
 from sbxcheck.results import CheckRecord
 
 PLACEHOLDER = re.compile(r"<[A-Za-z][\w .:/-]*>")

@@ -14,9 +14,11 @@ def _r(alphabet: str, n: int) -> str:
     return "".join(secrets.choice(alphabet) for _ in range(n))
 
 
-def _aws_secret() -> str:
-    while True:  # a real AWS secret has upper, lower and digits; a random draw nearly always does
-        value = _r(B64, 40)
+def _mixed_draw(alphabet: str, n: int) -> str:
+    """A random value with upper, lower and digits, as a generated secret has (a draw without digits
+    is 1 in 280 for 32 alphanumerics: the leak tests would then see an identifier, not a secret)."""
+    while True:
+        value = _r(alphabet, n)
         if (
             any(c.isupper() for c in value)
             and any(c.islower() for c in value)
@@ -39,7 +41,7 @@ def seeded_secrets() -> dict[str, str]:
         "anthropic-key": "sk-ant-api03-" + _r(ALNUM + "_-", 90),
         "aws-access-key-id": "AKIA" + _r(UPPER, 16),
         "aws-sts-key-id": "ASIA" + _r(UPPER, 16),
-        "aws-secret-key": _aws_secret(),
+        "aws-secret-key": _mixed_draw(B64, 40),
         "aws-session-token": "IQoJb3JpZ2luX2VjE" + _r(B64, 300),
         "google-oauth-client-secret": "GOCSPX-" + _r(ALNUM + "_-", 28),
         "google-api-key": "AIza" + _r(ALNUM + "_-", 35),
@@ -47,7 +49,7 @@ def seeded_secrets() -> dict[str, str]:
         "jwt": "eyJhbGciOiJIUzI1NiJ9." + _r(ALNUM + "_-", 40) + "." + _r(ALNUM + "_-", 43),
         "private-key": f"-----BEGIN OPENSSH PRIVATE KEY-----\n{pem_body}\n-----END OPENSSH PRIVATE KEY-----",
         "url-password": _r(ALNUM, 18),
-        "generic-token": _r(ALNUM, 32),
+        "generic-token": _mixed_draw(ALNUM, 32),
     }
 
 

@@ -110,6 +110,11 @@ def test_every_option_command_and_path_exists(path: Path) -> None:
     assert values["--alluredir"] in text.split("-m pytest", 1)[1]
     assert f"{INVENTORY_ENV}:" in text  # the env var the plugin reads
     assert 'SBXCHECK_REQUIRE_INVENTORY: "1"' in text  # a lost inventory is exit 4, not a simulated run
+    from sbxcheck.plugin.settings import OPTIONS
+
+    published = {o.env for o in OPTIONS if o.env}
+    named = set(re.findall(r"^\s*(SBXCHECK_\w+):", text, re.MULTILINE))
+    assert "SBXCHECK_REPORT_URL" in named and named <= published, named - published  # alerts link to the page
 
     # the sbxcheck subcommands they call parse
     for command in commands:

@@ -38,7 +38,7 @@ def test_metrics_series_of_a_gate_fault(tmp_path: Path) -> None:
     assert value("sbxcheck_item_duration_seconds", item=dirty, suite="gate") > 0
     assert value("sbxcheck_credit_remaining_usd", key="alpha", run_id=scenarios.RUNS[0]) == 0.42
     assert value("sbxcheck_credit_floor_usd", key="alpha", run_id=scenarios.RUNS[0]) == 1.0
-    assert value("sbxcheck_incidents_open_total", **run) == len(report.incidents) == 1
+    assert value("sbxcheck_last_run_incidents", **run) == len(report.incidents) == 1
     assert value("sbxcheck_incidents_open", classification="host_key_mismatch", **run) == 1
     assert value("sbxcheck_last_run_verdict", verdict="failed", **run) == 1
     assert value("sbxcheck_last_run_verdict", verdict="passed", **run) == 0
@@ -87,3 +87,25 @@ def test_every_series_names_its_fleet_and_run_level_series_their_suite(tmp_path:
     for a in range(len(keys)):
         for b in range(a + 1, len(keys)):
             assert not keys[a] & keys[b], (a, b)
+
+
+def test_the_renamed_incident_sum_keeps_its_old_name_untyped_and_the_report_url_is_a_series(
+    tmp_path: Path,
+) -> None:
+    """``sbxcheck_incidents_open_total`` was a gauge named like a counter: its successor is a gauge, the
+    old name stays one release as an untyped series (which promtool accepts), and the page's URL is a label."""
+    from sbxcheck.report.metrics import DEPRECATED_SERIES
+
+    url = "https://ci.example.com/job/42/artifacts/report.html"
+    report = scenarios.gate_fault().model_copy(update={"report_url": url})
+    text = write_metrics(tmp_path / "m.prom", report, Redactor()).read_text(encoding="utf-8")
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert DEPRECATED_SERIES == {"sbxcheck_incidents_open_total": "sbxcheck_last_run_incidents"}
+    assert families["sbxcheck_last_run_incidents"].type == "gauge"
+    old = families["sbxcheck_incidents_open_total"]
+    assert old.type == "unknown" and "deprecated" in old.documentation
+    assert [s.value for s in old.samples] == [s.value for s in families["sbxcheck_last_run_incidents"].samples]
+    [info] = families["sbxcheck_last_run_info"].samples
+    assert info.value == 1 and info.labels == {"report_url": url, "suite": "canary+gate", "fleet": "simulated"}
+    bare = write_metrics(tmp_path / "bare.prom", scenarios.gate_fault(), Redactor()).read_text(encoding="utf-8")
+    assert "sbxcheck_last_run_info" not in bare

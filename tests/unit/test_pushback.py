@@ -12,7 +12,7 @@ import pytest
 from support.fake_time import patch_module_time
 
 from sbxcheck.clients.channels import McpChannel
-from sbxcheck.clients.mcp import McpToolResult
+from sbxcheck.clients.mcp import AssistantMcpClient, McpToolResult
 from sbxcheck.clients.sandboxed import RateLimited, SandboxedClient, ServerError
 from sbxcheck.clients.sandboxed_models import MissionSpec
 from sbxcheck.errors import RateLimited as RateLimitedBase
@@ -26,7 +26,7 @@ MID = "6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f"
 @pytest.fixture
 def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     slept: list[float] = []
-    for module in ("sbxcheck.transports.http", "sbxcheck.clients.channels"):
+    for module in ("sbxcheck.transports.http", "sbxcheck.clients.mcp"):
         patch_module_time(monkeypatch, module, sleep=slept.append)
     return slept
 
@@ -107,28 +107,31 @@ def test_a_retry_after_beyond_the_deadline_gives_up_at_once(client_for: Any, sle
     assert len(seen) == 1 and sleeps == []
 
 
-class _FakeMcp:
-    """start_mission relays the REST 429 text twice, then answers."""
+class _RelayingMcp(AssistantMcpClient):
+    """An assistant MCP whose tools relay the REST 429 text ``failures`` times, then answer."""
 
-    def __init__(self, failures: int) -> None:
+    def __init__(self, failures: int) -> None:  # no server: only the call loop is under test
         self.failures = failures
         self.calls = 0
 
-    def start_mission(self, title: str, prompt: str, **_: Any) -> McpToolResult:
+    def redact(self, text: str) -> str:
+        return text
+
+    def _call_once(self, tool: str, arguments: dict[str, Any] | None, timeout_s: float | None) -> McpToolResult:
         self.calls += 1
         if self.calls <= self.failures:
-            return McpToolResult(
-                tool="start_mission", is_error=True, text="Failed to create mission: Too many requests"
-            )
-        return McpToolResult(tool="start_mission", is_error=False, text=json.dumps({"mission": {"id": MID}}))
+            return McpToolResult(tool=tool, is_error=True, text="Failed to create mission: Too many requests")
+        return McpToolResult(tool=tool, is_error=False, text=json.dumps({"mission": {"id": MID}}))
 
 
 def test_mcp_relayed_429_is_waited_out_then_rate_limited(sleeps: list[float]) -> None:
-    fake = _FakeMcp(failures=2)
-    channel = McpChannel(fake)  # type: ignore[arg-type]
+    fake = _RelayingMcp(failures=2)
+    channel = McpChannel(fake)
     assert channel.create(MissionSpec(title="t", prompt="p")).mission["id"] == MID
     assert fake.calls == 3 and sleeps == [1.0, 1.0]
-    stuck = McpChannel(_FakeMcp(failures=1000))  # type: ignore[arg-type]
+    any_tool = _RelayingMcp(failures=1)  # every tool, not only the mission channel's
+    assert not any_tool.call("workspace_bash", {"command": "true"}).is_error and any_tool.calls == 2
+    stuck = McpChannel(_RelayingMcp(failures=1000))
     with pushback_until(time.monotonic() + 3), pytest.raises(RateLimitedBase) as info:
         stuck.create(MissionSpec(title="t", prompt="p"))
     assert info.value.classification is Classification.RATE_LIMITED

@@ -288,11 +288,12 @@ def test_junit_xml_structure(written: dict[str, Path]) -> None:
     assert float(gate.get("time", "0")) == pytest.approx(12 * 0.25)
     assert len(root.findall(".//failure")) == 8  # junit-10.xsd has no <error> inside a testcase
     assert not root.findall(".//error") and not root.findall(".//testcase/properties")
-    # no suite-level evidence dump either: a testsuite's properties only say which fleet was checked (issue 18)
+    # no suite-level evidence dump either: a testsuite's properties say which fleet was checked and the verdict
     [properties] = root.findall(".//properties")
     assert {p.get("name"): p.get("value") for p in properties} == {
         "sbxcheck.fleet": "simulated",
         "sbxcheck.inventory": "sim (embedded)",
+        "sbxcheck.verdict": "failed",
     }
     assert len(root.findall(".//skipped")) == 1
 
@@ -307,6 +308,24 @@ def test_junit_xml_structure(written: dict[str, Path]) -> None:
     assert "(incident INC-" in message and "next step: check the host is up" in message
     out = case.find("system-out")
     assert out is not None and "host: 10.0.0.2" in (out.text or "") and '"port": 22' in (out.text or "")
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "verdict"),
+    [((Outcome.PASSED, Outcome.SKIPPED), "passed"), ((Outcome.PASSED, Outcome.ERROR), "error")],
+)
+def test_junit_names_the_verdict_of_every_run_in_every_suite(
+    tmp_path: Path, redactor: Redactor, outcomes: tuple[Outcome, ...], verdict: str
+) -> None:
+    records = [rec(f"c{n}", "t", o, suite=suite) for n, o in enumerate(outcomes) for suite in ("gate", "canary")]
+    url = "https://ci.example.com/job/42/artifacts/report.html"
+    report = make_report(records).model_copy(update={"report_url": url})
+    root = ET.parse(write_reports(report, tmp_path, redactor)["junit.xml"]).getroot()
+    suites = root.findall("testsuite")
+    assert len(suites) == 2
+    for suite in suites:
+        props = {p.get("name"): p.get("value") for p in suite.iter("property")}
+        assert props["sbxcheck.verdict"] == verdict and props["sbxcheck.report_url"] == url
 
 
 def test_junit_trims_long_evidence(tmp_path: Path, redactor: Redactor) -> None:
@@ -402,3 +421,37 @@ def test_report_package_reads_results_only() -> None:
     assert "import pytest" not in source
     for name in forbidden:
         assert name not in source
+
+
+# --- a full or broken disk ---------------------------------------------------------------------
+
+
+def test_a_disk_that_refuses_one_file_leaves_no_part_of_the_set(
+    tmp_path: Path, redactor: Redactor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The set is all or nothing: a refused report.html takes results.json and junit.xml with it,
+    an older results.json does not stand in for this run's, and the failure is returned, not raised."""
+    import errno
+
+    from sbxcheck.report import results_json, writers
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.json").write_text('{"an older": "green run"}\n')
+    real_stage = results_json.stage_text
+
+    def full_disk(path: Path, text: str) -> str:
+        if path.name == "report.html":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_stage(path, text)
+
+    monkeypatch.setattr(writers, "stage_text", full_disk)
+    written = writers.write_artifacts(make_report(), out, redactor)
+    assert sorted(p.name for p in out.iterdir()) == []  # nothing left: no set, no temporary file
+    assert set(written.missing) == {out / "results.json", out / "junit.xml", out / "report.html"}
+    assert written.paths == {}
+    problem = written.problem()
+    assert "\n" not in problem and "No space left on device" in problem
+    assert all(name in problem for name in ("results.json", "junit.xml", "report.html"))
+    with pytest.raises(OSError, match=r"report\.html"):
+        write_reports(make_report(), out, redactor)

@@ -7,7 +7,8 @@ import re
 from support import report_scenarios as scenarios
 
 from sbxcheck.redact import MASK, Redactor
-from sbxcheck.report.html import extract_commands, render_html, rerun_command
+from sbxcheck.report.html import render_html
+from sbxcheck.report.nextsteps import extract_commands, rerun_command
 from sbxcheck.report.results_json import report_dict
 from sbxcheck.results import RunReport
 
@@ -75,3 +76,20 @@ def test_empty_and_error_only_runs_say_so() -> None:
     only_errors.checks[:] = [r for r in only_errors.checks if r.outcome.value != "failed"]
     page = _page(only_errors)
     assert 'data-verdict="error"' in page and "COULD NOT TELL" in page
+
+
+def test_a_healthy_run_with_a_skipped_item_says_how_many_passed_and_were_skipped() -> None:
+    """A skipped item is not a passed check: the headline counts both instead of "every check passed"."""
+    from sbxcheck.report.html import verdict_headline
+
+    report = scenarios.healthy()
+    first = report.checks[0]
+    from sbxcheck.results import Outcome
+
+    report.checks[0] = first.model_copy(update={"outcome": Outcome.SKIPPED, "message": "no DGX in this fleet"})
+    summary = {**report.summary, "passed": report.summary["passed"] - 1, "skipped": 1}
+    report = report.model_copy(update={"summary": summary})
+    headline = re.search(r"<h1>(.*?)</h1>", _page(report))
+    assert headline is not None and headline.group(1) == f"HEALTHY — {summary['passed']} passed, 1 skipped"
+    assert verdict_headline("passed", summary) == headline.group(1)  # the terminal's verdict line
+    assert verdict_headline("passed", {"passed": 3, "skipped": 0}) == "HEALTHY — every check passed"

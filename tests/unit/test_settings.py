@@ -31,6 +31,7 @@ PUBLISHED = {
     "history": ("--sbx-history", None, "sbx_history", None),
     "history_keep": ("--sbx-history-keep", None, "sbx_history_keep", 30),
     "metrics": ("--sbx-metrics", None, "sbx_metrics", None),
+    "report_url": ("--sbx-report-url", "SBXCHECK_REPORT_URL", "sbx_report_url", None),
     "require_inventory": (
         "--sbx-require-inventory",
         "SBXCHECK_REQUIRE_INVENTORY",
@@ -129,3 +130,18 @@ def test_xdist_workers_get_the_controllers_settings_whole(
     controller = json.loads((pytester.path / "settings-controller.json").read_text())
     worker = json.loads((pytester.path / "settings-gw0.json").read_text())
     assert worker == controller and controller["sim_seed"] == 7 and controller["history_keep"] == 4
+
+
+def test_a_report_url_is_a_plain_web_address(tmp_path: Path) -> None:
+    from sbxcheck.plugin.settings import web_url
+
+    assert web_url(" https://ci.example.com/job/42/report.html ", tmp_path) == (
+        "https://ci.example.com/job/42/report.html"
+    )
+    assert web_url("", tmp_path) is None
+    for bad in ("ci.example.com/report.html", "ftp://ci.example.com/r", "https://", "https://a b/c"):
+        with pytest.raises(ValueError, match="expected"):
+            web_url(bad, tmp_path)
+    with pytest.raises(ValueError, match="user:password@") as info:
+        web_url("https://ops:hunter2@ci.example.com/r.html", tmp_path)
+    assert "hunter2" not in str(info.value)

@@ -1,4 +1,4 @@
-"""A simulated sandboxed.sh control plane (spec ``sandboxed-sh.md`` §2–§6, §8, §9) on Starlette.
+"""A simulated sandboxed.sh control plane (as specs/sandboxed-sh.md describes it) on Starlette.
 
 :class:`ControlPlaneDouble` holds the state; ``.app`` is the Starlette app to serve with
 :class:`sbxcheck.sim.httpserver.BackgroundServer`. Routes, bodies, status codes and the plain-text

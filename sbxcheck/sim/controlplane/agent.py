@@ -102,7 +102,7 @@ class AgentRunner(EventRoutes):
             return "goal-too-long"
         if self._fault_on("cp.no-evidence", backend):
             return "no-evidence"
-        if self._fault_on("ops.model-silent", backend):  # issue 21
+        if self._fault_on("ops.model-silent", backend):
             return "silent"
         return "run"
 
@@ -158,7 +158,7 @@ class AgentRunner(EventRoutes):
             await self._sleep(FINISH_S)
             self._fail(mid, "fn3 is not a function", reason="agent_error")
             return
-        if branch == "silent":  # issue 21: active, then an idle timeout without any output
+        if branch == "silent":  # active, then an idle timeout without any output
             await self._sleep(FINISH_S)
             self._fail(mid, ops.IDLE_TIMEOUT, reason="idle_timeout")
             return

@@ -1,4 +1,4 @@
-"""Auth resource of the simulated control plane: login, auth status, the bearer guard (JWT, §2)."""
+"""Auth resource of the simulated control plane: login, auth status, the bearer guard (JWT)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sbxcheck.errors import SimError
-from sbxcheck.sim.controlplane import ops  # issue 21: integrity, catalog and their faults
+from sbxcheck.sim.controlplane import ops  # integrity, catalog and their faults
 from sbxcheck.sim.controlplane.model import (
     CONTROLPLANE_FAULTS,
     DEFAULT_AGENTS,
@@ -129,8 +129,8 @@ class DoubleBase:
             "stalled_background": 21600,
         }
         self.faults: set[str] = set()
-        self.running_health: dict[str, dict[str, Any]] = {}  # issue 21: /running health by mission id
-        self.mission_cost_cents = 2  # issue 21: what each simulated mission's assistant_message costs
+        self.running_health: dict[str, dict[str, Any]] = {}  # /running health by mission id
+        self.mission_cost_cents = 2  # what each simulated mission's assistant_message costs
         self.flooded = False  # cp.list-flood made its missions
         self.cancels_started = 0  # cancel requests received (tests interrupt a slow cancel under way)
         self.fault_targets: dict[str, str] = {}
@@ -147,7 +147,7 @@ class DoubleBase:
         self._workspaces: dict[str, _Workspace] = {}
         self._nodes: dict[str, _Node] = {n.id: _Node(n) for n in nodes}
         self._build_workspaces(list(workspaces))
-        self.stream = StreamHub(self.faults, self._owner_of, self._stream_snapshot)  # issue 23
+        self.stream = StreamHub(self.faults, self._owner_of, self._stream_snapshot)  # the live event stream
         self.app = Starlette(
             routes=self._routes(),
             middleware=[Middleware(_Recorder, double=self), Middleware(PushbackMiddleware, double=self)],
@@ -189,7 +189,7 @@ class DoubleBase:
         with self._lock:
             self.faults.add(name)
             self.fault_targets[name] = target or DEFAULT_FAULT_TARGETS.get(name, "*")
-        if name in OPS_FAULTS:  # issue 21
+        if name in OPS_FAULTS:  # they change the double's state, not one answer
             ops.apply_fault(self, name)
 
     def clear_faults(self, name: str | None = None) -> None:

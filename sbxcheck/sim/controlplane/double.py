@@ -22,8 +22,8 @@ class ControlPlaneDouble(MissionRoutes, WorkspaceRoutes, FleetRoutes):
     def _routes(self) -> list[Route]:
         guard = self._guard
         return [
-            *ops.routes(self),  # issue 21 (before /api/control/missions/{id})
-            *providers.routes(self),  # issue 21: the catalog, and /api/backends
+            *ops.routes(self),  # before /api/control/missions/{id}, which would match them
+            *providers.routes(self),  # the catalog, and /api/backends
             Route("/api/auth/login", self._login, methods=["POST"]),
             Route("/api/auth/status", self._auth_status, methods=["GET"]),
             Route("/api/health", self._health, methods=["GET"]),

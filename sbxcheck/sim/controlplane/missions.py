@@ -1,5 +1,5 @@
 """Missions resource of the simulated control plane: create (leases, idempotency, faults), read, list,
-digest, cancel, and the running view (§3)."""
+digest, cancel, and the running view."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ class MissionRoutes(AgentRunner):
             return self._create_locked(body, user)
 
     def _create_locked(self, body: dict[str, Any], user: str) -> Response:
-        """§3.4's processing order (the subset the simulator models)."""
+        """The real create's processing order, numbered as in specs/sandboxed-sh.md 3.4 (the subset modelled)."""
 
         def opt(name: str) -> str | None:
             value = body.get(name)
@@ -133,7 +133,7 @@ class MissionRoutes(AgentRunner):
             ws_id = parsed
         workspace = self._workspaces[ws_id]
         # 11. workspace occupied
-        if self._fault_on("cp.workspace-busy", workspace.name, ws_id):  # issue 20: another session holds it
+        if self._fault_on("cp.workspace-busy", workspace.name, ws_id):  # another session holds it
             return _json_text(
                 409,
                 {
@@ -184,7 +184,7 @@ class MissionRoutes(AgentRunner):
             goal_objective = prompt.lstrip()[len("/goal ") :].strip()
             if self.goal_limit_at_create and len(goal_objective) > GOAL_LIMIT:
                 return _text(400, f"goal objective must be at most {GOAL_LIMIT} characters")
-        if self._fault_on("cp.control-chars", backend):  # issue 20
+        if self._fault_on("cp.control-chars", backend):  # hostile text in the refusal
             return _text(400, f"backend {backend} refused the mission: {HOSTILE_TEXT}")
         # 18. effort: kept and validated only where the backend takes it; silently dropped elsewhere
         effort = opt("model_effort")
@@ -350,7 +350,7 @@ class MissionRoutes(AgentRunner):
         if verdict is not None:
             rec["health_verdict"] = verdict
         rec["execution"] = copy.deepcopy(m.execution)
-        if self._fault_on("cp.path-shaped-id", str(rec.get("backend"))):  # issue 20
+        if self._fault_on("cp.path-shaped-id", str(rec.get("backend"))):
             rec["id"] = PATH_SHAPED_ID
         if decorate:
             rec["remote_job"] = None
@@ -399,7 +399,7 @@ class MissionRoutes(AgentRunner):
             return JSONResponse(lies.other_record(self, m) or self._render(m, decorate=True))
 
     async def _digest(self, request: Request, user: str) -> Response:
-        """``GET /missions/:id/digest``: the compact view behind MCP ``get_mission`` (§3.5); no ``agent``."""
+        """``GET /missions/:id/digest``: the compact view behind MCP ``get_mission``; no ``agent``."""
         raw = request.path_params["id"]
         with self._lock:
             mid, m = self._lookup(raw)

@@ -89,7 +89,7 @@ _STEP_RE: Final = re.compile(r"^[ \t]*STEP:[ \t]*(.+?)[ \t]*$", re.MULTILINE)
 
 @dataclass(frozen=True)
 class BackendSpec:
-    """One registered backend and its model catalog (§3.4 steps 18–25, §5)."""
+    """One registered backend and its model catalog (specs/sandboxed-sh.md, 3.4 steps 18 to 25)."""
 
     id: str
     name: str
@@ -171,7 +171,7 @@ DEFAULT_WORKSPACES: Final = (
 
 @dataclass(frozen=True)
 class NodeSpec:
-    """A remote node as its heartbeat describes it (§6)."""
+    """A remote node as its heartbeat describes it."""
 
     id: str
     labels: tuple[str, ...]
@@ -203,15 +203,15 @@ DEFAULT_NODES: Final = (
 # ---- faults -------------------------------------------------------------------------------
 
 CANCEL_SLOW_S: Final = 3.0
-PATH_SHAPED_ID: Final = "../../../admin/wipe-everything?confirm=yes#"  # issue 20
-BUSY_HOLDER_ID: Final = "0b5e55ed-0000-4000-8000-000000000020"  # issue 20: the other session's mission
+PATH_SHAPED_ID: Final = "../../../admin/wipe-everything?confirm=yes#"  # a server id that tries to be a path
+BUSY_HOLDER_ID: Final = "0b5e55ed-0000-4000-8000-000000000020"  # the other session's mission
 BUSY_HOLDER_TAG: Final = "0ther5e5"
 
 CONTROLPLANE_FAULTS: Final[dict[str, str]] = {
     "cp.backend-crash": "target backend's missions run the DB migration, then fail `fn3 is not a function` "
-    "before any tool call (§8.8)",
+    "before any tool call (a shared adapter crash)",
     "cp.model-not-found": "target backend's missions with a model_override park in awaiting_user after a "
-    "ProviderModelNotFoundError error event (§8.7)",
+    "ProviderModelNotFoundError error event",
     "cp.effort-reject-max": "target backend rejects model_effort 'max' at create (400 Invalid model_effort)",
     "cp.record-drops-model": "the stored record of target backend's missions omits model_override",
     "cp.stuck-pending": "target backend's missions are never dispatched: they stay pending",
@@ -233,17 +233,17 @@ CONTROLPLANE_FAULTS: Final[dict[str, str]] = {
     "fleet.node-cordoned": "target node is cordoned",
     "fleet.degraded-disk": "control-plane disk at 96%: disk_level critical, free space below required",
     "fleet.control-unresponsive": "/api/health/fleet answers 200 with status degraded, control_responsive false",
-    # issue 23
+    # pushback and the live event stream
     PUSHBACK_FAULT: f"every {EVERY_NTH}th request (any method) is refused unserved: 429 / 503 with Retry-After",
     **STREAM_FAULTS,
-    # issue 20: hostile answers
+    # hostile answers
     "cp.path-shaped-id": f"target backend's mission records carry the id {PATH_SHAPED_ID!r}, not a UUID",
     "cp.control-chars": "target backend's creates are refused 400 with terminal escapes and C0 control "
     "characters in the error text, and every workspace's status carries them",
     "cp.workspace-busy": "target workspace already has another session's live mission: creates into it "
     "are refused 409 workspace_occupied",
 }
-# issue 21: the ``ops.*`` faults (named and described in sbxcheck.sim.faults.FAULTS; sim/controlplane/ops.py)
+# the ``ops.*`` faults: hygiene, readiness, catalog (described in sbxcheck.sim.faults.FAULTS; sim/controlplane/ops.py)
 OPS_FAULTS: Final[dict[str, str]] = {n: f.summary for n, f in ALL_FAULTS.items() if n.startswith("ops.")}
 CONTROLPLANE_FAULTS.update(OPS_FAULTS)
 # a control plane that lies in well-formed answers (sim/controlplane/lies.py); named in sim/faults.py
@@ -256,9 +256,9 @@ LIES_FAULTS: Final = (
 )
 CONTROLPLANE_FAULTS.update({n: ALL_FAULTS[n].summary for n in LIES_FAULTS})
 DEFAULT_FAULT_TARGETS: Final[dict[str, str]] = {
-    "cp.path-shaped-id": "gemini",  # issue 20
-    "cp.control-chars": "opencode",  # issue 20
-    "cp.workspace-busy": "verity",  # issue 20
+    "cp.path-shaped-id": "gemini",
+    "cp.control-chars": "opencode",
+    "cp.workspace-busy": "verity",
     "cp.backend-crash": "opencode",
     "cp.model-not-found": "opencode",
     "cp.effort-reject-max": "codex",

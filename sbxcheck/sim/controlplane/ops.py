@@ -1,9 +1,9 @@
-"""The simulated control plane's operator surface (issue 21): integrity, tracks, and the faults that bend them.
+"""The simulated control plane's operator surface: integrity, tracks, and the faults that bend them.
 
 Routes registered on :class:`~sbxcheck.sim.controlplane.double.ControlPlaneDouble` through :func:`routes`
 (before ``/api/control/missions/{id}``, which would otherwise swallow ``integrity``):
 
-* ``GET /api/control/missions/integrity`` — computed from the double's missions (§3.6): pending
+* ``GET /api/control/missions/integrity`` — computed from the double's missions: pending
   older than 15 min is ``scheduled_waiting`` with a deferred goal, else ``orphaned_pending``;
   active not updated for 24 h is ``stale_active``; awaiting_user older than 72 h ``stale_awaiting_user``.
 * ``GET /api/control/tracks`` — one row per (project, track) of the user's missions.

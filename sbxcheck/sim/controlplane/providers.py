@@ -1,4 +1,4 @@
-"""Providers/catalog resource of the simulated control plane (issue 21): backends, the agent library,
+"""Providers/catalog resource of the simulated control plane: backends, the agent library,
 backends' agents, configured providers and the static catalog, derived from the double's backends."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def routes(double: ControlPlaneDouble) -> list[Route]:
         backend = request.path_params["id"]
         if backend not in double.backends:
             return JSONResponse({"error": f"unknown backend {backend}"}, status_code=404)
-        if backend == "codex":  # §5: codex answers a single default agent
+        if backend == "codex":  # codex answers a single default agent
             return JSONResponse([{"id": "default", "name": "Codex Agent"}])
         return JSONResponse([{"id": a, "name": a} for a in double.agents])
 
@@ -52,7 +52,7 @@ def _provider_models(double: ControlPlaneDouble) -> dict[str, tuple[list[str], l
     """provider -> (model ids, backends that reach it), from the double's backend catalogs.
 
     opencode's ids are ``provider/model`` (the providers it routes to); every other backend is
-    locked to its own provider (§5: opencode is the superset router).
+    locked to its own provider (opencode is the superset router).
     """
     out: dict[str, tuple[list[str], list[str]]] = {}
     for spec in double.backends.values():

@@ -40,7 +40,7 @@ class WorkspaceRoutes(AgentRunner):
             "template": None,
             "config_profile": None,
             "distro": spec.distro if spec else None,
-            "env_vars": env,  # REST is never scrubbed (§4, §7): names AND values
+            "env_vars": env,  # REST is never scrubbed: names AND values
             "init_scripts": list(spec.init_scripts) if spec else [],
             "init_script": None,
             "shared_network": True,

@@ -99,8 +99,8 @@ or_list_keys() {
   "${SJ[@]}" merge "${pages[@]}" > "$1"
 }
 
-# or_first_page OUT: the first page of GET /keys only — what upstream's teardown gate reads (issue 22:
-# a key listed past the first page passes that gate; sbxcheck proves revocation over every page)
+# or_first_page OUT: the first page of GET /keys only — what upstream's teardown gate reads (a key
+# listed past the first page passes that gate; sbxcheck proves revocation over every page)
 or_first_page() {
   or_call "$PROV_KEY" GET "/keys" "$SBX_TMP/keys-page.first"
   case $OR_STATUS in 2??) ;; *) return 1 ;; esac
