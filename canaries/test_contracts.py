@@ -7,23 +7,15 @@ reserved — and completion is not acceptance. A conversational dispatch's origi
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
-from sbxcheck.checks.contract import check_dispatch_contract
-from sbxcheck.lifecycle import MissionDispatcher
-from sbxcheck.plugin.session import SbxSession
-from sbxcheck.results import CheckResult
+from sbxcheck.suite import MissionDispatcher, Session, Verdict, check_dispatch_contract
 
 pytestmark = pytest.mark.canary
 
 
 def test_dispatch_contract(
-    sbx_contract: str,
-    sbx_missions: MissionDispatcher,
-    sbx_session: SbxSession,
-    sbx_verdict: Callable[[CheckResult], None],
+    sbx_contract: str, sbx_missions: MissionDispatcher, sbx_session: Session, sbx_verdict: Verdict
 ) -> None:
     """The route's mission honours its roadmap or conversational dispatch contract."""
     run = sbx_missions.route(sbx_contract, sbx_missions.section.execution_deadline_s + 90)

@@ -8,22 +8,15 @@ server's answer to the create decides). A route or canary that fails either is n
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
-from sbxcheck.checks.catalog import check_catalog, check_workspace_ready
-from sbxcheck.inventory import Inventory
-from sbxcheck.plugin.session import SbxSession
-from sbxcheck.results import CheckResult
+from sbxcheck.suite import Inventory, Session, Verdict, check_catalog, check_workspace_ready
 
 pytestmark = pytest.mark.canary
 
-Verdict = Callable[[CheckResult], None]
-
 
 def test_workspace_ready(
-    sbx_workspace: str, sbx_session: SbxSession, sbx_inventory: Inventory, sbx_verdict: Verdict
+    sbx_workspace: str, sbx_session: Session, sbx_inventory: Inventory, sbx_verdict: Verdict
 ) -> None:
     """The workspace is ready and carries the init scripts, MCPs, skills and env names expected of it."""
     assert sbx_inventory.sandboxed is not None
@@ -32,7 +25,7 @@ def test_workspace_ready(
 
 
 def test_catalog(
-    sbx_catalog: str, sbx_session: SbxSession, sbx_inventory: Inventory, sbx_verdict: Verdict
+    sbx_catalog: str, sbx_session: Session, sbx_inventory: Inventory, sbx_verdict: Verdict
 ) -> None:
     """The route's backend and agent are registered (its model's catalog id: a warning when missing)."""
     assert sbx_inventory.sandboxed is not None

@@ -7,22 +7,18 @@ route of the session is dispatched at once, so the matrix costs about the slowes
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
-from sbxcheck.checks.missions import (
+from sbxcheck.suite import (
+    MissionDispatcher,
+    Verdict,
     check_dispatched,
     check_prompt_limits,
     check_reaches_execution,
     check_record_echoes_request,
 )
-from sbxcheck.lifecycle import MissionDispatcher
-from sbxcheck.results import CheckResult
 
 pytestmark = pytest.mark.canary
-
-Verdict = Callable[[CheckResult], None]
 
 
 def _wait_s(missions: MissionDispatcher) -> float:

@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
-from sbxcheck.checks.spend import check_credits
-from sbxcheck.inventory import Inventory
-from sbxcheck.plugin.session import SbxSession
-from sbxcheck.results import CheckResult
+from sbxcheck.suite import Inventory, Session, Verdict, check_credits
 
 pytestmark = pytest.mark.canary
 
 
-def test_credits(
-    sbx_session: SbxSession, sbx_inventory: Inventory, sbx_verdict: Callable[[CheckResult], None]
-) -> None:
+def test_credits(sbx_session: Session, sbx_inventory: Inventory, sbx_verdict: Verdict) -> None:
     """`GET /api/v1/credits` (provisioning key): the account balance is at least the inventory's floor."""
     sssf = sbx_inventory.sssf
     if sssf is None or sssf.account_credit_floor_usd is None:

@@ -6,20 +6,14 @@ events and an independent ``POST /api/workspaces/:id/exec`` sha256, never from t
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
-from sbxcheck.checks.missions import check_workspace_visible
-from sbxcheck.lifecycle import MissionDispatcher
-from sbxcheck.results import CheckResult
+from sbxcheck.suite import MissionDispatcher, Verdict, check_workspace_visible
 
 pytestmark = pytest.mark.canary
 
 
-def test_workspace_visible(
-    sbx_canary: str, sbx_missions: MissionDispatcher, sbx_verdict: Callable[[CheckResult], None]
-) -> None:
+def test_workspace_visible(sbx_canary: str, sbx_missions: MissionDispatcher, sbx_verdict: Verdict) -> None:
     """The checkout path, its git ref and pin are visible, and an MCP tool read the file's exact bytes."""
     wait = sbx_missions.section.execution_deadline_s + sbx_missions.section.canary_deadline_s + 120
     sbx_verdict(check_workspace_visible(sbx_missions.canary(sbx_canary, wait)))

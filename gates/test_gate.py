@@ -7,23 +7,27 @@ reports its own check's result. The runtime key is only ever read inside the VM.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
-from sbxcheck.checks.gate import check_git_integrity, check_pi_models, check_roster_matches
-from sbxcheck.checks.gate_model import check_cost_reported, check_credit_remaining, check_model_answers
-from sbxcheck.checks.records import check_run_record
-from sbxcheck.checks.vm_hygiene import check_vm_hygiene, host_secrets, judge_hygiene
-from sbxcheck.inventory import Inventory
-from sbxcheck.plugin.fanout import remote_check
-from sbxcheck.plugin.session import GateRun
 from sbxcheck.results import CheckResult, Classification
+from sbxcheck.suite import (
+    GateRun,
+    Inventory,
+    Remote,
+    Verdict,
+    check_cost_reported,
+    check_credit_remaining,
+    check_git_integrity,
+    check_model_answers,
+    check_pi_models,
+    check_roster_matches,
+    check_run_record,
+    check_vm_hygiene,
+    remote_check,
+    vm_hygiene_verdict,
+)
 
 pytestmark = pytest.mark.gate
-
-Verdict = Callable[[CheckResult], None]
-Remote = Callable[[], CheckResult]
 
 
 def test_gate_run_record(sbx_run_entry: GateRun | str, sbx_verdict: Verdict) -> None:
@@ -89,13 +93,4 @@ def test_vm_hygiene(
     sbx_gate_run: GateRun, sbx_gate_result: Remote, sbx_inventory: Inventory, sbx_verdict: Verdict
 ) -> None:
     """Secret files are 0600 (VM .env, models.json; the host's .key) and the provisioning key is not on the VM."""
-    sssf = sbx_inventory.sssf
-    assert sssf is not None and sbx_gate_run.target is not None
-    host = host_secrets(
-        sssf.runs_path / f"{sbx_gate_run.run_id}.key",
-        env_name=sssf.provisioning_key_env,
-        key_path=sssf.provisioning_key_file,
-    )
-    record = sbx_gate_run.entry.record
-    own_hash = (record.key_hash or "") if record is not None else ""
-    sbx_verdict(judge_hygiene(sbx_gate_run.target, sbx_gate_result(), host, own_hash))
+    sbx_verdict(vm_hygiene_verdict(sbx_gate_run, sbx_gate_result(), sbx_inventory))

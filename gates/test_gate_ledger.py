@@ -10,37 +10,9 @@ purpose → shown, never swept. Otherwise ``--sbx-sweep`` releases it through th
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from sbxcheck.lifecycle.ledger import LedgerEntry
-from sbxcheck.plugin.session import SbxSession
-from sbxcheck.results import CheckResult, Classification, Outcome
+from sbxcheck.suite import LedgerEntry, Session, Verdict, ledger_verdict
 
 
-def test_ledger_leaked(
-    sbx_ledger_entry: LedgerEntry, sbx_session: SbxSession, sbx_verdict: Callable[[CheckResult], None]
-) -> None:
+def test_ledger_leaked(sbx_ledger_entry: LedgerEntry, sbx_session: Session, sbx_verdict: Verdict) -> None:
     """An entry another session left open: left alone, reconciled, released (--sbx-sweep) or reported."""
-    entry = sbx_ledger_entry
-    review = sbx_session.review_entry(entry)
-    target = f"{entry.kind}-{entry.ident}"
-    if review.outcome == "passed":
-        result = CheckResult.passed("ledger_leaked", target, review.message, review.evidence)
-    elif review.outcome == "skipped":
-        result = CheckResult(
-            check="ledger_leaked",
-            target=target,
-            outcome=Outcome.SKIPPED,
-            message=review.message,
-            evidence=review.evidence,
-        )
-    else:
-        result = CheckResult.failed(
-            "ledger_leaked",
-            target,
-            review.message,
-            review.evidence,
-            Classification.CHECK_FAILED,
-            recommendation=review.recommendation,
-        )
-    sbx_verdict(result)
+    sbx_verdict(ledger_verdict(sbx_session, sbx_ledger_entry))

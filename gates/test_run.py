@@ -8,24 +8,20 @@ both say so. The inventory's ``[sssf] observe_probe`` says how app and trace UI 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
-from sbxcheck.checks.run import (
+from sbxcheck.suite import (
+    GateRun,
+    Verdict,
     check_observe_app,
     check_observe_obs,
     check_run_alive,
     check_run_log_clean,
+    remote_check,
     run_precondition,
 )
-from sbxcheck.plugin.fanout import remote_check
-from sbxcheck.plugin.session import GateRun
-from sbxcheck.results import CheckResult
 
 pytestmark = pytest.mark.run
-
-Verdict = Callable[[CheckResult], None]
 
 
 def _judge(run: GateRun, check: str, request: pytest.FixtureRequest, verdict: Verdict) -> None:

@@ -53,7 +53,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(autouse=True)
 def _children_skip_unused_plugins(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Every pytest a test starts (pytester or subprocess) loads sbxcheck, xdist and allure, not the rest.
+    """Every pytest a test starts (pytester or subprocess) loads sbxcheck, xdist and allure, not the rest,
+    and collects only the suites it is given.
 
     pytester deletes PYTEST_ADDOPTS when it is made, so it is made first and the option set after it
     (and undone before pytester restores the environment it found).
@@ -63,4 +64,7 @@ def _children_skip_unused_plugins(request: pytest.FixtureRequest) -> Iterator[No
     blocked = " ".join(f"-p no:{name}" for name in CHILD_BLOCKED_PLUGINS)
     with pytest.MonkeyPatch.context() as env:
         env.setenv("PYTEST_ADDOPTS", f"{os.environ.get('PYTEST_ADDOPTS', '')} {blocked}".strip())
+        # a child collects the suite its test wrote, not also the installed one beside it
+        # (tests/plugin/test_shipped_suites.py deletes this to test that)
+        env.setenv("SBXCHECK_SHIPPED_SUITES", os.environ.get("SBXCHECK_SHIPPED_SUITES", "no"))
         yield

@@ -139,6 +139,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if workerinput is None and not getattr(config.option, "help", False):
         _preflight(config, settings)  # a bad configuration is one usage error, before collection (exit 4)
     _check_outputs(config, settings)  # again, for a caller that skipped pytest_cmdline_main
+    _add_shipped_suites(config, settings)
     config.stash[PARAMS_KEY] = {}
     config.stash[SESSION_TAG_KEY] = (
         workerinput.get("sbxcheck_session_tag") if workerinput else None
@@ -185,6 +186,18 @@ def pytest_configure(config: pytest.Config) -> None:
 
             xdist_nodes.scope_dir = Path(tempfile.mkdtemp(prefix="sbxcheck-xdist-"))
         config.pluginmanager.register(xdist_nodes, "sbxcheck-xdist")
+
+
+def _add_shipped_suites(config: pytest.Config, settings: Settings) -> None:
+    """Collect the installed package's suites where the run asks for a suite and has none of its own."""
+    if getattr(config.option, "help", False):
+        return
+    from sbxcheck.plugin.suites import ShippedSuites
+
+    shipped = ShippedSuites.for_run(config, settings.shipped_suites)
+    if shipped is not None:
+        shipped.add_to(config)
+        config.pluginmanager.register(shipped, "sbxcheck-shipped-suites")
 
 
 def _preflight(config: pytest.Config, settings: Settings) -> None:
@@ -578,11 +591,33 @@ def _hide_sbxcheck_frames(excinfo: pytest.ExceptionInfo[BaseException]) -> None:
         path = entry.path
         if not isinstance(path, Path):
             kept.append(entry)
-        elif path.is_relative_to(package):
-            break
+        elif path.is_relative_to(package) and not path.is_relative_to(package / "suites"):
+            break  # (an installed suite's frame is the test's own, kept as a checkout's is)
         elif not any(path.is_relative_to(runner) for runner in runners):  # pytest would cut these too
             kept.append(entry)
     excinfo.traceback = type(excinfo.traceback)(kept)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """A run meant for a fleet that collected nothing says how the shipped suites are run.
+
+    Not where items were collected and then deselected (``-k``, ``-m``): that run found its tests.
+    """
+    if exitstatus != pytest.ExitCode.NO_TESTS_COLLECTED or getattr(config, "workerinput", None) is not None:
+        return
+    if terminalreporter.stats.get("deselected"):
+        return
+    from sbxcheck.preflight import names_a_suite
+
+    settings = config.stash.get(SETTINGS_KEY, None)
+    asked = names_a_suite(str(config.getoption("markexpr", "") or ""))
+    if settings is None or not (settings.inventory is not None or asked):
+        return
+    terminalreporter.write_line(
+        "sbxcheck: no tests ran. The shipped suites run with `pytest -m gate` (or canary, triage, run) "
+        "given no test path, or `pytest --pyargs sbxcheck.suites -m gate`"
+        + (f" (--sbx-shipped-suites is {settings.shipped_suites})" if settings.shipped_suites != "auto" else "")
+    )
 
 
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> tuple[str, str, str] | None:

@@ -264,6 +264,13 @@ OPTIONS: tuple[Option, ...] = (
         action="store_true", ini_type="bool",
     ),
     Option(
+        "shipped_suites", "--sbx-shipped-suites", "SBXCHECK_SHIPPED_SUITES", "sbx_shipped_suites", "auto",
+        choice("auto", "yes", "no"),
+        "collect the shipped suites (sbxcheck.suites) too: auto (default) when -m asks for a suite, no test "
+        "path is given and this directory has no copy of them; yes in any run; no never",
+        metavar="{auto,yes,no}",
+    ),
+    Option(
         "doctor", "--sbx-doctor", None, None, False, flag,
         "check every precondition (inventory, files, known_hosts, env vars, control plane, OpenRouter "
         "key, tools), one line each, and collect nothing: the same as `sbxcheck doctor`",
@@ -299,6 +306,7 @@ class Settings:
     metrics: Path | None = None
     report_url: str | None = None
     require_inventory: bool = False
+    shipped_suites: str = "auto"
     doctor: bool = False
     #: setting name -> "--sbx-x", "$SBXCHECK_X", "ini sbx_x in pyproject.toml" or "default"
     sources: Mapping[str, str] = field(default_factory=dict)

@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import shlex
-from types import ModuleType
 from typing import Any
 
 import pytest
-from support.gate_harness import REPO
+from sbxcheck.suites.canaries import test_fleet as fleet_suite
 
 from sbxcheck.checks.github import check_github_auth, probe_script, remote_for
 from sbxcheck.clients.sandboxed_models import ExecResult, FleetHealth, HealthInfo
 from sbxcheck.errors import InventoryError
 from sbxcheck.inventory import DgxSection, GithubProbeSpec, load_inventory
 from sbxcheck.results import CheckResult
-
-
-def _fleet_suite() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("sbx_fleet_suite", REPO / "canaries" / "test_fleet.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 class _Client:
@@ -56,7 +46,7 @@ class _Session:
 )
 def test_each_fleet_item_reports_the_check_its_name_says(test_name: str, check: str, endpoint: str) -> None:
     seen: list[CheckResult] = []
-    getattr(_fleet_suite(), test_name)(sbx_session=_Session(), sbx_verdict=seen.append)
+    getattr(fleet_suite, test_name)(sbx_session=_Session(), sbx_verdict=seen.append)
     [result] = seen
     assert (result.check, result.evidence["endpoint"]) == (check, endpoint)
 

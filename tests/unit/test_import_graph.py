@@ -196,8 +196,49 @@ def test_report_reads_results_only() -> None:
 
 
 def test_nothing_outside_the_plugin_imports_it() -> None:
-    outside = {m for m in _graph() if not _in(m, "sbxcheck.plugin")}
+    outside = {m for m in _graph() if not _in(m, "sbxcheck.plugin") and m != FACADE}
     _assert_only("plugin", outside, lambda t: not _in(t, "sbxcheck.plugin"))
+
+
+#: What a suite may import (the API over the plugin, the checks and the clients), and the results.
+FACADE = "sbxcheck.suite"
+SUITE_API = {FACADE, "sbxcheck.results"}
+SHIPPED_SUITES = ("gates", "canaries")
+
+
+def test_no_module_of_sbxcheck_imports_the_suite_facade() -> None:
+    _assert_only("facade", set(_graph()) - {FACADE}, lambda t: t != FACADE)
+
+
+def _sbxcheck_imports(path: Path) -> list[str]:
+    """Every ``sbxcheck`` module one file imports, at any level (``from sbxcheck import x`` names x)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if _in(a.name, "sbxcheck")]
+        elif isinstance(node, ast.ImportFrom) and not node.level and _in(node.module or "", "sbxcheck"):
+            module = node.module or ""
+            found += [f"{module}.{a.name}" for a in node.names] if module == "sbxcheck" else [module]
+    return found
+
+
+def test_the_shipped_suites_import_only_the_suite_api() -> None:
+    files = sorted(p for d in SHIPPED_SUITES for p in (PACKAGE.parent / d).glob("*.py"))
+    assert len(files) >= 10  # gates/ and canaries/ are where the checkout keeps them
+    bad = {str(p.relative_to(PACKAGE.parent)): hits for p in files if (hits := set(_sbxcheck_imports(p)) - SUITE_API)}
+    assert bad == {}
+
+
+def test_the_suite_rule_sees_every_spelling(tmp_path: Path) -> None:
+    """Guards the rule: a lazy import, ``import sbxcheck.x`` and ``from sbxcheck import x`` all count."""
+    probe = tmp_path / "test_probe.py"
+    probe.write_text(
+        "from sbxcheck.suite import Verdict\nfrom sbxcheck.results import CheckResult\nimport sbxcheck.errors\n"
+        "def test_x():\n    from sbxcheck.plugin.session import SbxSession\n    from sbxcheck import checks\n"
+    )
+    assert set(_sbxcheck_imports(probe)) - SUITE_API == {
+        "sbxcheck.errors", "sbxcheck.plugin.session", "sbxcheck.checks"
+    }  # fmt: skip
 
 
 def test_the_simulator_needs_nothing_of_the_plugin_or_the_lifecycle() -> None:

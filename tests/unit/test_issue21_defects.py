@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-from types import ModuleType
 from typing import Any
 
 import pytest
-from support.gate_harness import REPO
 
 from sbxcheck.checks.discovery import check_discovery_mcp
 from sbxcheck.checks.github import mcp_exec
@@ -17,20 +14,13 @@ from sbxcheck.clients.sandboxed_models import FleetHealth, RemoteFleet
 from sbxcheck.errors import AuthFailed, HostUnreachable
 from sbxcheck.inventory import Inventory
 from sbxcheck.results import CheckResult, Classification, Outcome
+from sbxcheck.suite import machine_inventory
 
 FLEET_OK = {"status": "ok", "control_responsive": True, "disk_level": "ok"}
 NODES = {
     "enabled": True,
     "nodes": [{"id": "babylon", "status": "online", "last_seen": "2026-06-10T12:00:00Z"}],
 }
-
-
-def _fleet_suite() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("sbx_fleet_suite_21", REPO / "canaries" / "test_fleet.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 class _Client:
@@ -64,12 +54,7 @@ def _inventory() -> Inventory:
 
 
 def _run_inventory_item(client: _Client) -> CheckResult:
-    seen: list[CheckResult] = []
-    _fleet_suite().test_fleet_machine_inventory(
-        sbx_session=_Session(client), sbx_inventory=_inventory(), sbx_ssh_pool=None, sbx_verdict=seen.append
-    )
-    [result] = seen
-    return result
+    return machine_inventory(_Session(client), _inventory(), None)
 
 
 def test_machine_inventory_reads_fleet_health_before_calling_compute_live() -> None:

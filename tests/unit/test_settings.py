@@ -39,6 +39,7 @@ PUBLISHED = {
         "sbx_require_inventory",
         False,
     ),
+    "shipped_suites": ("--sbx-shipped-suites", "SBXCHECK_SHIPPED_SUITES", "sbx_shipped_suites", "auto"),
     "doctor": ("--sbx-doctor", None, None, False),
 }
 
@@ -52,6 +53,12 @@ def pytest_configure(config):
     with open(f"settings-{worker}.json", "w") as f:
         json.dump(settings_of(config).to_wire(), f, default=str)
 """
+
+
+@pytest.fixture(autouse=True)
+def _only_the_settings_a_test_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tests/conftest.py sets $SBXCHECK_SHIPPED_SUITES for every child; these tests read their sources."""
+    monkeypatch.delenv("SBXCHECK_SHIPPED_SUITES", raising=False)
 
 
 def test_the_table_publishes_the_same_names_and_defaults() -> None:

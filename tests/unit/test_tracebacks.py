@@ -38,3 +38,16 @@ def test_any_other_exception_keeps_its_whole_traceback() -> None:
     _hide_sbxcheck_frames(excinfo)
     assert [(e.path, e.lineno) for e in excinfo.traceback] == before
     assert _in_package(excinfo)
+
+
+def test_an_installed_suites_frame_is_kept_as_a_checkouts_is() -> None:
+    """Installed, a suite module lives under sbxcheck/suites/: its frame is the test's own, not sbxcheck's."""
+    suite_file = PACKAGE / "suites" / "__init__.py"  # a file there, standing in for an installed suite module
+    code = compile("def test_item():\n    load_inventory(Path('/nonexistent/sbxcheck.toml'))\n", suite_file, "exec")
+    scope: dict[str, object] = {"load_inventory": load_inventory, "Path": Path}
+    exec(code, scope)
+    with pytest.raises(InventoryError) as excinfo:
+        scope["test_item"]()  # type: ignore[operator]
+    _hide_sbxcheck_frames(excinfo)
+    assert [e.name for e in excinfo.traceback][-1] == "test_item"
+    assert _in_package(excinfo) == [suite_file]
