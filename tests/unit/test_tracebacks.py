@@ -9,7 +9,7 @@ import pytest
 import sbxcheck
 from sbxcheck.errors import InventoryError
 from sbxcheck.inventory import load_inventory
-from sbxcheck.plugin import _hide_sbxcheck_frames
+from sbxcheck.plugin.itemreport import hide_sbxcheck_frames
 
 PACKAGE = Path(sbxcheck.__file__).resolve().parent
 
@@ -22,7 +22,7 @@ def test_an_sbxerror_keeps_the_callers_frame_and_drops_sbxchecks() -> None:
     with pytest.raises(InventoryError) as excinfo:
         load_inventory(Path("/nonexistent/sbxcheck.toml"))
     assert _in_package(excinfo)  # raised two frames deep inside sbxcheck
-    _hide_sbxcheck_frames(excinfo)
+    hide_sbxcheck_frames(excinfo)
     [caller] = excinfo.traceback
     assert caller.name == test_an_sbxerror_keeps_the_callers_frame_and_drops_sbxchecks.__name__
     assert not _in_package(excinfo)
@@ -35,7 +35,7 @@ def test_any_other_exception_keeps_its_whole_traceback() -> None:
     with pytest.raises(TypeError) as excinfo:
         deep()
     before = [(e.path, e.lineno) for e in excinfo.traceback]
-    _hide_sbxcheck_frames(excinfo)
+    hide_sbxcheck_frames(excinfo)
     assert [(e.path, e.lineno) for e in excinfo.traceback] == before
     assert _in_package(excinfo)
 
@@ -48,6 +48,6 @@ def test_an_installed_suites_frame_is_kept_as_a_checkouts_is() -> None:
     exec(code, scope)
     with pytest.raises(InventoryError) as excinfo:
         scope["test_item"]()  # type: ignore[operator]
-    _hide_sbxcheck_frames(excinfo)
+    hide_sbxcheck_frames(excinfo)
     assert [e.name for e in excinfo.traceback][-1] == "test_item"
     assert _in_package(excinfo) == [suite_file]
