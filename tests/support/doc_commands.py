@@ -41,7 +41,7 @@ def numbered_shell_lines(markdown: str) -> list[tuple[int, str]]:
             continue
         text = pending + re.sub(r"\s+#\s.*$", "", line).strip()
         start = start if pending else number
-        pending = text[:-1] + " " if text.endswith("\\") else ""
+        pending = text[:-1].rstrip() + " " if text.endswith("\\") else ""
         if not pending and text:
             lines.append((start, text))
     return lines

@@ -26,7 +26,7 @@ def test_the_pages_show_commands_to_check() -> None:
 
 def test_each_line_is_numbered_where_the_page_shows_it() -> None:
     page = "text\n```sh\nsbxcheck --version   # a comment\n# only a comment\npytest -m gate \\\n  -k A\n```\n"
-    assert numbered_shell_lines(page) == [(3, "sbxcheck --version"), (5, "pytest -m gate  -k A")]
+    assert numbered_shell_lines(page) == [(3, "sbxcheck --version"), (5, "pytest -m gate -k A")]
 
 
 @pytest.mark.parametrize(("page", "command"), _commands("sbxcheck "))
