@@ -108,6 +108,12 @@ EXPECTED: dict[str, int | Skip] = {
     "pytest -m run": 0,
 }
 
+# What a fault example's output must show, beside its exit: the items the page says the fault turns.
+SHOWS: dict[str, str] = {
+    "pytest -m gate --sbx-sim-fault vm.dirty-tree": rf"FAILED \S*test_gate_A_git_integrity\[{RUN_ID}\]",
+    "pytest -m gate --sbx-sim-fault openrouter.model-down@bravo": r"FAILED \S*test_gate_C_model_answers\[bravo-",
+}
+
 # A command that reads what an earlier documented command wrote runs in a copy of that one's directory.
 READS: dict[str, str] = {
     "sbxcheck history .sbxcheck/history": "pytest -m canary --sbx-history=.sbxcheck/history --sbx-history-keep=90",
@@ -256,7 +262,7 @@ def test_every_shown_command_has_an_expected_exit() -> None:
     shown = {part for case in CASES for line in case for part in line.parts()}
     assert shown - EXPECTED.keys() == set(), "a page shows a command this test does not know what to expect of"
     assert EXPECTED.keys() - shown == set(), "EXPECTED names a command no page shows any more"
-    assert set(READS) <= shown and set(READS.values()) <= shown
+    assert set(READS) | set(READS.values()) | set(SHOWS) <= shown
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case[0].where for case in CASES])
@@ -286,6 +292,8 @@ def test_shown_command_runs_as_documented(case: list[Shown], tmp_path: Path) -> 
                         f"{line.where}: `{ran.command}` exited {ran.returncode}, the pages say {expected}\n"
                         + ran.output[-3000:]
                     )
+                if part in SHOWS and not re.search(SHOWS[part], ran.output):
+                    problems.append(f"{line.where}: `{ran.command}` shows no {SHOWS[part]!r}\n{ran.output[-3000:]}")
                 if "Traceback" in ran.output:
                     if trailing_known_traceback(ran.output):
                         known_traceback = True
