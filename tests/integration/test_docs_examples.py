@@ -108,8 +108,11 @@ EXPECTED: dict[str, int | Skip] = {
     "pytest -m run": 0,
 }
 
-# What a fault example's output must show, beside its exit: the items the page says the fault turns.
+# What a command's output must show, beside its exit: the items the page says a fault turns; the
+# history of the page's two runs before it.
 SHOWS: dict[str, str] = {
+    "sbxcheck history .sbxcheck/history": r"(?m)^2 runs, .* last verdict: passed",
+    "sbxcheck history .sbxcheck/history [--keep N]": r"(?m)^2 runs, .* last verdict: passed",
     "pytest -m gate --sbx-sim-fault vm.dirty-tree": rf"FAILED \S*test_gate_A_git_integrity\[{RUN_ID}\]",
     "pytest -m gate --sbx-sim-fault openrouter.model-down@bravo": r"FAILED \S*test_gate_C_model_answers\[bravo-",
 }
@@ -124,6 +127,10 @@ READS: dict[str, str] = {
         'pytest -m "canary or triage" --sbx-history=.sbxcheck/history'
     ),
     "sbxcheck ledger compact .sbxcheck/state": "pytest -m gate --sbx-mount demo --sbx-teardown on-pass",
+    "cp -r allure-report/history allure-results/ 2>/dev/null || true": "pytest -m gate --alluredir=allure-results",
+    "allure generate allure-results --clean -o allure-report": (
+        "cp -r allure-report/history allure-results/ 2>/dev/null || true"
+    ),
 }
 
 # (page, first command, last command): run in order in one directory, as one case.
@@ -132,8 +139,6 @@ SEQUENCES = (
      "sbxcheck report sbxcheck-report"),
     ("docs/embedded-fleet.md", "sbxcheck sim up --dir /tmp/fleet --sssf-checkout ../shared/upstream/inkwell",
      "sbxcheck sim down --dir /tmp/fleet"),
-    ("docs/pytest.md", "pytest -m gate --alluredir=allure-results",
-     "allure generate allure-results --clean -o allure-report"),
     ("docs/run-items.md", 'just sbx lifecycle execute RUN_ID "add a health endpoint"', "pytest -m run"),
 )  # fmt: skip
 # A case that runs on a `sbxcheck sim up` fleet of its own: the run items' recipes are run in its SSSF
