@@ -314,15 +314,16 @@ def test_shown_command_runs_as_documented(case: list[Shown], tmp_path: Path) -> 
 def _run_part(part: str, work: Path, case_dir: Path, env: dict[str, str], shared: bool = False) -> Ran:
     """Run one command in the case's checkout (a copy of what it reads, where it reads something).
 
-    A command shown on its own in two places (``shared``) is run once.
+    A command run on its own (``shared``: a one-line case, or run first for a command that reads
+    what it writes) is run once, however many places show it or read it.
     """
-    if shared and part in _RAN and part not in READS:
+    if shared and part in _RAN:
         return _RAN[part]
     if part in READS:
         producer = READS[part]
         if producer not in _DIRS:
             produced = checkout_copy(Path(tempfile.mkdtemp(dir=case_dir)) / "checkout")
-            _run_part(producer, produced, case_dir, env)
+            _run_part(producer, produced, case_dir, env, shared=True)
         shutil.rmtree(work)
         shutil.copytree(_DIRS[producer], work, symlinks=True)
     cwd = case_dir / "fleet" / "sssf" if part in IN_SSSF_CHECKOUT else work
