@@ -146,10 +146,6 @@ SEQUENCES = (
 RUN_FLEET = {'just sbx lifecycle execute RUN_ID "add a health endpoint"'}
 IN_SSSF_CHECKOUT = {'just sbx lifecycle execute RUN_ID "add a health endpoint"', "just sbx lifecycle observe RUN_ID"}
 
-# The simulator's web servers print a starlette/anyio CancelledError traceback after pytest's last
-# line at the end of a canary run; its quiet shutdown is being built beside this test.
-KNOWN_TRAILING_TRACEBACK = "the simulator's servers print a CancelledError traceback after pytest's last line"
-
 
 @dataclass(frozen=True)
 class Ran:
@@ -229,12 +225,6 @@ def run_shown(command: str, cwd: Path, case_dir: Path, env: dict[str, str]) -> R
     return Ran(resolved, cwd, done.returncode, done.stdout + done.stderr)
 
 
-def trailing_known_traceback(output: str) -> bool:
-    """Whether the only traceback is the simulator's CancelledError printed after pytest's last line."""
-    last_line = max((m.end() for m in re.finditer(r"^=+ .* in [\d.]+s.* =+$", output, re.M)), default=-1)
-    return last_line >= 0 and "Traceback" not in output[:last_line] and "CancelledError" in output[last_line:]
-
-
 def _stop_fleet(case_dir: Path, env: dict[str, str]) -> None:
     fleet = case_dir / "fleet"
     if (fleet / "sim.pid").exists():
@@ -279,7 +269,6 @@ def test_shown_command_runs_as_documented(case: list[Shown], tmp_path: Path) -> 
     work = checkout_copy(case_dir / "checkout")
     (case_dir / "node_exporter" / "textfile").mkdir(parents=True)  # as node_exporter's package makes it
     problems: list[str] = []
-    known_traceback = False
     env = child_env({})
     try:
         if case[0].text in RUN_FLEET:
@@ -300,15 +289,10 @@ def test_shown_command_runs_as_documented(case: list[Shown], tmp_path: Path) -> 
                 if part in SHOWS and not re.search(SHOWS[part], ran.output):
                     problems.append(f"{line.where}: `{ran.command}` shows no {SHOWS[part]!r}\n{ran.output[-3000:]}")
                 if "Traceback" in ran.output:
-                    if trailing_known_traceback(ran.output):
-                        known_traceback = True
-                    else:
-                        problems.append(f"{line.where}: `{ran.command}` printed a traceback\n{ran.output[-4000:]}")
+                    problems.append(f"{line.where}: `{ran.command}` printed a traceback\n{ran.output[-4000:]}")
     finally:
         _stop_fleet(case_dir, env)
     assert not problems, "\n\n".join(problems)
-    if known_traceback:
-        pytest.xfail(KNOWN_TRAILING_TRACEBACK)
 
 
 def _run_part(part: str, work: Path, case_dir: Path, env: dict[str, str], shared: bool = False) -> Ran:
