@@ -313,7 +313,7 @@ class Ledger:
         """
         fd = self._open_locked(os.O_RDWR, fcntl.LOCK_EX)
         if fd is None:
-            return CompactResult(str(self.path), 0, 0, 0, 0, 0)
+            return CompactResult(str(self.path), 0, 0, 0, 0, 0, found=False)
         tmp = self.state_dir / f".{LEDGER_FILE}.compact-{os.getpid()}"
         try:
             before = os.fstat(fd).st_size
@@ -451,8 +451,11 @@ class CompactResult:
     open_kept: int
     closed_kept: int
     closed_dropped: int
+    found: bool = True  # False: there was no ledger at path, and nothing was written
 
     def describe(self) -> str:
+        if not self.found:
+            return f"{self.path}: no ledger here, nothing to compact (is this the --sbx-state directory?)"
         return (
             f"{self.path}: compacted {self.bytes_before} -> {self.bytes_after} bytes: kept {self.open_kept} "
             f"open and {self.closed_kept} recent closed entries, dropped {self.closed_dropped} closed ones "

@@ -6,48 +6,27 @@ from __future__ import annotations
 
 import re
 import shlex
-from pathlib import Path
 
 import pytest
+from support.doc_commands import numbered_shell_lines, shell_lines, shown_commands
 
 from sbxcheck.cli import _parser as cli_parser
 from sbxcheck.plugin.settings import OPTIONS
 
-REPO = Path(__file__).resolve().parents[2]
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 FLAGS = {o.flag for o in OPTIONS if o.flag}
 
 
-def shell_lines(markdown: str) -> list[str]:
-    """The command lines of the ```sh blocks, comments dropped and continuations joined."""
-    lines: list[str] = []
-    in_block = False
-    pending = ""
-    for line in markdown.splitlines():
-        if line.startswith("```"):
-            in_block = line.strip() == "```sh" and not in_block
-            continue
-        if not in_block or line.lstrip().startswith("#"):
-            continue
-        text = pending + re.sub(r"\s+#\s.*$", "", line).strip()
-        pending = text[:-1] + " " if text.endswith("\\") else ""
-        if not pending and text:
-            lines.append(text)
-    return lines
-
-
 def _commands(prefix: str) -> list[tuple[str, str]]:
-    found = []
-    for page in PAGES:
-        for line in shell_lines(page.read_text(encoding="utf-8")):
-            for part in re.split(r"\s*&&\s*", line):
-                if part.startswith(prefix):
-                    found.append((str(page.relative_to(REPO)), part))
-    return found
+    return [(shown.page, part) for shown in shown_commands() for part in shown.parts() if part.startswith(prefix)]
 
 
 def test_the_pages_show_commands_to_check() -> None:
     assert len(_commands("sbxcheck ")) >= 8 and len(_commands("pytest ")) >= 20
+
+
+def test_each_line_is_numbered_where_the_page_shows_it() -> None:
+    page = "text\n```sh\nsbxcheck --version   # a comment\n# only a comment\npytest -m gate \\\n  -k A\n```\n"
+    assert numbered_shell_lines(page) == [(3, "sbxcheck --version"), (5, "pytest -m gate -k A")]
 
 
 @pytest.mark.parametrize(("page", "command"), _commands("sbxcheck "))

@@ -84,6 +84,15 @@ def test_compaction_keeps_every_open_entry_and_the_recent_closed_ones(
     assert Ledger(tmp_path).state()[1].state == "released"
 
 
+def test_compacting_where_there_is_no_ledger_says_so_and_writes_nothing(tmp_path: Path) -> None:
+    result = Ledger(tmp_path / "state").compact()
+    assert not result.found
+    assert result.describe() == (
+        f"{tmp_path / 'state' / LEDGER_FILE}: no ledger here, nothing to compact (is this the --sbx-state directory?)"
+    )
+    assert not (tmp_path / "state").exists()
+
+
 def test_a_large_ledger_is_compacted_on_read_with_a_warning(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
