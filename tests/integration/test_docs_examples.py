@@ -44,6 +44,10 @@ class Skip:
 
 ALREADY_DONE = Skip("the environment this test runs in is that install")
 BENCHMARK = Skip("a benchmark: repeated timed runs for minutes on an idle machine, read by a person, not pass/fail")
+REAL_FLEET_INSTALL = Skip(
+    "installs the published package into ~/.venvs and checks a real fleet's sbxcheck.toml; the same path "
+    "(a wheel in a fresh venv, an empty directory, a `sim up` inventory) is tests/integration/test_wheel_install.py"
+)
 NEEDS_RUNNERS = Skip("needs the runner hosts runner-1 and runner-2 (SSH or execnet socket servers); none here")
 
 # What each documented command must exit with (a Skip: why it is not run here). Exit codes are the
@@ -55,6 +59,13 @@ EXPECTED: dict[str, int | Skip] = {
     "pip install -e '.[test]'": ALREADY_DONE,
     "pytest tests -n 3": Skip("the project's own test suite, which holds this test (CI runs it)"),
     "sbxcheck doctor": 0,
+    # README.md, "Checking a real fleet"
+    "python3 -m venv ~/.venvs/sbxcheck": REAL_FLEET_INSTALL,
+    ". ~/.venvs/sbxcheck/bin/activate": REAL_FLEET_INSTALL,
+    "pip install sbxcheck": REAL_FLEET_INSTALL,
+    "mkdir ~/fleet": REAL_FLEET_INSTALL,
+    "cd ~/fleet": REAL_FLEET_INSTALL,
+    "pytest -m gate --sbx-inventory=sbxcheck.toml": REAL_FLEET_INSTALL,
     "pytest -m gate": 0,
     "pytest -m gate --sbx-run-id fix-login-20260301-9c04be": 0,
     "pytest -m gate -n 2 --alluredir allure-results": 0,
