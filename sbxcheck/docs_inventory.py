@@ -13,7 +13,7 @@ import inspect
 import json
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
@@ -255,10 +255,11 @@ def render() -> str:
     return "\n".join(parts)
 
 
-def main(argv: list[str] | None = None) -> int:
+def page_main(argv: list[str] | None, render: Callable[[], str], command: str) -> int:
+    """A generated page's command line: ``[OUT.md]`` writes it there, no argument prints it."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) > 1 or (args and args[0].startswith("-")):
-        print(f"usage: {COMMAND.replace('docs/inventory.md', '[OUT.md]')}", file=sys.stderr)
+        print(f"usage: {command.rsplit(' ', 1)[0]} [OUT.md]", file=sys.stderr)
         return 2
     text = render()
     if not args:
@@ -267,6 +268,10 @@ def main(argv: list[str] | None = None) -> int:
     Path(args[0]).write_text(text, encoding="utf-8")
     print(f"wrote {args[0]}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return page_main(argv, render, COMMAND)
 
 
 if __name__ == "__main__":

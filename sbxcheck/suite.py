@@ -19,7 +19,10 @@ the modules behind it may move without breaking a suite.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
+
+import pytest
 
 from sbxcheck.checks.catalog import check_catalog, check_workspace_ready
 from sbxcheck.checks.contract import check_dispatch_contract
@@ -112,6 +115,19 @@ class Session(Protocol):
     def review_entry(self, entry: LedgerEntry) -> EntryReview: ...
 
 
+def refuse_without_plugin(config: pytest.Config, items: list[pytest.Item], suite_dir: Path) -> None:
+    """A shipped suite collected without the sbxcheck plugin: one usage error saying so (pytest would
+    report "fixture not found" for every item)."""
+    if config.pluginmanager.hasplugin("sbxcheck.plugin.fixtures"):
+        return
+    if any(Path(item.path).resolve().is_relative_to(suite_dir) for item in items):
+        raise pytest.UsageError(
+            f"sbxcheck: the suites in {suite_dir.parent} need the sbxcheck pytest plugin (its fixtures "
+            "sbx_verdict, sbx_session, ...), which is not loaded (-p no:sbxcheck, or "
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD): drop -p no:sbxcheck or add -p sbxcheck"
+        )
+
+
 if TYPE_CHECKING:
     _THE_SESSION_IS_A_SESSION: type[Session] = SbxSession  # mypy holds the fixture's object to the facade
 
@@ -167,6 +183,7 @@ __all__ = [
     "machine_inventory",
     "mission_signal_scan",
     "orphan_audit",
+    "refuse_without_plugin",
     "remote_check",
     "run_precondition",
     "tailscale_ping",

@@ -7,11 +7,9 @@ as, its default and its help text. Nothing at run time imports this module.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
-from sbxcheck.docs_inventory import table_cell
+from sbxcheck.docs_inventory import page_main, table_cell
 from sbxcheck.plugin.settings import OPTIONS, Option
 
 COMMAND = "python -m sbxcheck.plugin.docs_settings docs/settings.md"
@@ -70,17 +68,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) > 1 or (args and args[0].startswith("-")):
-        print(f"usage: {COMMAND.replace('docs/settings.md', '[OUT.md]')}", file=sys.stderr)
-        return 2
-    text = render()
-    if not args:
-        sys.stdout.write(text)
-        return 0
-    Path(args[0]).write_text(text, encoding="utf-8")
-    print(f"wrote {args[0]}")
-    return 0
+    return page_main(argv, render, COMMAND)
 
 
 if __name__ == "__main__":
