@@ -150,6 +150,11 @@ def task_of(run_id: str) -> str:
     return run_id.rsplit("-", 2)[0]
 
 
+def names_run(target: str, run_id: str) -> bool:
+    """Whether a fault's ``@target`` names this run: its id, or its task."""
+    return target in (run_id, task_of(run_id))
+
+
 def unknown_run_target(target: str, run_ids: list[str]) -> str:
     """Why ``target`` names no run of a fleet with ``run_ids``, and what would."""
     return (
@@ -161,7 +166,7 @@ def unknown_run_target(target: str, run_ids: list[str]) -> str:
 def check_run_target(spec: FaultSpec, run_ids: list[str]) -> None:
     """Raise SimError when a run-targeted fault names no run of a fleet with ``run_ids``."""
     targeted = spec.run_id is not None and not (is_controlplane_fault(spec.name) or is_fleet_host_fault(spec.name))
-    if targeted and spec.run_id not in run_ids and spec.run_id not in {task_of(r) for r in run_ids}:
+    if targeted and not any(names_run(str(spec.run_id), r) for r in run_ids):
         raise SimError(f"fault {spec}: {unknown_run_target(str(spec.run_id), run_ids)}")
 
 
@@ -501,7 +506,7 @@ class SimFleet:
         if spec.run_id is None:
             return self.runs[0]
         for run in self.runs:
-            if spec.run_id in (run.run_id, task_of(run.run_id)):
+            if names_run(spec.run_id, run.run_id):
                 return run
         raise SimError(f"fault {spec}: {unknown_run_target(spec.run_id, self.run_ids)}")
 
