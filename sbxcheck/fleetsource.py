@@ -142,6 +142,14 @@ def check_cp_version(name: str) -> None:
     release_profile(name)
 
 
+def check_sim_environment() -> None:
+    """Raise SbxError when one of the simulator's environment knobs (``$SBXCHECK_SIM_LATENCY_SCALE``) is unusable."""
+    _require_sim()
+    from sbxcheck.sim.controlplane.model import latency_scale_from_env
+
+    latency_scale_from_env()
+
+
 def check_fault(name: str, *, embedded_seed: int | None = None, embedded: bool = False) -> None:
     """Raise SbxError when ``name`` is not a fault the simulator knows.
 

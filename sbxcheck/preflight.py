@@ -15,7 +15,13 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sbxcheck.fleetsource import SIMULATOR_MISSING, FleetSource, check_fault, sim_installed
+from sbxcheck.fleetsource import (
+    SIMULATOR_MISSING,
+    FleetSource,
+    check_fault,
+    check_sim_environment,
+    sim_installed,
+)
 
 if TYPE_CHECKING:
     from sbxcheck.inventory import Inventory
@@ -178,6 +184,13 @@ def configuration_problem(
         )
     if choice.simulated and names_a_suite(markexpr) and not sim_installed():
         return f"sbxcheck: {SIMULATOR_MISSING}"
+    if choice.simulated and names_a_suite(markexpr) and sim_installed():
+        from sbxcheck.errors import SbxError
+
+        try:
+            check_sim_environment()
+        except SbxError as exc:
+            return f"sbxcheck: embedded fleet: {exc.message}"
     if not faults and choice.path is None:
         return None
     from sbxcheck.errors import SbxError

@@ -16,6 +16,10 @@ pytest_plugins = ["pytester"]
 # (~/.cache/sbxcheck): without this, every fleet a pytester test starts would npm-install pi again
 # (~20 s each). Pin the cache to the real one, once, before any HOME is changed; children inherit it.
 os.environ.setdefault("SBXCHECK_CACHE", str(default_cache_dir()))
+# The embedded control plane's simulated latencies (a mission's 1-2 s in pending, its steps) at a fifth:
+# every verdict is the same, a canary child session takes ~5 s instead of ~13 s. A test about timing
+# itself sets its own scale (monkeypatch.setenv) or builds its double with one.
+os.environ.setdefault("SBXCHECK_SIM_LATENCY_SCALE", "0.2")
 
 
 @pytest.fixture(scope="session")

@@ -42,6 +42,7 @@ from sbxcheck.inventory import (
 )
 from sbxcheck.sim.admin import KnobGate, SimAdmin, VmExists
 from sbxcheck.sim.controlplane import ControlPlaneDouble
+from sbxcheck.sim.controlplane.model import latency_scale_from_env
 from sbxcheck.sim.controlplane.releases import release_profile
 from sbxcheck.sim.dgx_route import DgxRoute
 from sbxcheck.sim.faults import (
@@ -240,10 +241,14 @@ class SimFleet:
         install_attempt: str | None = None,
         cp_version: str | None = None,
         extra_routes: Sequence[RouteSpec] = (),
+        latency_scale: float | None = None,
     ) -> None:
-        """``install_attempt``: the processes that share one try at installing pi (see ``ensure_pi``)."""
+        """``install_attempt``: the processes that share one try at installing pi (see ``ensure_pi``).
+        ``latency_scale``: the control plane's simulated latencies times this (default
+        ``$SBXCHECK_SIM_LATENCY_SCALE``, else 1)."""
         if not 1 <= runs <= MAX_RUNS:
             raise SimError(f"sim: runs must be between 1 and {MAX_RUNS}")
+        self.latency_scale = latency_scale if latency_scale is not None else latency_scale_from_env()
         self.root = root.resolve()
         self.fault_specs: list[FaultSpec] = [parse_fault(f) for f in faults]
         self.seed = seed if seed is not None else DEFAULT_SEED
@@ -520,8 +525,9 @@ class SimFleet:
         """The control-plane double with its workspaces on disk, faults injected, password in a 0600 file."""
         self._cp_port = self._ports.reserve()
         self.controlplane = ControlPlaneDouble(
-            self.root / "controlplane", password=self._cp_password, seed=self.seed, release=self.cp_version
-        )
+            self.root / "controlplane", password=self._cp_password, seed=self.seed, release=self.cp_version,
+            latency_scale=self.latency_scale,
+        )  # fmt: skip
         for spec in self.fault_specs:
             if is_controlplane_fault(spec.name):
                 self.controlplane.inject(spec.name, spec.target or CONTROLPLANE_TARGETS.get(spec.name, "*"))
