@@ -17,8 +17,8 @@ from sbxcheck.checks.missions import (
     check_dispatched,
     check_reaches_execution,
     check_workspace_visible,
-    tool_outcome,
 )
+from sbxcheck.checks.toolsteps import tool_outcome
 from sbxcheck.clients.channels import Created
 from sbxcheck.clients.missionruns import CanaryRun, RouteRun
 from sbxcheck.clients.sandboxed import MissionRejected
