@@ -43,7 +43,6 @@ from sbxcheck.checks.missions import (
     check_prompt_limits,
     check_reaches_execution,
     check_record_echoes_request,
-    check_workspace_visible,
 )
 from sbxcheck.checks.records import check_run_record
 from sbxcheck.checks.run import (
@@ -55,6 +54,7 @@ from sbxcheck.checks.run import (
 )
 from sbxcheck.checks.spend import check_credits
 from sbxcheck.checks.vm_hygiene import check_vm_hygiene
+from sbxcheck.checks.workspace import check_workspace_visible
 from sbxcheck.errors import SbxError
 from sbxcheck.inventory import DgxSection, GithubProbeSpec, Inventory, SandboxedSection
 from sbxcheck.lifecycle.ledger import LedgerEntry

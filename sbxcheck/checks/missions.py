@@ -1,41 +1,37 @@
-"""Mission route-health and workspace-visibility verdicts (specs/sandboxed-sh.md, 8.3 to 8.10).
+"""Mission route-health verdicts and the /goal prompt limit (specs/sandboxed-sh.md, 8.3 to 8.10).
 
-Pure functions over what the dispatcher saw (``RouteRun``/``CanaryRun``). A mission reaching
-``pending`` proves nothing: the record must echo the request and there must be execution evidence
-(a tool_call, tool_result or assistant_message). The agent's own summary is never evidence.
+Pure functions over what the dispatcher saw (``RouteRun``). A mission reaching ``pending`` proves
+nothing: the record must echo the request and there must be execution evidence (a tool_call,
+tool_result or assistant_message). The agent's own summary is never evidence. The workspace
+canary's verdict (``checks/workspace.py``) starts from the same non-verdicts (``skip_or_error``,
+``not_dispatched``).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import re
-from dataclasses import dataclass
 from typing import Any
 
 from sbxcheck.checks.base import not_served, trim
-from sbxcheck.clients.missionruns import TERMINAL, CanaryRun, RouteRun, adapter_crash_cause, crash_signature
+from sbxcheck.clients.missionruns import TERMINAL, RouteRun, adapter_crash_cause, crash_signature
 from sbxcheck.errors import NotServed, SbxError, service_cause
 from sbxcheck.results import CheckResult, Classification, Outcome
-from sbxcheck.safeio import loads_bounded
 from sbxcheck.spend import mission_cost
 
 GOAL_LIMIT = 4000
 GOAL_WARN = 3500
 EFFORT_BACKENDS = frozenset({"codex", "claudecode"})
-SHA_RE = re.compile(r"\b[0-9a-f]{40}\b")
 IDEMPOTENCY_CAUSE = "control-plane-idempotency-ignored"  # one server-wide defect: one incident
-MOUNT_ERRORS = ("project not found", "file not found", "no such file", "not a git repository")
 
 
-def _base(run: RouteRun) -> dict[str, Any]:
+def route_evidence(run: RouteRun) -> dict[str, Any]:
+    """The evidence every route verdict starts from: the channel, what was requested, the mission id."""
     ev: dict[str, Any] = {"via": run.route.via, "requested": dict(run.requested)}
     if run.mission_id:
         ev["mission_id"] = run.mission_id
     return ev
 
 
-def _control_plane_error(check: str, target: str, error: SbxError, evidence: dict[str, Any]) -> CheckResult:
+def control_plane_error(check: str, target: str, error: SbxError, evidence: dict[str, Any]) -> CheckResult:
     """A transport-level failure: every item that met the same one shares a cause, so it is one incident.
 
     The cause names the service when the error knows it, as every other item's error does (one
@@ -53,7 +49,7 @@ def _control_plane_error(check: str, target: str, error: SbxError, evidence: dic
     )
 
 
-def _skip_or_error(check: str, target: str, run: RouteRun) -> CheckResult | None:
+def skip_or_error(check: str, target: str, run: RouteRun) -> CheckResult | None:
     """The common non-verdicts: blocked by an incident, a transport error, or nothing dispatched."""
     if run.skipped_incident:
         return CheckResult(
@@ -64,14 +60,14 @@ def _skip_or_error(check: str, target: str, run: RouteRun) -> CheckResult | None
             evidence={"incident": run.skipped_incident},
         )
     if run.error is not None:
-        return _control_plane_error(check, target, run.error, _base(run))
+        return control_plane_error(check, target, run.error, route_evidence(run))
     if run.created is None:
         return CheckResult(
             check=check,
             target=target,
             outcome=Outcome.SKIPPED,
             message="no mission was created (see the route's dispatched item)",
-            evidence=_base(run),
+            evidence=route_evidence(run),
         )
     return None
 
@@ -108,10 +104,10 @@ def check_dispatched(run: RouteRun) -> CheckResult:
     if run.not_dispatched is not None:
         return not_dispatched(check, target, run.not_dispatched)
     if run.skipped_incident or run.error is not None:
-        return _skip_or_error(check, target, run) or CheckResult.errored(
+        return skip_or_error(check, target, run) or CheckResult.errored(
             check, target, "?", Classification.INTERNAL_ERROR
         )
-    ev = _base(run)
+    ev = route_evidence(run)
     ev["idempotency_key"] = (
         run.idempotency_key if run.created is None or run.created.idempotency_supported else None
     )
@@ -244,13 +240,13 @@ def model_match(requested: str | None, stored: object) -> str:
 def check_record_echoes_request(run: RouteRun) -> CheckResult:
     """The stored record shows the requested agent, backend, model (modulo normalisation) and effort."""
     check, target = "record_echoes_request", run.route.label
-    early = _skip_or_error(check, target, run)
+    early = skip_or_error(check, target, run)
     if early is not None:
         return early
     assert run.created is not None
     record = run.record or run.created.mission
     created = run.created.mission
-    ev = _base(run)
+    ev = route_evidence(run)
     stored = {k: record.get(k) for k in ("backend", "model_override", "model_effort")}
     stored["agent"] = created.get("agent", record.get("agent"))  # only a full read of a mission carries agent
     ev["stored"] = stored
@@ -306,7 +302,7 @@ def no_usable_answer(check: str, target: str, run: RouteRun, retry: RouteRun) ->
     first_errors = [
         trim(str(e.get("content") or ""), 200) for e in run.events if e.get("event_type") == "error"
     ]
-    ev = _base(run)
+    ev = route_evidence(run)
     ev["no_output"] = {
         "first": {"mission_id": run.mission_id, "status": run.status, "errors": first_errors[-2:]},
         "retry": {
@@ -347,12 +343,12 @@ def no_usable_answer(check: str, target: str, run: RouteRun, retry: RouteRun) ->
 def check_reaches_execution(run: RouteRun, *, blocked_signature: str | None = None) -> CheckResult:
     """Active or completed within the deadline, with execution evidence from the events."""
     check, target = "reaches_execution", run.route.label
-    early = _skip_or_error(check, target, run)
+    early = skip_or_error(check, target, run)
     if early is not None:
         return early
     if run.output_retry is not None:  # the no-output rule: the retry decides
         return no_usable_answer(check, target, run, run.output_retry)
-    ev = _base(run)
+    ev = route_evidence(run)
     status = run.status
     evidence = _evidence_events(run)
     ev.update(
@@ -433,306 +429,6 @@ def check_reaches_execution(run: RouteRun, *, blocked_signature: str | None = No
         ev,
         Classification.TIMEOUT,
     )
-
-
-# ------------------------------------------------------------------ workspace visibility
-
-
-def _step_results(run: RouteRun) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
-    """(tool_call, its tool_result) pairs in order, matched by tool_call_id."""
-    results = {e.get("tool_call_id"): e for e in run.events if e.get("event_type") == "tool_result"}
-    return [(e, results.get(e.get("tool_call_id"))) for e in run.events if e.get("event_type") == "tool_call"]
-
-
-@dataclass(frozen=True)
-class StepOutcome:
-    """What one tool result says: its output text, and why it failed (None: it succeeded)."""
-
-    text: str
-    failure: str | None
-
-    @property
-    def ok(self) -> bool:
-        return self.failure is None
-
-
-_TEXT_KEYS = ("output", "stdout", "result", "text", "content")
-_EXIT_TEXT_RE = re.compile(
-    r"(?i)^\W*(?:exit(?:ed)?(?: with)?(?: code| status)|process exited with(?: exit)? code|"
-    r"command (?:failed|exited) with(?: exit)? code|return(?:ed)? code)\s*[:=]?\s*(-?\d+)\b"
-)
-_FAIL_STATUSES = frozenset({"error", "failed", "failure", "timeout", "timed_out", "cancelled", "canceled"})
-
-
-def _exit_failure(source: str, value: Any) -> str | None:
-    """A non-zero (or unreadable) exit code is a failure; 0 is not."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        code = int(str(value).strip())
-    except ValueError:
-        return f"{source} is {str(value)[:40]!r}, not a number"
-    return None if code == 0 else f"{source} {code}"
-
-
-def _flags_failure(where: str, doc: Any) -> str | None:
-    """Failure flags in one mapping: is_error/isError, exit_code/exitCode/returncode, success, status, timed_out."""
-    if not isinstance(doc, dict):
-        return None
-    for key in ("is_error", "isError", "error"):
-        value = doc.get(key)
-        if value is True or (key == "error" and isinstance(value, str) and value.strip()):
-            return f"{where}{key}"
-    for key in ("exit_code", "exitCode", "returncode", "return_code", "exit_status"):
-        failure = _exit_failure(f"{where}{key}", doc.get(key))
-        if failure:
-            return failure
-    if doc.get("success") is False or doc.get("ok") is False:
-        return f"{where}success false"
-    if doc.get("timed_out") is True:
-        return f"{where}timed_out"
-    status = doc.get("status")
-    if isinstance(status, str) and status.strip().lower() in _FAIL_STATUSES:
-        return f"{where}status {status.strip()!r}"
-    if isinstance(status, int) and not isinstance(status, bool) and status != 0:
-        return f"{where}status {status}"
-    return None
-
-
-_FLAG_KEYS = frozenset(
-    {"is_error", "isError", "error", "exit_code", "exitCode", "returncode", "return_code", "exit_status"}
-    | {"success", "ok", "timed_out", "status"}
-)
-_ENVELOPE_KEYS = _FLAG_KEYS | set(_TEXT_KEYS) | {"stderr", "command", "duration_ms", "cwd", "truncated"}
-
-
-def _is_envelope(doc: Any) -> bool:
-    """A JSON result envelope (``{"output": ..., "exit_code": ...}``): only envelope keys, one a status flag."""
-    return isinstance(doc, dict) and bool(doc) and set(doc) <= _ENVELOPE_KEYS and bool(set(doc) & _FLAG_KEYS)
-
-
-def tool_outcome(result: dict[str, Any] | None) -> StepOutcome:
-    """Read one stored ``tool_result`` row whatever shape it has; a failed step is never evidence.
-
-    Failure signals, any of: no result; ``is_error`` (row or ``metadata``); a non-zero ``exit_code``
-    (row, ``metadata`` or a JSON content document); ``success: false``; a failing ``status``;
-    ``timed_out``; or output whose first or last line is an exit-status line (``Exit code: 2``,
-    ``Process exited with code 1``). The text is the output (``output``/``stdout``… of a JSON
-    content document, plus its ``stderr``), else the content as written.
-    """
-    if not isinstance(result, dict):
-        return StepOutcome("", "no tool result")
-    content = result.get("content")
-    text = content if isinstance(content, str) else ("" if content is None else json.dumps(content))
-    doc: Any = content if isinstance(content, dict) else None
-    if doc is None and isinstance(content, str) and content.lstrip().startswith("{"):
-        try:
-            doc = loads_bounded(content)
-        except ValueError:  # not JSON, or refused as too deep or large
-            doc = None
-    if not _is_envelope(doc):
-        doc = None  # a file that happens to be JSON is output, not a result envelope
-    if isinstance(doc, dict):
-        parts = [doc[k] for k in _TEXT_KEYS if isinstance(doc.get(k), str)][:1]
-        if isinstance(doc.get("stderr"), str):
-            parts.append(doc["stderr"])
-        if parts:
-            text = "".join(parts)
-    failure = (
-        _flags_failure("", result)
-        or _flags_failure("metadata.", result.get("metadata"))
-        or _flags_failure("content.", doc)
-    )
-    if failure is None:
-        lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-        for line in (lines[:1] + lines[-1:]) if lines else []:
-            found = _EXIT_TEXT_RE.match(line.strip())
-            if found and int(found.group(1)) != 0:
-                failure = f"output says {trim(line.strip(), 60)!r}"
-                break
-    return StepOutcome(text, failure)
-
-
-def _call_text(call: dict[str, Any]) -> str:
-    content = call.get("content")
-    try:
-        doc = loads_bounded(content) if isinstance(content, str) else content
-    except ValueError:
-        return str(content or "")
-    if isinstance(doc, dict):
-        return str(doc.get("command") or doc.get("path") or doc)
-    return str(doc)
-
-
-def _workspace_busy(check: str, target: str, workspace: str, run: RouteRun) -> CheckResult:
-    """Another session's live mission holds the workspace: a conflict between runs, not a config defect.
-
-    Nothing about the workspace was seen, so the verdict is ``error`` (could not tell), naming the
-    holder: its mission id, title and, for an sbxcheck canary, the session tag its title carries.
-    """
-    assert run.rejection is not None
-    holder = run.rejection.holder
-    title = holder.get("title", "")
-    words = title.split()
-    tag = words[1] if len(words) > 1 and words[0] == "sbxcheck" else None
-    who = f"session {tag}" if tag else "another session"
-    ev = {
-        **_base(run),
-        "workspace": workspace,
-        "holder_mission_id": holder.get("mission_id"),
-        "holder_title": title or None,
-        "holder_session_tag": tag,
-    }
-    return CheckResult.errored(
-        check,
-        target,
-        f"could not tell: workspace {workspace} is busy with {who}'s live mission "
-        f"{holder.get('mission_id') or '?'} ({trim(title, 80)!r}); re-run when it has finished",
-        Classification.INFRASTRUCTURE,
-        ev,
-        cause=f"workspace-busy:{workspace}",
-    )
-
-
-def check_workspace_visible(canary: CanaryRun) -> CheckResult:
-    """The checkout, its ref and pin are visible to the mission, and an MCP tool returned the file's bytes."""
-    spec = canary.spec
-    check, target = "workspace_visible", spec.label
-    if canary.not_dispatched is not None:
-        return not_dispatched(check, target, canary.not_dispatched)
-    if canary.skipped_incident:
-        return CheckResult(
-            check=check,
-            target=target,
-            outcome=Outcome.SKIPPED,
-            message=f"not dispatched: backend {spec.backend} is blocked by incident {canary.skipped_incident}",
-            evidence={"incident": canary.skipped_incident},
-        )
-    if canary.error is not None:
-        return _control_plane_error(check, target, canary.error, {})
-    run = canary.run
-    if run is None:
-        return CheckResult.errored(check, target, "the canary did not run", Classification.INTERNAL_ERROR)
-    early = _skip_or_error(check, target, run)
-    if early is not None:
-        if run.rejection is not None and run.rejection.error_code == "workspace_occupied":
-            return _workspace_busy(check, target, spec.workspace, run)
-        if run.rejection is not None:
-            return CheckResult.failed(
-                check,
-                target,
-                f"canary create refused: {trim(run.rejection.reason, 200)}",
-                _base(run),
-                Classification.CONFIG_DEFECT,
-            )
-        return early
-    ev: dict[str, Any] = {
-        "mission_id": run.mission_id,
-        "backend": spec.backend,
-        "workspace": spec.workspace,
-        "checkout": spec.checkout,
-        "status": run.status,
-    }
-    pairs = _step_results(run)
-    outputs: dict[str, StepOutcome] = {}
-    mcp_output: tuple[StepOutcome, str] | None = None
-    for call, result in pairs:
-        outcome = tool_outcome(result)
-        name = str(call.get("tool_name") or "")
-        if "read_file" in name and name.startswith("mcp"):
-            mcp_output = (outcome, name)
-        else:
-            outputs[_call_text(call)] = outcome
-
-    def step(prefix: str) -> StepOutcome | None:
-        return next((v for k, v in outputs.items() if k.startswith(prefix)), None)
-
-    problems: list[str] = []
-    mount_signals: list[str] = []
-    failed_steps: dict[str, str] = {}
-
-    def failed(label: str, outcome: StepOutcome | None) -> bool:
-        """A step that ran and failed: its text is a mount signal, never evidence of what it read."""
-        if outcome is None or outcome.ok:
-            return False
-        failed_steps[label] = str(outcome.failure)
-        mount_signals.append(trim(outcome.text, 120))
-        return True
-
-    seen_path = step(f"ls -d {spec.checkout}")
-    ls_failed = failed("ls", seen_path)
-    ev["checkout_visible"] = bool(seen_path and seen_path.ok and spec.checkout in seen_path.text)
-    if not ev["checkout_visible"]:
-        problems.append(f"checkout {spec.checkout} not visible in the mission's scope")
-    head = step(f"git -C {spec.checkout} rev-parse HEAD")
-    found = SHA_RE.search(head.text) if head and not failed("git rev-parse", head) else None
-    sha = found.group(0) if found else None
-    ev["head"], ev["expected_ref"] = sha, spec.ref
-    if sha is None or (spec.ref and sha != spec.ref):
-        problems.append(
-            "git ref not readable"
-            if sha is None
-            else f"HEAD {sha[:12]} != expected {spec.ref[:12] if spec.ref else ''}"
-        )
-    if spec.pin_file:
-        pin = step(f"cat {spec.checkout}/{spec.pin_file}")
-        value = pin.text.strip() if pin and not failed(f"cat {spec.pin_file}", pin) else None
-        ev["pin"], ev["expected_pin"] = value or None, spec.pin
-        if not value or (spec.pin and value != spec.pin):
-            problems.append(
-                f"{spec.pin_file} not readable"
-                if not value
-                else f"{spec.pin_file} is {value!r}, expected {spec.pin!r}"
-            )
-    ev["exec_sha256"] = canary.exec_sha256
-    if mcp_output is None:
-        problems.append("no registered MCP tool was called to read the file")
-    else:
-        mcp, tool = mcp_output
-        ev["mcp_tool"] = tool
-        if failed(tool, mcp):
-            ev["mcp_sha256"] = None
-            problems.append(f"MCP {tool} failed ({mcp.failure}): {trim(mcp.text, 120)}")
-        else:
-            digest = hashlib.sha256(mcp.text.encode()).hexdigest()
-            ev["mcp_sha256"] = digest
-            if canary.exec_sha256 is None:
-                problems.append(
-                    f"no independent sha256 of {spec.mcp_file} (workspace exec: {canary.exec_error})"
-                )
-            elif digest != canary.exec_sha256:
-                problems.append(
-                    f"MCP content sha256 {digest[:12]} != workspace exec sha256 {canary.exec_sha256[:12]}"
-                )
-    if failed_steps:
-        ev["failed_steps"] = failed_steps
-    ev["steps_seen"] = len(pairs)
-    if not problems:
-        return CheckResult.passed(
-            check,
-            target,
-            f"{spec.backend} sees {spec.checkout} at {sha[:12] if sha else '?'}"
-            f"; MCP read matches exec sha256",
-            ev,
-        )
-    # the mission ran `ls -d <checkout>` and it failed (whatever shape said so), or a failed step named a
-    # missing project/file: the checkout is not mounted in the mission's scope
-    if not ev["checkout_visible"] and (
-        ls_failed or any(s in " ".join(mount_signals).lower() for s in MOUNT_ERRORS)
-    ):
-        ev["mount_signals"] = mount_signals[:4]
-        return CheckResult.failed(
-            check,
-            target,
-            f"{spec.backend} sees no checkout {spec.checkout} in {spec.workspace} (failed steps: "
-            + (", ".join(f"{k} [{v}]" for k, v in failed_steps.items()) or "none")
-            + "): workspace mount defect",
-            ev,
-            Classification.WORKSPACE_MOUNT_DEFECT,
-            recommendation="a control-plane mount/path propagation defect for this backend, not a Lean or MCP "
-            "failure; at most one bounded, no-deploy repair with a regression test, then re-run the canary",
-        )
-    return CheckResult.failed(check, target, "; ".join(problems), ev)
 
 
 # ------------------------------------------------------------------ /goal limit

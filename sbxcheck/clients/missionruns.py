@@ -1,8 +1,8 @@
 """What a session saw of each mission (RouteRun, CanaryRun), and readings of a mission's events.
 
 The records the mission dispatcher (lifecycle/missions.py) fills and the mission checks
-(checks/missions.py, checks/contract.py) judge: kept at the clients layer, so checks never import the
-lifecycle layer.
+(checks/missions.py, checks/workspace.py, checks/contract.py) judge: kept at the clients layer, so
+checks never import the lifecycle layer.
 """
 
 from __future__ import annotations

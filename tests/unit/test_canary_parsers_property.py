@@ -22,9 +22,9 @@ from sbxcheck.checks.missions import (
     check_dispatched,
     check_reaches_execution,
     check_record_echoes_request,
-    check_workspace_visible,
-    tool_outcome,
 )
+from sbxcheck.checks.toolsteps import tool_outcome
+from sbxcheck.checks.workspace import check_workspace_visible
 from sbxcheck.clients.channels import Created
 from sbxcheck.clients.missionruns import CanaryRun, RouteRun, crash_signature
 from sbxcheck.clients.sandboxed_models import FleetHealth

@@ -16,9 +16,9 @@ from sbxcheck.checks.missions import (
     IDEMPOTENCY_CAUSE,
     check_dispatched,
     check_reaches_execution,
-    check_workspace_visible,
-    tool_outcome,
 )
+from sbxcheck.checks.toolsteps import tool_outcome
+from sbxcheck.checks.workspace import check_workspace_visible
 from sbxcheck.clients.channels import Created
 from sbxcheck.clients.missionruns import CanaryRun, RouteRun
 from sbxcheck.clients.sandboxed import MissionRejected

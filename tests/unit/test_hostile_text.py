@@ -151,7 +151,7 @@ def test_a_redirect_is_named_with_its_host_only() -> None:
 
 
 def test_a_workspace_held_by_another_session_is_could_not_tell_not_a_config_defect() -> None:
-    from sbxcheck.checks.missions import check_workspace_visible
+    from sbxcheck.checks.workspace import check_workspace_visible
     from sbxcheck.clients.missionruns import CanaryRun, RouteRun
     from sbxcheck.clients.sandboxed import MissionRejected
     from sbxcheck.inventory import RouteSpec, WorkspaceCanarySpec
