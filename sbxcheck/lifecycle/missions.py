@@ -508,7 +508,7 @@ class MissionDispatcher(ClosingMixin):
         from sbxcheck.errors import AuthFailed, HostUnreachable
         from sbxcheck.transports.http import service_of
 
-        mcp = sys.modules.get("sbxcheck.clients.mcp")  # not loaded: no MCP server can have failed
+        mcp = sys.modules.get("sbxcheck.clients.mcp_stdio")  # not loaded: no MCP server can have failed
         mcp_server_down = mcp is not None and isinstance(exc, mcp.McpServerUnavailable)
         if isinstance(exc, (AuthFailed, HostUnreachable)) and not mcp_server_down:
             exc.evidence.setdefault("service", service_of(self.section.url))

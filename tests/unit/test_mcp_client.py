@@ -15,12 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from sbxcheck.clients.mcp import (
-    AssistantMcpClient,
-    McpCallTimeout,
-    McpServerUnavailable,
-    UnknownToolError,
-)
+from sbxcheck.clients.mcp import AssistantMcpClient, UnknownToolError
+from sbxcheck.clients.mcp_stdio import McpCallTimeout, McpServerUnavailable
 from sbxcheck.errors import BadResponseError, CommandTimeout, HostUnreachable
 
 # its module-scoped servers start once, on one xdist worker (sbxcheck makes -n use loadgroup)
