@@ -1,6 +1,6 @@
 """The errors of the sandboxed.sh REST client and the parsers of the server's error text.
 
-A 4xx/5xx answer becomes one of these in :meth:`sbxcheck.clients.sandboxed.SandboxedClient._send`;
+A 4xx/5xx answer becomes one of these in :meth:`sbxcheck.clients.sandboxed_wire.SandboxedWire._send`;
 the MCP channel rebuilds the same :class:`MissionRejected` from a tool's relayed REST text.
 """
 

@@ -59,7 +59,7 @@ class Recorder:
 def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """Record backoff sleeps instead of sleeping."""
     slept: list[float] = []
-    for module in ("sbxcheck.clients.sandboxed", "sbxcheck.transports.http"):  # polls; retry backoff
+    for module in ("sbxcheck.clients.sandboxed_missions", "sbxcheck.transports.http"):  # polls; retry backoff
         patch_module_time(monkeypatch, module, sleep=slept.append)
     return slept
 
@@ -399,7 +399,7 @@ def test_wait_for_mission_has_a_deadline(
 ) -> None:
     clock = iter(float(i) for i in range(100))
     patch_module_time(
-        monkeypatch, "sbxcheck.clients.sandboxed", monotonic=lambda: next(clock), sleep=lambda s: None
+        monkeypatch, "sbxcheck.clients.sandboxed_missions", monotonic=lambda: next(clock), sleep=lambda s: None
     )
     client, rec = make(lambda r: httpx.Response(200, json=mission(status="pending")))
     with pytest.raises(CommandTimeout, match="last status 'pending'"):
