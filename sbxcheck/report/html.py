@@ -12,12 +12,9 @@ and the final text passes through the redactor once more.
 
 from __future__ import annotations
 
-import hashlib
-import html
 import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -27,16 +24,26 @@ from sbxcheck.report.history import (
     CreditPoint,
     HistoryView,
     IncidentStatus,
-    ItemHistory,
     credit_of,
     item_identity,
     run_duration_s,
     verdict_of,
 )
+from sbxcheck.report.html_base import (
+    OUTCOME_LABEL,
+    OUTCOME_SYMBOL,
+    PageContext,
+    esc,
+    fmt_seconds,
+    item_anchor,
+    next_step_html,
+    outcome_strip,
+    shorten,
+    sparkline,
+)
 from sbxcheck.report.incidents import default_recommendation
 from sbxcheck.report.nextsteps import (
     extract_commands,
-    inventory_flag,
     next_step_commands,
     not_run_command,
     probe_command,
@@ -64,8 +71,7 @@ __all__ = [
 ]
 
 _ORDER = {"failed": 0, "error": 1, "skipped": 2, "passed": 3}
-_SYMBOL = {"passed": "✓", "failed": "✗", "error": "?", "skipped": "–", "not run": "–"}
-_LABEL = {"passed": "PASSED", "failed": "FAILED", "error": "COULD NOT TELL", "skipped": "SKIPPED", "not run": "NOT RUN"}
+
 _HEADLINE = {
     "failed": "FAILED — something in the fleet is wrong",
     "error": "COULD NOT TELL — some checks could not reach a verdict",
@@ -93,97 +99,29 @@ _KEY_EVIDENCE = (
     "deadline_s", "events_seen", "notes", "stdout", "head", "recorded_commit_sha", "ran", "exit_code", "host",
 )  # fmt: skip
 _MAX_EVIDENCE_LINES = 6
-def _e(value: Any) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
-
-
-def item_anchor(nodeid: str) -> str:
-    """The id of an item's card: stable per node id, safe in a URL fragment."""
-    return "item-" + hashlib.sha1(nodeid.encode(), usedforsecurity=False).hexdigest()[:12]
-
-
-def _fmt_seconds(value: float | None) -> str:
-    if value is None:
-        return "?"
-    if value < 60:
-        return f"{value:.2f} s" if value < 10 else f"{value:.1f} s"
-    minutes, seconds = divmod(round(value), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {seconds:02d}s"
-
-
-def _strip(outcomes: Iterable[str | None], dates: Sequence[str], *, big: bool = False) -> str:
-    cells = []
-    for when, outcome in zip(dates, outcomes, strict=False):
-        css = outcome if outcome in _SYMBOL or outcome == "interrupted" else "empty"
-        cells.append(f'<i class="o-{css}" title="{_e(when)}: {_e(outcome or "not run")}"></i>')
-    css = "strip big" if big else "strip"
-    return f'<span class="{css}" aria-label="last runs, oldest first">{"".join(cells)}</span>'
-
-
-def _spark(
-    values: Sequence[float | None], *, width: int = 120, height: int = 22, floor: float | None = None
-) -> str:
-    known = [v for v in values if v is not None]
-    if len(known) < 2:
-        return ""
-    top = max([*known, floor or 0.0]) or 1.0
-    step = width / max(1, len(values) - 1)
-    points = " ".join(
-        f"{i * step:.1f},{height - 2 - (v / top) * (height - 4):.1f}"
-        for i, v in enumerate(values)
-        if v is not None
-    )
-    floor_line = ""
-    if floor is not None:
-        y = height - 2 - (floor / top) * (height - 4)
-        floor_line = (
-            f'<line x1="0" x2="{width}" y1="{y:.1f}" y2="{y:.1f}" stroke="#cf222e" stroke-dasharray="3 2"/>'
-        )
-    return (
-        f'<svg class="spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">'
-        f'{floor_line}<polyline fill="none" stroke="#0969da" stroke-width="1.5" points="{points}"/></svg>'
-    )
-
-
-@dataclass
-class _Ctx:
-    report: RunReport
-    history: HistoryView | None
-    incident_of: dict[str, Incident]
-    max_duration: float
-
-    def dates(self) -> list[str]:
-        return [r.started_at for r in self.history.runs] if self.history else []
-
-    @property
-    def inventory_flag(self) -> str:
-        return inventory_flag(self.report.inventory.source)
-
-    def hist(self, record: CheckRecord) -> ItemHistory | None:
-        return self.history.items.get(item_identity(record)) if self.history else None
 
 
 def _cell(record: CheckRecord, label: str) -> str:
     outcome = record.outcome.value
     title = f"{record.check} [{record.target}]: {outcome} — {record.message}"
     return (
-        f'<a class="cell o-{outcome}" href="#{item_anchor(record.nodeid)}" title="{_e(title[:300])}">'
-        f"{_SYMBOL.get(outcome, '?')} {_e(label)}</a>"
+        f'<a class="cell o-{outcome}" href="#{item_anchor(record.nodeid)}" title="{esc(title[:300])}">'
+        f"{OUTCOME_SYMBOL.get(outcome, '?')} {esc(label)}</a>"
     )
 
 
 # ------------------------------------------------------------------ sections
 
 
-def _top(ctx: _Ctx) -> str:
+def _top(ctx: PageContext) -> str:
     report = ctx.report
     verdict = verdict_of(report)
     summary = report.summary
     total = summary.get("total", len(report.checks))
     tally = outcome_counts(summary, len(report.not_run))
     pills = "".join(
-        f'<span class="pill o-{"skipped" if o == "not run" else o}">{_SYMBOL[o]} {n} {_e(_LABEL[o].lower())}</span>'
+        f'<span class="pill o-{"skipped" if o == "not run" else o}">{OUTCOME_SYMBOL[o]} {n} '
+        f"{esc(OUTCOME_LABEL[o].lower())}</span>"
         for o, n in tally.items()
         if n or o in ("failed", "passed")
     )
@@ -195,7 +133,7 @@ def _top(ctx: _Ctx) -> str:
     meta = [
         ("inventory", source),
         ("started (UTC)", report.started_at),
-        ("took", _fmt_seconds(run_duration_s(report))),
+        ("took", fmt_seconds(run_duration_s(report))),
         ("suites", ", ".join(f"{k} ({v})" for k, v in sorted(suites.items())) or "none"),
         ("incidents", str(len(report.incidents))),
     ]
@@ -205,19 +143,19 @@ def _top(ctx: _Ctx) -> str:
         from sbxcheck.spend import spend_line
 
         meta.append(("spend", spend_line(report.spend).removeprefix("spend: ")))
-    meta_html = "".join(f"<div><span>{_e(k)}</span>{_e(v)}</div>" for k, v in meta)
+    meta_html = "".join(f"<div><span>{esc(k)}</span>{esc(v)}</div>" for k, v in meta)
     history = ""
     if ctx.history and ctx.history.runs:
         runs = ctx.history.runs
         history = (
             f"<div><span>last {len(runs)} runs (oldest → now)</span>"
-            f"{_strip([r.verdict if r.verdict != 'empty' else None for r in runs], ctx.dates(), big=True)}</div>"
+            f"{outcome_strip([r.verdict if r.verdict != 'empty' else None for r in runs], ctx.dates(), big=True)}</div>"
         )
     details = ""
     if inventory.details:
         details = (
             "<details><summary>inventory details</summary><pre>"
-            + _e(json.dumps(inventory.details, indent=2, ensure_ascii=False, sort_keys=True))
+            + esc(json.dumps(inventory.details, indent=2, ensure_ascii=False, sort_keys=True))
             + "</pre></details>"
         )
     problems = summary.get("failed", 0) + summary.get("error", 0)
@@ -225,7 +163,7 @@ def _top(ctx: _Ctx) -> str:
     toc.append(("#items", f"Items ({problems} not passed first)" if problems else "Items"))
     if ctx.history is not None:
         toc.append(("#history", f"History (flaky: {len(ctx.history.flaky)})"))
-    nav = '<nav class="toc">' + "".join(f'<a href="{h}">{_e(t)}</a>' for h, t in toc) + "</nav>"
+    nav = '<nav class="toc">' + "".join(f'<a href="{h}">{esc(t)}</a>' for h, t in toc) + "</nav>"
     banner = (
         '<p class="warn sim-banner" id="simulated"><strong>Simulated run</strong>: these verdicts are '
         "about a simulated fleet, not a real one (the embedded one: no inventory was given, or --sbx-sim; "
@@ -236,7 +174,7 @@ def _top(ctx: _Ctx) -> str:
     )
     return (
         f'<header class="verdict v-{verdict}" id="verdict" data-verdict="{verdict}">'
-        f"<h1>{_e(verdict_headline(verdict, summary))}</h1><p>{_e(total)} checks: {pills_text(tally)}</p>"
+        f"<h1>{esc(verdict_headline(verdict, summary))}</h1><p>{esc(total)} checks: {pills_text(tally)}</p>"
         f"{_not_run_banner(report)}</header>"
         f'<main>{banner}<div class="meta">{meta_html}{history}</div><p>{pills}</p>{nav}{details}'
     )
@@ -258,25 +196,25 @@ def _not_run_banner(report: RunReport) -> str:
     if not report.interrupted:
         return ""
     why = f" ({report.interrupted_reason})" if report.interrupted_reason else ""
-    names = "".join(f"<li><code>{_e(n)}</code></li>" for n in report.not_run[:_BANNER_NOT_RUN])
+    names = "".join(f"<li><code>{esc(n)}</code></li>" for n in report.not_run[:_BANNER_NOT_RUN])
     more = len(report.not_run) - _BANNER_NOT_RUN
     if more > 0:
         names += f"<li>… and {more} more (see the items below)</li>"
     rerun = not_run_command(report)
     return (
-        f'<p class="not-run">{len(report.not_run)} selected item(s) did not run{_e(why)}; '
+        f'<p class="not-run">{len(report.not_run)} selected item(s) did not run{esc(why)}; '
         "re-run them for a verdict</p>"
-        + (_next_step("", [rerun], title="Re-run what did not run") if rerun else "")
+        + (next_step_html("", [rerun], title="Re-run what did not run") if rerun else "")
         + (f'<ul class="not-run">{names}</ul>' if names else "")
     )
 
 
 def pills_text(tally: Mapping[str, int]) -> str:
     """The banner's count line from :func:`outcome_counts` (not run only when there were such items)."""
-    return ", ".join(f"{n} {_LABEL[o].lower()}" for o, n in tally.items() if n or o != "not run")
+    return ", ".join(f"{n} {OUTCOME_LABEL[o].lower()}" for o, n in tally.items() if n or o != "not run")
 
 
-def _incidents(ctx: _Ctx) -> str:
+def _incidents(ctx: PageContext) -> str:
     report, history = ctx.report, ctx.history
     by_nodeid = {r.nodeid: r for r in report.checks}
     problems = [r for r in report.checks if r.outcome in (Outcome.FAILED, Outcome.ERROR)]
@@ -294,11 +232,11 @@ def _incidents(ctx: _Ctx) -> str:
         links = _member_links(members)
         only_errors = all(m.outcome is Outcome.ERROR for m in members)
         blocks.append(
-            f'<section class="incident{" c-error" if only_errors else ""}" id="{_e(incident.id)}" '
-            f'data-classification="{_e(incident.classification.value)}">'
-            f'<h3>{tag} <span class="tag">{_e(incident.classification.value)}</span> {_e(incident.id)}</h3>'
-            f"<p>{_e(incident.summary)}</p>"
-            f"{_next_step(incident.recommendation, commands)}"
+            f'<section class="incident{" c-error" if only_errors else ""}" id="{esc(incident.id)}" '
+            f'data-classification="{esc(incident.classification.value)}">'
+            f'<h3>{tag} <span class="tag">{esc(incident.classification.value)}</span> {esc(incident.id)}</h3>'
+            f"<p>{esc(incident.summary)}</p>"
+            f"{next_step_html(incident.recommendation, commands)}"
             f"{links}</section>"
         )
     resolved = history.resolved if history else []
@@ -307,8 +245,9 @@ def _incidents(ctx: _Ctx) -> str:
     loose = [r for r in problems if r.nodeid not in grouped]
     if loose:
         rows = "".join(
-            f'<li><a href="#{item_anchor(r.nodeid)}"><span class="o-{r.outcome.value}">{_SYMBOL[r.outcome.value]}'
-            f"</span> {_e(r.check)} [{_e(r.target)}]</a> — {_e(_short(r.message, 160))}</li>"
+            f'<li><a href="#{item_anchor(r.nodeid)}"><span class="o-{r.outcome.value}">'
+            f"{OUTCOME_SYMBOL[r.outcome.value]}"
+            f"</span> {esc(r.check)} [{esc(r.target)}]</a> — {esc(shorten(r.message, 160))}</li>"
             for r in loose[:12]
         )
         more = f"<li>… and {len(loose) - 12} more under Items</li>" if len(loose) > 12 else ""
@@ -322,9 +261,9 @@ def _incidents(ctx: _Ctx) -> str:
         blocks.append(f'<p class="muted">No incidents{why or ": every check passed or was skipped"}.</p>')
     if resolved:
         items = "".join(
-            f'<li>{_status_tag(s)} <span class="tag">{_e(s.incident.classification.value)}</span> '
-            f'{_e(s.incident.summary)} <span class="muted">(open {s.runs} run{"s" if s.runs != 1 else ""} '
-            f"from {_e(s.since)})</span></li>"
+            f'<li>{_status_tag(s)} <span class="tag">{esc(s.incident.classification.value)}</span> '
+            f'{esc(s.incident.summary)} <span class="muted">(open {s.runs} run{"s" if s.runs != 1 else ""} '
+            f"from {esc(s.since)})</span></li>"
             for s in resolved
         )
         blocks.append(f"<h3>Resolved since the previous run ({len(resolved)})</h3><ul>{items}</ul>")
@@ -338,16 +277,17 @@ def _member_links(members: Sequence[CheckRecord]) -> str:
 
     def link(m: CheckRecord) -> str:
         return (
-            f'<a href="#{item_anchor(m.nodeid)}"><span class="o-{m.outcome.value}">{_SYMBOL[m.outcome.value]}</span> '
-            f"{_e(m.check)} [{_e(m.target)}]</a>"
+            f'<a href="#{item_anchor(m.nodeid)}"><span class="o-{m.outcome.value}">'
+            f"{OUTCOME_SYMBOL[m.outcome.value]}</span> "
+            f"{esc(m.check)} [{esc(m.target)}]</a>"
         )
 
     if shared:
         return (
-            f"<p><strong>{len(members)} items</strong>, all: {_e(_short(next(iter(messages)), 240))}</p>"
+            f"<p><strong>{len(members)} items</strong>, all: {esc(shorten(next(iter(messages)), 240))}</p>"
             f'<p class="members">{", ".join(link(m) for m in members)}</p>'
         )
-    rows = "".join(f"<li>{link(m)} — {_e(_short(m.message, 160))}</li>" for m in members)
+    rows = "".join(f"<li>{link(m)} — {esc(shorten(m.message, 160))}</li>" for m in members)
     return f"<ul>{rows}</ul>"
 
 
@@ -356,16 +296,8 @@ def _status_tag(status: IncidentStatus | None) -> str:
         return ""
     if status.status == "ongoing":
         runs = f"{status.runs} run" + ("s" if status.runs != 1 else "")
-        return f'<span class="tag ongoing">ONGOING since {_e(status.since)} ({runs})</span>'
-    return f'<span class="tag {_e(status.status)}">{_e(status.status.upper())}</span>'
-
-
-def _next_step(recommendation: str, commands: Sequence[str], *, title: str = "Next step") -> str:
-    cmds = "".join(
-        f'<div class="cmd"><pre><code>{_e(c)}</code></pre><button class="copy" type="button" hidden>copy</button></div>'
-        for c in commands
-    )
-    return f'<div class="next"><strong>{_e(title)}</strong>{_e(recommendation)}{cmds}</div>'
+        return f'<span class="tag ongoing">ONGOING since {esc(status.since)} ({runs})</span>'
+    return f'<span class="tag {esc(status.status)}">{esc(status.status.upper())}</span>'
 
 
 def _key_proof(mount: Mapping[str, Any]) -> str:
@@ -383,8 +315,8 @@ def _mounts(report: RunReport) -> str:
     if not rows:
         return ""
     body = "".join(
-        f"<tr><td>{_e(m.get('name'))}</td><td>{_e(m.get('run_id'))}</td><td>{_e(m.get('action'))}</td>"
-        f"<td><code>{_e(m.get('ssh') or '')}</code></td><td>{_e(_key_proof(m))}</td><td>{_e(m.get('why'))}</td></tr>"
+        f"<tr><td>{esc(m.get('name'))}</td><td>{esc(m.get('run_id'))}</td><td>{esc(m.get('action'))}</td>"
+        f"<td><code>{esc(m.get('ssh') or '')}</code></td><td>{esc(_key_proof(m))}</td><td>{esc(m.get('why'))}</td></tr>"
         for m in rows
     )
     head = "<tr><th>mount</th><th>run id</th><th>action</th><th>get in</th><th>key</th><th>why</th></tr>"
@@ -400,7 +332,7 @@ def _split_gate_target(target: str, run_ids: Sequence[str]) -> tuple[str, str | 
     return target, None
 
 
-def _grid(ctx: _Ctx) -> str:
+def _grid(ctx: PageContext) -> str:
     records = ctx.report.checks
     used: set[str] = set()
     parts: list[str] = []
@@ -476,10 +408,10 @@ def _grid(ctx: _Ctx) -> str:
             chain = '<span class="arrow">→</span>'.join(
                 _cell(steps[check], label)
                 if check in steps
-                else f'<span class="muted">{_e(label)}: not run</span>'
+                else f'<span class="muted">{esc(label)}: not run</span>'
                 for check, label in _DGX_CHAIN
             )
-            rows_html.append(f'<p class="chain"><strong>{_e(host)}</strong>: {chain}</p>')
+            rows_html.append(f'<p class="chain"><strong>{esc(host)}</strong>: {chain}</p>')
         parts.append("<h3>DGX chain</h3>" + "".join(rows_html))
 
     leftover = [r for r in records if r.nodeid not in used]
@@ -491,7 +423,7 @@ def _grid(ctx: _Ctx) -> str:
             cells_html = "".join(
                 _cell(r, f"{r.check}" + (f" [{r.target}]" if r.target else "")) for r in members
             )
-            parts.append(f'<h3>Other {_e(suite)} checks</h3><div class="flow">{cells_html}</div>')
+            parts.append(f'<h3>Other {esc(suite)} checks</h3><div class="flow">{cells_html}</div>')
     return '<h2 id="fleet">Fleet</h2><div class="grid-wrap" id="grid">' + "".join(parts) + "</div>"
 
 
@@ -504,7 +436,7 @@ def _table(
     *,
     short_labels: bool = False,
 ) -> str:
-    head = f"<tr><th>{_e(corner)}</th>" + "".join(f"<th>{_e(label)}</th>" for _, label in columns) + "</tr>"
+    head = f"<tr><th>{esc(corner)}</th>" + "".join(f"<th>{esc(label)}</th>" for _, label in columns) + "</tr>"
     body = []
     for row in rows:
         tds = []
@@ -512,11 +444,11 @@ def _table(
             members = cells.get((row, key), [])
             text = label.split(" ", 1)[0] if short_labels else label
             tds.append("<td>" + "".join(_cell(m, text) for m in members) + "</td>")
-        body.append(f"<tr><th>{_e(row)}</th>{''.join(tds)}</tr>")
-    return f"<h3>{_e(title)}</h3><table>{head}{''.join(body)}</table>"
+        body.append(f"<tr><th>{esc(row)}</th>{''.join(tds)}</tr>")
+    return f"<h3>{esc(title)}</h3><table>{head}{''.join(body)}</table>"
 
 
-def _credit(ctx: _Ctx) -> str:
+def _credit(ctx: PageContext) -> str:
     points = credit_of(ctx.report)
     read = {p.nodeid for p in points}
     unread = [r for r in ctx.report.checks if r.check == "E_credit_remaining" and r.nodeid not in read]
@@ -524,21 +456,21 @@ def _credit(ctx: _Ctx) -> str:
         return ""
     trend = ctx.history.credit if ctx.history else {}
     rows = [
-        f'<div><a href="#{item_anchor(r.nodeid)}">{_e(r.target)}</a></div><div class="cbar" title="not read"></div>'
-        f'<div class="o-{r.outcome.value}">not read: {_e(_short(r.message, 120))}</div>'
+        f'<div><a href="#{item_anchor(r.nodeid)}">{esc(r.target)}</a></div><div class="cbar" title="not read"></div>'
+        f'<div class="o-{r.outcome.value}">not read: {esc(shorten(r.message, 120))}</div>'
         for r in unread
     ]
     for p in points:
         bar = _credit_bar(p)
         series = [pt.remaining_usd if pt else None for _, pt in trend.get(p.key, [])]
-        spark = _spark(series, floor=p.floor_usd) if len(series) > 1 else ""
+        spark = sparkline(series, floor=p.floor_usd) if len(series) > 1 else ""
         if p.remaining_usd is None:
             text = "uncapped (limit null)"
         else:
             text = f"${p.remaining_usd:.2f} left of ${p.limit_usd or 0:.2f}; floor ${p.floor_usd or 0:.2f}"
         rows.append(
-            f'<div><a href="#{item_anchor(p.nodeid)}">{_e(p.run_id)}</a></div>{bar}'
-            f"<div>{_e(text)} {spark}</div>"
+            f'<div><a href="#{item_anchor(p.nodeid)}">{esc(p.run_id)}</a></div>{bar}'
+            f"<div>{esc(text)} {spark}</div>"
         )
     return (
         '<h3 id="credit">Credit remaining per runtime key (gate E; black mark = floor)</h3>'
@@ -563,11 +495,11 @@ def _credit_bar(p: CreditPoint) -> str:
 def _filters(report: RunReport) -> str:
     def select(name: str, label: str, values: Iterable[str], extra: Sequence[tuple[str, str]] = ()) -> str:
         options = '<option value="">all</option>' + "".join(
-            f'<option value="{_e(v)}">{_e(t)}</option>' for v, t in extra
+            f'<option value="{esc(v)}">{esc(t)}</option>' for v, t in extra
         )
-        options += "".join(f'<option value="{_e(v)}">{_e(v)}</option>' for v in sorted(set(values)) if v)
+        options += "".join(f'<option value="{esc(v)}">{esc(v)}</option>' for v in sorted(set(values)) if v)
         return (
-            f'<label>{_e(label)} <select name="{_e(name)}" id="filter-{_e(name)}">{options}</select></label>'
+            f'<label>{esc(label)} <select name="{esc(name)}" id="filter-{esc(name)}">{options}</select></label>'
         )
 
     checks = report.checks
@@ -607,27 +539,22 @@ def _key_evidence(evidence: Mapping[str, Any]) -> list[tuple[str, str]]:
                 continue
         else:
             text = str(value)
-        lines.append((key, _short(text, 200)))
+        lines.append((key, shorten(text, 200)))
         if len(lines) >= _MAX_EVIDENCE_LINES:
             break
     return lines
 
 
-def _short(text: str, limit: int) -> str:
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
-def _item(ctx: _Ctx, record: CheckRecord) -> str:
+def _item(ctx: PageContext, record: CheckRecord) -> str:
     outcome = record.outcome.value
     classification = record.classification.value if record.classification else ""
     incident = ctx.incident_of.get(record.nodeid)
     hist = ctx.hist(record)
     tags = []
     if classification:
-        tags.append(f'<span class="tag">{_e(classification)}</span>')
+        tags.append(f'<span class="tag">{esc(classification)}</span>')
     if incident is not None:
-        tags.append(f'<a class="tag" href="#{_e(incident.id)}">incident {_e(incident.id)}</a>')
+        tags.append(f'<a class="tag" href="#{esc(incident.id)}">incident {esc(incident.id)}</a>')
     if hist is not None:
         if hist.flaky:
             tags.append(
@@ -636,23 +563,24 @@ def _item(ctx: _Ctx, record: CheckRecord) -> str:
         if hist.failing_since:
             since = "at least since" if hist.streak_reaches_window_start else "since"
             tags.append(
-                f'<span class="tag ongoing">{_e(_LABEL[outcome].lower())} {since} {_e(hist.failing_since)} '
+                f'<span class="tag ongoing">{esc(OUTCOME_LABEL[outcome].lower())} {since} {esc(hist.failing_since)} '
                 f"({hist.failing_runs} run{'s' if hist.failing_runs != 1 else ''})</span>"
             )
     width = (record.duration_s / ctx.max_duration * 100) if ctx.max_duration else 0.0
     duration = (
         f'<span class="dur" title="duration"><span class="bar"><i style="width:{width:.1f}%"></i></span>'
-        f"{_e(_fmt_seconds(record.duration_s))}</span>"
+        f"{esc(fmt_seconds(record.duration_s))}</span>"
     )
-    strip = _strip(hist.outcomes, ctx.dates()) if hist is not None and len(hist.outcomes) > 1 else ""
+    strip = outcome_strip(hist.outcomes, ctx.dates()) if hist is not None and len(hist.outcomes) > 1 else ""
     header = (
-        f'<header><span class="badge o-{outcome}">{_SYMBOL.get(outcome, "?")} {_e(_LABEL.get(outcome, outcome))}'
-        f"</span><strong>{_e(record.check)}</strong><code>{_e(record.target)}</code>{''.join(tags)}{strip}"
+        f'<header><span class="badge o-{outcome}">{OUTCOME_SYMBOL.get(outcome, "?")} '
+        f"{esc(OUTCOME_LABEL.get(outcome, outcome))}"
+        f"</span><strong>{esc(record.check)}</strong><code>{esc(record.target)}</code>{''.join(tags)}{strip}"
         f"{duration}</header>"
     )
-    body = f'<p class="msg">{_e(record.message)}</p>'
+    body = f'<p class="msg">{esc(record.message)}</p>'
     if record.outcome in (Outcome.FAILED, Outcome.ERROR):
-        lines = "".join(f"<li><code>{_e(k)}</code>: {_e(v)}</li>" for k, v in _key_evidence(record.evidence))
+        lines = "".join(f"<li><code>{esc(k)}</code>: {esc(v)}</li>" for k, v in _key_evidence(record.evidence))
         if lines:
             body += f'<ul class="ev">{lines}</ul>'
         if (
@@ -660,8 +588,8 @@ def _item(ctx: _Ctx, record: CheckRecord) -> str:
             and (record.recommendation or incident.recommendation) == incident.recommendation
         ):
             body += (
-                f'<div class="next"><strong>Next step — shared by incident <a href="#{_e(incident.id)}">'
-                f"{_e(incident.id)}</a> (commands there)</strong>{_e(incident.recommendation)}</div>"
+                f'<div class="next"><strong>Next step — shared by incident <a href="#{esc(incident.id)}">'
+                f"{esc(incident.id)}</a> (commands there)</strong>{esc(incident.recommendation)}</div>"
             )
         else:
             recommendation = record.recommendation or default_recommendation(
@@ -669,23 +597,23 @@ def _item(ctx: _Ctx, record: CheckRecord) -> str:
                 [record.target],
                 probe=probe_command(record.evidence),
             )
-            body += _next_step(
+            body += next_step_html(
                 recommendation, next_step_commands([record], recommendation, ctx.inventory_flag)
             )
     facts = f"attempts: {record.attempts}" + (f" · cause: {record.cause}" if record.cause else "")
     evidence = json.dumps(record.evidence, indent=2, ensure_ascii=False, sort_keys=True)
     folded = (
-        f"<details><summary>full evidence · <code>{_e(record.nodeid)}</code></summary>"
-        f'<p class="muted">{_e(facts)} · identity {_e(item_identity(record))}</p><pre>{_e(evidence)}</pre></details>'
+        f"<details><summary>full evidence · <code>{esc(record.nodeid)}</code></summary>"
+        f'<p class="muted">{esc(facts)} · identity {esc(item_identity(record))}</p><pre>{esc(evidence)}</pre></details>'
     )
     return (
-        f'<article class="item o-{outcome}" id="{item_anchor(record.nodeid)}" data-outcome="{_e(outcome)}" '
-        f'data-suite="{_e(record.suite)}" data-target="{_e(record.target)}" '
-        f'data-classification="{_e(classification)}">{header}{body}{folded}</article>'
+        f'<article class="item o-{outcome}" id="{item_anchor(record.nodeid)}" data-outcome="{esc(outcome)}" '
+        f'data-suite="{esc(record.suite)}" data-target="{esc(record.target)}" '
+        f'data-classification="{esc(classification)}">{header}{body}{folded}</article>'
     )
 
 
-def _items(ctx: _Ctx) -> str:
+def _items(ctx: PageContext) -> str:
     ordered = sorted(ctx.report.checks, key=lambda r: (_ORDER.get(r.outcome.value, 9), r.nodeid))
     problems = sum(1 for r in ordered if r.outcome in (Outcome.FAILED, Outcome.ERROR))
     note = f"{problems} not passed, listed first" if problems else "all passed"
@@ -695,18 +623,18 @@ def _items(ctx: _Ctx) -> str:
     )
 
 
-def _history(ctx: _Ctx) -> str:
+def _history(ctx: PageContext) -> str:
     history = ctx.history
     if history is None:
         return ""
     dates = ctx.dates()
     parts = [f'<h2 id="history">History ({len(history.runs)} runs kept)</h2>']
     for warning in history.warnings:
-        parts.append(f'<p class="warn">{_e(warning)}</p>')
+        parts.append(f'<p class="warn">{esc(warning)}</p>')
     flaky = history.flaky
     if flaky:
         rows = "".join(
-            f"<tr><td>{_e(i.identity)}</td><td>{_strip(i.outcomes, dates)}</td><td>{i.flips}</td></tr>"
+            f"<tr><td>{esc(i.identity)}</td><td>{outcome_strip(i.outcomes, dates)}</td><td>{i.flips}</td></tr>"
             for i in flaky
         )
         parts.append(
@@ -718,8 +646,8 @@ def _history(ctx: _Ctx) -> str:
     failing = history.failing
     if failing:
         rows = "".join(
-            f"<tr><td>{_e(i.identity)}</td><td>{_strip(i.outcomes, dates)}</td>"
-            f"<td>{'≥ ' if i.streak_reaches_window_start else ''}{_e(i.failing_since)}</td>"
+            f"<tr><td>{esc(i.identity)}</td><td>{outcome_strip(i.outcomes, dates)}</td>"
+            f"<td>{'≥ ' if i.streak_reaches_window_start else ''}{esc(i.failing_since)}</td>"
             f"<td>{i.failing_runs}</td></tr>"
             for i in failing
         )
@@ -731,7 +659,7 @@ def _history(ctx: _Ctx) -> str:
     slow = [i for i in slow if i.durations and i.durations[-1]]
     if slow:
         rows = "".join(
-            f"<tr><td>{_e(i.identity)}</td><td>{_e(_fmt_seconds(i.durations[-1]))}</td><td>{_spark(i.durations)}</td></tr>"
+            f"<tr><td>{esc(i.identity)}</td><td>{esc(fmt_seconds(i.durations[-1]))}</td><td>{sparkline(i.durations)}</td></tr>"
             for i in slow
         )
         parts.append(
@@ -746,8 +674,8 @@ def _machines(report: RunReport) -> str:
     if not rows:
         return ""
     keys = sorted({k for row in rows for k in row})
-    head = "".join(f"<th>{_e(k)}</th>" for k in keys)
-    body = "".join("<tr>" + "".join(f"<td>{_e(row.get(k, ''))}</td>" for k in keys) + "</tr>" for row in rows)
+    head = "".join(f"<th>{esc(k)}</th>" for k in keys)
+    body = "".join("<tr>" + "".join(f"<td>{esc(row.get(k, ''))}</td>" for k in keys) + "</tr>" for row in rows)
     return f"<details><summary>Machine inventory ({len(rows)})</summary><table><tr>{head}</tr>{body}</table></details>"
 
 
@@ -758,7 +686,7 @@ def render_html(document: Mapping[str, Any], redactor: Redactor, history: Histor
     for incident in report.incidents:
         for nodeid in incident.checks:
             incident_of.setdefault(nodeid, incident)
-    ctx = _Ctx(report, history, incident_of, max((r.duration_s for r in report.checks), default=0.0))
+    ctx = PageContext(report, history, incident_of, max((r.duration_s for r in report.checks), default=0.0))
     verdict = verdict_of(report)
     title = f"{_HEADLINE[verdict].split(' —')[0]} · sbxcheck · {report.inventory.source}"
     page = (
@@ -766,7 +694,7 @@ def render_html(document: Mapping[str, Any], redactor: Redactor, history: Histor
         '<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         '<link rel="icon" href="data:,">'
-        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
+        f"<title>{esc(title)}</title><style>{_CSS}</style></head><body>"
         f"{_top(ctx)}{_incidents(ctx)}{_mounts(report)}{_grid(ctx)}{_credit(ctx)}{_items(ctx)}{_history(ctx)}"
         f"{_machines(report)}</main><script>{_SCRIPT}</script></body></html>\n"
     )
