@@ -291,7 +291,7 @@ class ResultCollector:
             return
         from sbxcheck.display import SanitisingWriter
         from sbxcheck.report.history import verdict_of
-        from sbxcheck.report.html import verdict_headline
+        from sbxcheck.report.html_verdict import verdict_headline
         from sbxcheck.report.present import counts_line, detail_block, headline
 
         document = self.report.model_dump(mode="json")
@@ -363,7 +363,7 @@ class ResultCollector:
                 tr.write_line(f"    not run: {nodeid}")
             if len(not_run) > NOT_RUN_SHOWN:
                 tr.write_line(f"    … and {len(not_run) - NOT_RUN_SHOWN} more (results.json: not_run)")
-            from sbxcheck.report.html import not_run_command
+            from sbxcheck.report.nextsteps import not_run_command
 
             rerun = not_run_command(self.report)
             if rerun:

@@ -20,7 +20,7 @@ from support import report_scenarios as scenarios
 
 from sbxcheck.redact import Redactor
 from sbxcheck.report.history import HistoryStore
-from sbxcheck.report.html import item_anchor
+from sbxcheck.report.html_base import item_anchor
 from sbxcheck.report.nextsteps import extract_commands
 from sbxcheck.report.results_json import render_results_json
 from sbxcheck.report.writers import write_artifacts

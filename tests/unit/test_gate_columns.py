@@ -11,8 +11,9 @@ from sbxcheck.checks.gate import GateTarget, judge_git_integrity, judge_pi_model
 from sbxcheck.checks.gate_model import judge_cost_reported, judge_credit_remaining, judge_model_answers
 from sbxcheck.checks.script import ScriptRun
 from sbxcheck.redact import Redactor
-from sbxcheck.report import html
+from sbxcheck.report import html_fleet
 from sbxcheck.report.html import render_html
+from sbxcheck.report.html_base import item_anchor
 from sbxcheck.report.results_json import report_dict
 from sbxcheck.results import GATE_COLUMNS, GateColumn, RunReport
 
@@ -54,7 +55,7 @@ def test_a_new_gate_check_is_one_row(monkeypatch: pytest.MonkeyPatch) -> None:
     extra = git.model_copy(update={"check": "F_fleet_clock", "nodeid": git.nodeid.replace("git", "clock")})
     report = report.model_copy(update={"checks": [*report.checks, extra]})
     assert "F clock" not in _grid(report)
-    monkeypatch.setattr(html, "GATE_COLUMNS", (*GATE_COLUMNS, GateColumn("F_fleet_clock", "F clock")))
+    monkeypatch.setattr(html_fleet, "GATE_COLUMNS", (*GATE_COLUMNS, GateColumn("F_fleet_clock", "F clock")))
     grid = _grid(report)
     assert grid.split("</tr>", 1)[0].endswith("<th>F clock</th>")
-    assert f'href="#{html.item_anchor(extra.nodeid)}"' in grid
+    assert f'href="#{item_anchor(extra.nodeid)}"' in grid

@@ -80,7 +80,7 @@ def test_empty_and_error_only_runs_say_so() -> None:
 
 def test_a_healthy_run_with_a_skipped_item_says_how_many_passed_and_were_skipped() -> None:
     """A skipped item is not a passed check: the headline counts both instead of "every check passed"."""
-    from sbxcheck.report.html import verdict_headline
+    from sbxcheck.report.html_verdict import verdict_headline
 
     report = scenarios.healthy()
     first = report.checks[0]
