@@ -30,6 +30,7 @@ CORE = {
     "sbxcheck.ids",
     "sbxcheck.inventory",
     "sbxcheck.inventory_base",
+    "sbxcheck.inventory_recipes",
     "sbxcheck.inventory_sandboxed",
     "sbxcheck.redact",
     "sbxcheck.results",
