@@ -3,33 +3,40 @@
 Secrets never appear here, only the names of the env vars that hold them. Relative paths are
 resolved against the inventory file's directory. A bad file raises one ``InventoryError``
 naming the file, the field and what was expected.
+
+This module is the inventory's public API: the root model, the sections without a module of
+their own, and reading and writing the file. It re-exports the models kept elsewhere (the
+``[sandboxed]`` tables of ``inventory_sandboxed``, the ``[sssf.recipes]`` templates of
+``inventory_recipes``), so ``from sbxcheck.inventory import X`` reaches every section; ``__all__``
+lists what it offers.
 """
 
 from __future__ import annotations
 
 import re
-import shlex
-import string
 import tomllib
-from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    PositiveFloat,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from sbxcheck.errors import InventoryError, describe_validation_error
+from sbxcheck.inventory_base import StrictSection, no_userinfo
+from sbxcheck.inventory_recipes import NEEDS_RUN_ID, RECIPES, RecipeName, RecipeTemplates, RecipeTimeouts
+from sbxcheck.inventory_sandboxed import (
+    GIT_REMOTE_RE,
+    GITHUB_HOST_RE,
+    GithubProbeSpec,
+    HygieneSection,
+    McpSection,
+    RouteSpec,
+    SandboxedSection,
+    WorkspaceCanarySpec,
+    WorkspaceExpectation,
+    credential_free_remote,
+)
 from sbxcheck.redact import default_redactor
 from sbxcheck.safeio import UnsafeInput, read_regular_file
-from sbxcheck.secrets import looks_like_env_name
 
 _HOST_LABEL_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 INVENTORY_FILENAME = "sbxcheck.toml"
@@ -38,31 +45,40 @@ INVENTORY_ENV = "SBXCHECK_INVENTORY"
 DEFAULT_ROSTER_CONFIG = "adws/adw_sssf_config/sssf.config.yaml"
 DEFAULT_COST_PROBE_MODEL = "deepseek/deepseek-v4-flash-0731"
 
+__all__ = [
+    "DEFAULT_COST_PROBE_MODEL",
+    "DEFAULT_ROSTER_CONFIG",
+    "GITHUB_HOST_RE",
+    "GIT_REMOTE_RE",
+    "INVENTORY_ENV",
+    "INVENTORY_FILENAME",
+    "MAX_INVENTORY_BYTES",
+    "NEEDS_RUN_ID",
+    "RECIPES",
+    "DgxSection",
+    "GithubProbeSpec",
+    "HygieneSection",
+    "Inventory",
+    "McpSection",
+    "RecipeName",
+    "RecipeTemplates",
+    "RecipeTimeouts",
+    "RouteSpec",
+    "SandboxedSection",
+    "SimSection",
+    "SshSection",
+    "SssfSection",
+    "StateSection",
+    "WorkspaceCanarySpec",
+    "WorkspaceExpectation",
+    "credential_free_remote",
+    "dump_inventory",
+    "load_inventory",
+    "path_problems",
+]
 
-_NOT_A_NAME = (
-    "does not look like a variable name (letters, digits and _; the value is not shown: it may be a secret)"
-)
 
-
-def _check_env_name(field: str, value: object) -> None:
-    if isinstance(value, str) and not looks_like_env_name(value):
-        raise ValueError(f"the value of {field} {_NOT_A_NAME}")
-
-
-class _Strict(BaseModel):
-    """Unknown fields are errors; every ``*_env`` field must hold an env-var *name*, never a value."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _env_var_names(cls, value: object, info: ValidationInfo) -> object:
-        if info.field_name and info.field_name.endswith("_env"):
-            _check_env_name(info.field_name, value)
-        return value
-
-
-class SshSection(_Strict):
+class SshSection(StrictSection):
     """How to reach hosts over SSH."""
 
     config: Path | None = Field(
@@ -102,95 +118,7 @@ class SshSection(_Strict):
     )
 
 
-# ------------------------------------------------------------------ just sbx recipe templates ([sssf.recipes])
-# The configuration of lifecycle/recipes.py (which runs them), kept here: the inventory is the core.
-
-RecipeName = Literal["mount", "teardown", "harvest", "list", "reap"]
-RECIPES: tuple[RecipeName, ...] = ("mount", "teardown", "harvest", "list", "reap")
-NEEDS_RUN_ID = frozenset({"mount", "teardown", "harvest"})
-_SHELL_TOKENS = frozenset({";", "&", "&&", "|", "||", ">", ">>", "<", "<<", "2>", "2>&1", "`"})
-_PROBE = "sbx probe ';\"$x"  # a value that only survives templating as one whole token
-
-
-class RecipeTimeouts(BaseModel):
-    """Seconds each recipe may run before its process group is killed."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    mount: PositiveFloat = Field(default=600.0, description="seconds `mount` may run")
-    teardown: PositiveFloat = Field(default=300.0, description="seconds `teardown` may run")
-    harvest: PositiveFloat = Field(default=120.0, description="seconds `harvest` may run")
-    list: PositiveFloat = Field(default=60.0, description="seconds `list` may run")
-    reap: PositiveFloat = Field(default=60.0, description="seconds `reap` (a dry run) may run")
-
-
-class RecipeTemplates(BaseModel):
-    """Command templates for the recipes sbxcheck may run, and where to run them.
-
-    Each runs without a shell (no `;`, `|`, `>`, `&&`), `{run_id}` is its only placeholder (quoted for
-    you; mount, teardown and harvest need it, list and reap take none), and `--yes` is never allowed.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    mount: str = Field(
-        default="just sbx mount {run_id}",
-        description="mounts a sandbox (--sbx-mount NAME, [sssf] mounts); {run_id} is the mount name",
-    )
-    teardown: str = Field(default="just sbx lifecycle teardown {run_id}", description="tears a run down")
-    harvest: str = Field(
-        default="just sbx manage harvest {run_id}", description="harvests a run before its teardown"
-    )
-    list: str = Field(default="just sbx manage list", description="lists the fleet's runs")
-    reap: str = Field(default="just sbx manage reap", description="lists orphaned keys (a dry run)")
-    cwd: Path | None = Field(default=None, description="where the recipes run; default: [sssf] checkout")
-    timeout_s: RecipeTimeouts = Field(default=RecipeTimeouts(), description="per recipe, in seconds")
-
-    @model_validator(mode="after")
-    def _check_templates(self) -> RecipeTemplates:
-        for name in RECIPES:
-            _validate_template(name, getattr(self, name))
-        return self
-
-    def template(self, name: RecipeName) -> str:
-        if name not in RECIPES:
-            raise ValueError(f"unknown recipe {name!r}; expected one of {', '.join(RECIPES)}")
-        value: str = getattr(self, name)
-        return value
-
-    def timeout(self, name: RecipeName) -> float:
-        value: float = getattr(self.timeout_s, name)
-        return value
-
-
-def _validate_template(name: str, template: str) -> None:
-    if "--yes" in template.lower():
-        raise ValueError(f"recipe {name!r}: '--yes' is never allowed; sbxcheck only runs reap as a dry run")
-    try:
-        parsed = list(string.Formatter().parse(template))
-    except ValueError as exc:
-        raise ValueError(f"recipe {name!r}: bad template braces ({exc})") from None
-    fields = {(fname, spec, conv) for _, fname, spec, conv in parsed if fname is not None}
-    if fields - {("run_id", "", None)}:
-        raise ValueError(f"recipe {name!r}: the only placeholder allowed is {{run_id}}")
-    if name in NEEDS_RUN_ID and not fields:
-        raise ValueError(f"recipe {name!r}: the template must contain {{run_id}}")
-    if name not in NEEDS_RUN_ID and fields:
-        raise ValueError(f"recipe {name!r}: takes no run id; remove {{run_id}}")
-    try:
-        argv = shlex.split(template.format(run_id=shlex.quote(_PROBE)))
-    except ValueError as exc:
-        raise ValueError(f"recipe {name!r}: cannot split the template ({exc})") from None
-    if not argv:
-        raise ValueError(f"recipe {name!r}: the template is empty")
-    shellish = sorted(set(argv) & _SHELL_TOKENS)
-    if shellish:
-        raise ValueError(f"recipe {name!r}: runs without a shell, so {' '.join(shellish)} would be literal")
-    if fields and not any(_PROBE in token for token in argv):
-        raise ValueError(f"recipe {name!r}: put {{run_id}} outside quotes; it is quoted for you")
-
-
-class SssfSection(_Strict):
+class SssfSection(StrictSection):
     """An SSSF checkout whose ``.sandbox/runs/`` holds the run records of its fleet."""
 
     checkout: Path = Field(description="the SSSF checkout: its .sandbox/runs/<id>.json are the run records")
@@ -260,7 +188,7 @@ class SssfSection(_Strict):
     def _http_url(cls, value: str) -> str:
         if not value.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
-        _no_userinfo(value, "put the key in the env var provisioning_key_env names")
+        no_userinfo(value, "put the key in the env var provisioning_key_env names")
         return value.rstrip("/")
 
     @field_validator("vm_host_suffix")
@@ -276,160 +204,7 @@ class SssfSection(_Strict):
         return self.runs_dir if self.runs_dir is not None else self.checkout / ".sandbox" / "runs"
 
 
-class RouteSpec(_Strict):
-    """One mission route to probe: how a mission is dispatched and what it must run on."""
-
-    name: str = Field(
-        default="",
-        description="the route's label in item ids and idempotency keys (unique); default: "
-        "<backend>-<model_override or default>, with -mcp for via = \"mcp\"",
-    )
-    agent: str | None = Field(
-        default=None, description="the agent the mission runs (a library agent or the backend's own)"
-    )
-    backend: str = Field(description="the backend the mission is dispatched to (codex, claudecode, opencode, ...)")
-    model_override: str | None = Field(
-        default=None, description="the model: an exact GET /api/providers id; default: the backend's own"
-    )
-    model_effort: str | None = Field(
-        default=None,
-        description="the effort asked for (max, xhigh, high, ...); accepted only lower on the ladder is degraded",
-    )
-    workspace: str | None = Field(
-        default=None, description="workspace name or id; default: the host workspace"
-    )
-    via: Literal["rest", "mcp"] = Field(
-        default="rest",
-        description="how the mission is created: the REST API, or the assistant MCP server ([sandboxed.mcp])",
-    )
-    prompt: str = Field(
-        default="sbxcheck route probe: run `echo ok` once with your shell tool, then reply with the word ok.",
-        description="the probe mission's prompt",
-    )
-    contract: Literal["none", "roadmap", "conversational"] = Field(
-        default="none",
-        description="an opt-in dispatch contract the mission is created under (test_dispatch_contract): "
-        "roadmap needs project, track and acceptance_criteria; conversational needs origin_session_id",
-    )
-    project: str | None = Field(default=None, description="roadmap contract: the project")
-    track: str | None = Field(default=None, description="roadmap contract: the track the mission reserves")
-    acceptance_criteria: list[str] = Field(default_factory=list, description="roadmap contract: its criteria")
-    origin_session_id: str | None = Field(
-        default=None, description="conversational contract: the session the mission answers"
-    )
-
-    @model_validator(mode="after")
-    def _contract_fields(self) -> RouteSpec:
-        if self.contract == "roadmap" and not (self.project and self.track and self.acceptance_criteria):
-            raise ValueError('contract = "roadmap" needs project, track and acceptance_criteria')
-        if self.contract == "conversational" and not self.origin_session_id:
-            raise ValueError('contract = "conversational" needs origin_session_id')
-        return self
-
-    @property
-    def label(self) -> str:
-        base = self.name or "-".join(p for p in (self.backend, self.model_override or "default") if p)
-        return base if self.via == "rest" or self.name else f"{base}-mcp"
-
-
-class WorkspaceCanarySpec(_Strict):
-    """A read-only workspace-visibility canary for one (backend, workspace)."""
-
-    backend: str = Field(description="the backend the canary mission runs on")
-    workspace: str = Field(description="the workspace (name or id) whose checkout the mission must see")
-    checkout: str = Field(description="the checkout path the mission must see")
-    ref: str | None = Field(default=None, description="expected `git rev-parse HEAD`; unset: any commit")
-    pin_file: str | None = Field(
-        default="lean-toolchain", description="a file of the checkout that pins a toolchain; \"\": no pin check"
-    )
-    pin: str | None = Field(default=None, description="the pin_file's expected content; unset: only readable")
-    mcp_file: str = Field(
-        default="README.md",
-        description="a file read through a registered MCP tool, whose sha256 must equal a workspace exec's",
-    )
-    model_override: str | None = Field(default=None, description="the model; default: the backend's own")
-    agent: str | None = Field(default=None, description="the agent; default: the backend's own")
-
-    @property
-    def label(self) -> str:
-        return f"{self.backend}-{self.workspace}"
-
-
-class McpSection(_Strict):
-    """How to start the assistant MCP server (stdio) for routes with via = "mcp"."""
-
-    command: list[str] = Field(description="the server's argv (run without a shell)")
-    env: dict[str, str] = Field(default_factory=dict, description="plain, non-secret values")
-    env_from: dict[str, str] = Field(
-        default_factory=dict,
-        description="server env var -> name of the local env var holding its value",
-        json_schema_extra={"secret": "env"},
-    )
-    timeout_s: float = Field(default=30.0, gt=0, le=600, description="seconds one MCP call may take")
-    pass_session_token: bool = Field(
-        default=True,
-        description="hand the REST session's JWT to the server as SANDBOXED_API_TOKEN (env, never argv)",
-    )
-
-    @field_validator("env_from")
-    @classmethod
-    def _local_names(cls, value: dict[str, str]) -> dict[str, str]:
-        for server_name, local in value.items():
-            _check_env_name(f"env_from.{server_name}", local)
-        return value
-
-
-GITHUB_HOST_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::\d{1,5})?$")
-GIT_REMOTE_RE = re.compile(r"^(?:https|ssh)://(?P<auth>[^/@]*@)?[A-Za-z0-9.-]+(?::\d{1,5})?/\S+$")
-
-
-def _no_userinfo(url: str, fix: str) -> None:
-    """Refuse ``http://user:PASSWORD@host``: a secret in a URL would be sent, logged and echoed."""
-    authority = url.split("://", 1)[1].split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
-    if "@" in authority:
-        raise ValueError(f"must not carry a user name or password (user:…@host); {fix}")
-
-
-def credential_free_remote(url: str) -> bool:
-    """An https:// URL with no user info, or an ssh:// URL with at most a user name (``ssh://git@host/…``)."""
-    found = GIT_REMOTE_RE.match(url)
-    if not found:
-        return False
-    auth = found.group("auth")
-    return not auth or (url.startswith("ssh://") and ":" not in auth)
-
-
-class GithubProbeSpec(_Strict):
-    """A workspace that declares a GitHub repo: probe its stored gh/git credentials (booleans only)."""
-
-    workspace: str = Field(description="the workspace whose stored credentials are probed")
-    repo: str = Field(description="owner/name of the repository read")
-    via: Literal["rest", "mcp"] = Field(
-        default="rest", description="workspace discovery over the REST API or the assistant MCP server"
-    )
-    host: str = Field(default="github.com", description="the GitHub host (GitHub Enterprise: its host name)")
-    remote_url: str | None = Field(
-        default=None, description="the git remote to read instead of https://<host>/<repo>.git (a mirror)"
-    )
-
-    @field_validator("host")
-    @classmethod
-    def _host(cls, value: str) -> str:
-        if not GITHUB_HOST_RE.match(value):
-            raise ValueError("expected a host name, optionally with :port (e.g. github.example.com)")
-        return value
-
-    @field_validator("remote_url")
-    @classmethod
-    def _remote(cls, value: str | None) -> str | None:
-        if value is not None and not credential_free_remote(value):
-            raise ValueError(
-                "expected an https:// URL with no user name or token, or an ssh:// URL (ssh://git@host/...)"
-            )
-        return value
-
-
-class DgxSection(_Strict):
+class DgxSection(StrictSection):
     """The DGX routing runbook: agent-core reaches the DGX over tailscale."""
 
     agent_core: str | list[str] = Field(
@@ -478,126 +253,7 @@ class DgxSection(_Strict):
         return [self.model_copy(update={"agent_core": core}) for core in self.agent_cores]
 
 
-class HygieneSection(_Strict):
-    """Mission-hygiene thresholds, in seconds of a mission's ``idle_seconds`` (defaults: the server's own)."""
-
-    quiet_s: float = Field(default=300.0, gt=0, description="an active mission idle this long is quiet (< stalled_s)")
-    stalled_s: float = Field(default=1800.0, gt=0, description="an active mission idle this long is stalled")
-    stuck_queued_s: float = Field(default=900.0, gt=0, description="a pending mission idle this long is stuck_queued")
-    stalled_parked_s: float = Field(
-        default=1800.0, gt=0, description="an awaiting-user or acknowledged mission idle this long is stalled_parked"
-    )
-    stalled_background_s: float = Field(
-        default=21600.0, gt=0, description="a waiting_background mission idle this long is stalled_background"
-    )
-    max_missions: int = Field(default=1000, ge=1, le=20000, description="missions read (paged) at most")
-    signal_scan_limit: int = Field(
-        default=50, ge=1, le=500, description="in-flight missions asked for get_mission_health at most"
-    )
-
-    @model_validator(mode="after")
-    def _ordered(self) -> HygieneSection:
-        if self.quiet_s >= self.stalled_s:
-            raise ValueError(f"quiet_s ({self.quiet_s:g}) must be below stalled_s ({self.stalled_s:g})")
-        return self
-
-
-class WorkspaceExpectation(_Strict):
-    """What a workspace is expected to carry (names only: init scripts, MCPs, env-var names)."""
-
-    name: str = Field(description="the workspace's name")
-    init_scripts: list[str] = Field(default_factory=list, description="init scripts it must carry")
-    mcps: list[str] = Field(default_factory=list, description="MCP servers it must carry")
-    env_names: list[str] = Field(default_factory=list, description="env-var NAMES, never values")
-    skills: list[str] = Field(default_factory=list, description="skills it must carry")
-
-    @field_validator("env_names")
-    @classmethod
-    def _names_only(cls, value: list[str]) -> list[str]:
-        for name in value:
-            _check_env_name("env_names", name)
-        return value
-
-
-class SandboxedSection(_Strict):
-    """A sandboxed.sh control plane: where it is, how to authenticate, what to probe.
-
-    It authenticates with a JWT (``token_env``) or logs in with the dashboard password
-    (``password_env``, else ``password_file``); with none of them the canaries stop at one
-    ``config_defect``. Route labels, canary labels and github probes must each be unique.
-    """
-
-    url: str = Field(description="the control plane's base URL (http:// or https://, no user:password@)")
-    token_env: str | None = Field(
-        default=None, description="env var holding a JWT", json_schema_extra={"secret": "env"}
-    )
-    password_env: str | None = Field(
-        default=None, description="env var holding the dashboard password", json_schema_extra={"secret": "env"}
-    )
-    password_file: Path | None = Field(
-        default=None,
-        description="file holding the dashboard password (read when password_env is unset)",
-        json_schema_extra={"secret": "file"},
-    )
-    username: str | None = Field(default=None, description="the login's user name (multi-user mode)")
-    request_timeout_s: float = Field(default=15.0, gt=0, le=300, description="seconds one request may take")
-    execution_deadline_s: float = Field(
-        default=60.0, gt=0, le=3600, description="seconds from dispatch for a route to reach execution"
-    )
-    canary_deadline_s: float = Field(
-        default=120.0, gt=0, le=3600, description="seconds a workspace canary mission has to settle"
-    )
-    poll_interval_s: float = Field(
-        default=1.0, gt=0, le=60, description="first polling step where the live stream is missing (doubles to 10 s)"
-    )
-    max_concurrency: int = Field(default=8, ge=1, le=64, description="missions dispatched at once")
-    alternative_backends: list[str] = Field(
-        default_factory=lambda: ["opencode"],
-        description="alternative-provider backends: two of their routes crashing alike are one infrastructure "
-        "incident, and that backend gets nothing more",
-    )
-    routes: list[RouteSpec] = Field(default_factory=list, description="the mission routes to probe")
-    canaries: list[WorkspaceCanarySpec] = Field(default_factory=list, description="workspace-visibility canaries")
-    mcp: McpSection | None = Field(default=None, description="the assistant MCP server, for via = \"mcp\"")
-    expected_nodes: list[str] = Field(default_factory=list, description="remote nodes that must be healthy")
-    node_max_age_s: float = Field(
-        default=120.0, gt=0, le=86400, description="a node's heartbeat older than this is stale"
-    )
-    github_probes: list[GithubProbeSpec] = Field(default_factory=list, description="stored GitHub auth to probe")
-    hygiene: HygieneSection = Field(default_factory=HygieneSection, description="mission-hygiene thresholds")
-    workspaces: list[WorkspaceExpectation] = Field(
-        default_factory=list, description="what each workspace must carry (test_workspace_ready)"
-    )
-    removed_providers: list[str] = Field(
-        default_factory=lambda: ["virtuals"], description="providers a route must not use (test_catalog)"
-    )
-
-    @field_validator("url")
-    @classmethod
-    def _http_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("must start with http:// or https://")
-        _no_userinfo(value, "name the env var holding the password in password_env (or a JWT in token_env)")
-        return value.rstrip("/")
-
-    @model_validator(mode="after")
-    def _unique_names(self) -> SandboxedSection:
-        """Route and canary names key idempotency keys and report items: two alike would coalesce."""
-        problems = []
-        for what, labels in (
-            ("route", [r.label for r in self.routes]),
-            ("canary", [c.label for c in self.canaries]),
-            ("github probe", [f"{g.workspace}:{g.repo}:{g.via}" for g in self.github_probes]),
-        ):
-            dupes = sorted(label for label, n in Counter(labels).items() if n > 1)
-            if dupes:
-                problems.append(f"duplicate {what} name(s) {', '.join(repr(d) for d in dupes)}")
-        if problems:
-            raise ValueError("; ".join(problems) + " (each must be unique: give routes distinct `name`s)")
-        return self
-
-
-class StateSection(_Strict):
+class StateSection(StrictSection):
     """Where sbxcheck keeps its ledger of what sessions created (default: .sbxcheck/state beside this file)."""
 
     dir: Path | None = Field(
@@ -605,7 +261,7 @@ class StateSection(_Strict):
     )
 
 
-class SimSection(_Strict):
+class SimSection(StrictSection):
     """Present when the simulator wrote this inventory: what it is, for the report header."""
 
     embedded: bool = Field(default=False, description="the embedded fleet (started by this pytest run)")
@@ -615,7 +271,7 @@ class SimSection(_Strict):
     recipes: str = Field(default="stand-in", description="which SSSF recipes: 'stand-in' or 'real (<checkout>)'")
 
 
-class Inventory(_Strict):
+class Inventory(StrictSection):
     """A whole inventory file, validated."""
 
     ssh: SshSection = Field(default_factory=SshSection, description="how every host is reached")

@@ -29,6 +29,9 @@ CORE = {
     "sbxcheck.errors",
     "sbxcheck.ids",
     "sbxcheck.inventory",
+    "sbxcheck.inventory_base",
+    "sbxcheck.inventory_recipes",
+    "sbxcheck.inventory_sandboxed",
     "sbxcheck.redact",
     "sbxcheck.results",
     "sbxcheck.safeio",
@@ -360,7 +363,6 @@ def test_the_private_rule_sees_every_spelling(tmp_path: Path) -> None:
 #: never grow. A module leaves the list when it is split along an interface (a piece with a public surface of
 #: its own), not cut at a line count; no module joins it.
 OVER_THE_CAP = {
-    "sbxcheck/inventory.py": 750,  # the inventory model: every section and its validation
     "sbxcheck/lifecycle/missions.py": 757,  # the mission dispatcher: dispatch, follow, cancel
     "sbxcheck/plugin/session.py": 704,  # SbxSession: the resources a run opens and closes
 }
