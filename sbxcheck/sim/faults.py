@@ -202,6 +202,11 @@ FAULTS: dict[str, Fault] = {
             "cp.workspace-busy",
             "the verity workspace already has another session's live mission: creates into it get 409",
         ),
+        Fault(
+            "cp.slot-held",
+            "a long mission of the operator's own runs all session; on a release that runs one mission at a "
+            "time (--sbx-sim-cp-version v0.7) it holds the only slot",
+        ),
         # a control plane that lies in well-formed answers (sim/controlplane/lies.py)
         Fault(
             "cp.coalesce-foreign",

@@ -17,8 +17,10 @@ from sbxcheck.sim.httpserver import BackgroundServer
 pytestmark = pytest.mark.xdist_group("controlplane-double")
 
 
-def _served(root: Path, release: str | None) -> Iterator[tuple[ControlPlaneDouble, httpx.Client]]:
-    double = ControlPlaneDouble(root, latency_scale=0.02, seed=7, release=release)
+def _served(
+    root: Path, release: str | None, latency_scale: float = 0.02
+) -> Iterator[tuple[ControlPlaneDouble, httpx.Client]]:
+    double = ControlPlaneDouble(root, latency_scale=latency_scale, seed=7, release=release)
     with BackgroundServer(double.app, name="controlplane") as srv:
         token = httpx.post(f"{srv.url}/api/auth/login", json={"password": double.password}, timeout=5).json()
         with httpx.Client(
@@ -117,3 +119,38 @@ def test_current_profile_keeps_todays_api(current: tuple[ControlPlaneDouble, htt
     assert events[0]["sequence"] == 3
     names = [c["name"] for c in http.get("/api/system/components").json()["components"]]
     assert "assistant_mcp" in names
+
+
+def test_v07_runs_one_mission_at_a_time_and_queues_a_second_message_on_the_running_one(
+    tmp_path: Path,
+) -> None:
+    """Upstream's fallback: with every slot taken, a first message for B becomes a turn of A; /parallel says 409."""
+    for double, http in _served(tmp_path, "v0.7", latency_scale=1.0):  # a runs for 1-3 s
+        a = http.post("/api/control/missions", json={"title": "a", "backend": "codex"}).json()["id"]
+        b = http.post("/api/control/missions", json={"title": "b", "backend": "codex"}).json()["id"]
+        assert http.get("/api/control/parallel/config").json() == {"max_parallel_missions": 1, "running_count": 0}
+        assert http.post(f"/api/control/missions/{a}/parallel", json={"content": "say ok"}).json() == {
+            "ok": True,
+            "mission_id": a,
+        }
+        assert http.get("/api/control/parallel/config").json()["running_count"] == 1
+        refused = http.post(f"/api/control/missions/{b}/parallel", json={"content": "say ok"})
+        assert (refused.status_code, refused.text) == (409, "Maximum parallel missions (1) reached. 1 running.")
+        queued = http.post("/api/control/message", json={"content": "b's prompt", "mission_id": b}).json()
+        assert queued["queued"] is True
+        turns = double.parallel_state()
+        assert "b's prompt" in turns[a]["user_turns"] and turns[b]["user_turns"] == []  # b's text ran in a
+        assert _wait(http, a, "completed")["status"] == "completed"
+        assert http.get(f"/api/control/missions/{b}").json()["status"] == "pending"
+        assert http.post(f"/api/control/missions/{b}/parallel", json={"content": "say ok"}).status_code == 200
+        assert _wait(http, b, "completed")["status"] == "completed"
+
+
+def test_v07_slot_held_by_the_operators_own_mission(tmp_path: Path) -> None:
+    for double, http in _served(tmp_path, "v0.7"):
+        double.inject("cp.slot-held")
+        b = http.post("/api/control/missions", json={"title": "b", "backend": "codex"}).json()["id"]
+        assert http.get("/api/control/parallel/config").json() == {"max_parallel_missions": 1, "running_count": 1}
+        refused = http.post(f"/api/control/missions/{b}/parallel", json={"content": "say ok"})
+        assert refused.status_code == 409
+        assert http.get(f"/api/control/missions/{b}").json()["status"] == "pending"

@@ -40,6 +40,15 @@ class AgentRunner(EventRoutes):
     async def _sleep(self, base_s: float) -> None:
         await asyncio.sleep(max(0.0, base_s * self.latency_scale))
 
+    def _start_agent(self, m: MissionState) -> None:
+        """Run ``m``'s agent as a task on the server loop."""
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        task = loop.create_task(self._agent(m.id), name=f"sim-agent-{m.id[:8]}")
+        m.task = task
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     def _scope_for(self, m: MissionState) -> tuple[Path, Path]:
         """``(workspace_path, scope)``: the scope is the workspace, or an empty ephemeral dir."""
         ws = self._workspaces[m.record["workspace_id"]]

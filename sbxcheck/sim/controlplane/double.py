@@ -34,6 +34,8 @@ class ControlPlaneDouble(MissionRoutes, WorkspaceRoutes, FleetRoutes):
             Route("/api/control/missions", guard(self._missions_root), methods=["GET", "POST"]),
             Route("/api/control/running", guard(self._running), methods=["GET"]),
             Route("/api/control/message", guard(self._message), methods=["POST"]),
+            Route("/api/control/parallel/config", guard(self._parallel_config), methods=["GET"]),
+            Route("/api/control/missions/{id}/parallel", guard(self._parallel_start), methods=["POST"]),
             Route("/api/system/components", guard(self._components), methods=["GET"]),
             Route("/api/control/stream", guard(self.stream.endpoint), methods=["GET"]),
             Route("/api/control/missions/{id}", guard(self._mission_item), methods=["GET", "DELETE"]),

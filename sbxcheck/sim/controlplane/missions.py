@@ -14,7 +14,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from sbxcheck.sim.controlplane import lies, ops
-from sbxcheck.sim.controlplane.agent import AgentRunner
 from sbxcheck.sim.controlplane.model import (
     BUSY_HOLDER_ID,
     BUSY_HOLDER_TAG,
@@ -37,6 +36,7 @@ from sbxcheck.sim.controlplane.model import (
     plain_text,
     uuid_or_none,
 )
+from sbxcheck.sim.controlplane.parallel import ParallelSlots
 from sbxcheck.sim.controlplane.releases import create_body, trim_record
 from sbxcheck.sim.faults import HOSTILE_TEXT
 
@@ -63,7 +63,7 @@ def _type_error(body: Mapping[str, Any]) -> str | None:
     return None
 
 
-class MissionRoutes(AgentRunner):
+class MissionRoutes(ParallelSlots):
     """``/api/control/missions[/{id}[/digest|/cancel]]`` and ``/api/control/running``."""
 
     async def _missions_root(self, request: Request, user: str) -> Response:
@@ -336,14 +336,6 @@ class MissionRoutes(AgentRunner):
             return plain_text(500, "Internal Server Error")
         return JSONResponse(self._render(m), headers=headers)
 
-    def _start_agent(self, m: MissionState) -> None:
-        loop = asyncio.get_running_loop()
-        self._loop = loop
-        task = loop.create_task(self._agent(m.id), name=f"sim-agent-{m.id[:8]}")
-        m.task = task
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
     async def _message(self, request: Request, user: str) -> Response:
         """``POST /api/control/message {content, mission_id?}``: a pending mission's first message starts it."""
         body = await self._body(request)
@@ -356,11 +348,7 @@ class MissionRoutes(AgentRunner):
             mid, m = self._lookup(str(body.get("mission_id") or ""))
             if m is None or m.owner != user:
                 return plain_text(409, f"mission {mid or body.get('mission_id')} is not available")
-            queued = m.task is not None
-            if m.prompt is None and m.status == "pending":
-                m.prompt = content.strip()
-            if m.task is None and m.status not in TERMINAL:
-                self._start_agent(m)
+            queued, _ = self._route_first_message(user, m, content)
         message_id = str(uuid.uuid4())
         if self.release.first_message:
             return JSONResponse({"id": message_id, "queued": queued})

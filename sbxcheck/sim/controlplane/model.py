@@ -250,6 +250,8 @@ CONTROLPLANE_FAULTS: Final[dict[str, str]] = {
     "characters in the error text, and every workspace's status carries them",
     "cp.workspace-busy": "target workspace already has another session's live mission: creates into it "
     "are refused 409 workspace_occupied",
+    "cp.slot-held": "a long mission of the operator's own runs all session; where a release runs one "
+    "mission at a time (v0.7) it holds the only slot",
 }
 # the ``ops.*`` faults: hygiene, readiness, catalog (described in sbxcheck.sim.faults.FAULTS; sim/controlplane/ops.py)
 OPS_FAULTS: Final[dict[str, str]] = {n: f.summary for n, f in ALL_FAULTS.items() if n.startswith("ops.")}

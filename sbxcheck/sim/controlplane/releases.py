@@ -16,7 +16,10 @@ spec describes in what it serves, not in how it is shaped:
   and ``.../missions/:id/digest`` do not exist (axum answers an unmatched route 404 with an empty
   body); ``/api/control/missions/integrity`` reaches ``/missions/:id`` and is refused 400 (the path
   does not parse as a mission id);
-* ``GET /api/system/components`` lists no ``assistant_mcp``: the assistant MCP came later.
+* ``GET /api/system/components`` lists no ``assistant_mcp``: the assistant MCP came later;
+* one mission runs at a time (``MAX_PARALLEL_MISSIONS`` defaults to 1): a first message for another
+  mission while one runs is queued on the running one, and ``POST .../missions/:id/parallel`` answers
+  409 (see :mod:`sbxcheck.sim.controlplane.parallel`).
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ class ReleaseProfile:
     list_query: bool = True  # filters, limit and offset honoured
     list_rows: int = 50  # rows answered when the query is ignored
     missing_paths: frozenset[str] = frozenset()  # route paths this release does not have
+    max_parallel: int | None = None  # missions running at once (None: not capped here)
     components: tuple[str, ...] = tuple(name for name, _ in _COMPONENTS)
 
     def serves(self, route: Route) -> bool:
@@ -95,6 +99,7 @@ V0_7: Final = ReleaseProfile(
     event_cursors=False,
     list_query=False,
     list_rows=50,
+    max_parallel=1,  # MAX_PARALLEL_MISSIONS' default: one mission at a time
     missing_paths=frozenset(
         {
             "/api/health/fleet",
