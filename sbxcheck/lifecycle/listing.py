@@ -2,8 +2,8 @@
 
 The list is newest first and a page holds at most 200 missions, so one page says nothing about a
 mission made before the 200 newest. An intent is settled only against a listing that reached back
-to it: pages are read until a row older than the oldest intent (less the clock slack) or the end
-of the list, and at most ``max_pages`` of them. A listing cut at that bound is *incomplete*: an
+to it: pages are read until a row last touched before the oldest intent (less the clock slack) or the
+end of the list, and at most ``max_pages`` of them. A listing cut at that bound is *incomplete*: an
 intent it did not find stays open and is reported, never closed as "never created". A release whose
 list takes no query answers the same 50 rows to every page: the page after them repeats them, and the
 listing is incomplete too (never "the end of the list").
@@ -52,7 +52,7 @@ def missions_since(
     page_size: int = LIST_PAGE,
     max_pages: int = MAX_LIST_PAGES,
 ) -> Listing:
-    """Pages of the list until a row created before ``since`` (less the slack) or a short page."""
+    """Pages of the list until a row last touched before ``since`` (less the slack) or a short page."""
     size = max(1, min(LIST_PAGE, page_size))
     floor = since - dt.timedelta(seconds=CLOCK_SLACK_S) if since is not None else None
     rows: list[dict[str, Any]] = []
@@ -73,12 +73,21 @@ def missions_since(
             reached = True
             break
         size = min(size, len(batch))  # a server that answers its own page size is read at that size
-        if floor is not None and any(
-            (created := parse_ts(r.get("created_at"))) is not None and created < floor for r in fresh
-        ):
+        if floor is not None and any((last := last_touched(r)) is not None and last < floor for r in fresh):
             reached = True
             break
     return Listing(rows, reached, pages, since.isoformat() if since is not None else None)
+
+
+def last_touched(row: dict[str, Any]) -> dt.datetime | None:
+    """When ``row`` last changed (``updated_at``, else ``created_at``): the key the stop rule reads.
+
+    A list sorted by creation (today's) or by last update (v0.7.0's) puts every row after one last
+    touched before the floor later than it in both orders, so neither can hide a newer mission there;
+    a row created long ago and updated just now says nothing about what follows it.
+    """
+    times = [t for key in ("updated_at", "created_at") if (t := parse_ts(row.get(key))) is not None]
+    return max(times) if times else None
 
 
 def oldest_intent(entries: Iterable[LedgerEntry]) -> dt.datetime | None:

@@ -142,6 +142,22 @@ def test_an_intent_beyond_the_page_bound_is_left_open_never_never_created() -> N
     assert resolve_listed(_intent(now - dt.timedelta(seconds=900), "not listed"), whole).status == "unmatched"
 
 
+def test_a_list_sorted_by_last_update_is_read_past_an_old_mission_touched_just_now() -> None:
+    """v0.7.0 sorts its list by updated_at: an old mission updated a second ago heads the first page, and
+    the intent's mission (created after the floor, updated before the others) is on the second."""
+    now = dt.datetime(2026, 12, 4, 12, 0, tzinfo=dt.UTC)
+    rows = _rows(400, now)
+    for r in rows:
+        r["updated_at"] = r["created_at"]
+    rows[0]["created_at"] = _at(now, 86_400)  # created a day ago, touched now
+    target = rows[300]
+    calls: list[tuple[int, int]] = []
+    listing = missions_since(_pager(rows, calls), now - dt.timedelta(seconds=320))
+    assert listing.reached and calls == [(200, 0), (200, 200)]
+    found = resolve_listed(_intent(now - dt.timedelta(seconds=320), target["title"]), listing)
+    assert (found.status, found.ident) == ("resolved", target["id"])
+
+
 class _ListingClient:
     """``list_missions(all=True, limit, offset)`` over rows newest first, counting the pages asked."""
 
