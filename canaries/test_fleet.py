@@ -8,8 +8,6 @@ it classifies and recommends; only ``--sbx-remediate`` runs the one recovery com
 
 from __future__ import annotations
 
-import datetime as dt
-
 import pytest
 
 from sbxcheck.suite import (
@@ -95,10 +93,7 @@ def test_fleet_node(
     """One remote node: online, not cordoned, fresh heartbeat, lean runtime ready where labelled lean."""
     assert sbx_inventory.sandboxed is not None
     nodes = sbx_session.sandboxed_client().remote_nodes()
-    now = dt.datetime.now(dt.UTC)
-    sbx_verdict(
-        check_expected_node(nodes, sbx_node, now=now, max_age_s=sbx_inventory.sandboxed.node_max_age_s)
-    )
+    sbx_verdict(check_expected_node(nodes, sbx_node, max_age_s=sbx_inventory.sandboxed.node_max_age_s))
 
 
 def test_fleet_machine_inventory(

@@ -180,7 +180,7 @@ def check_remote_fleet(fleet: RemoteFleet, *, target: str = "control-plane") -> 
 
 
 def check_remote_node(
-    node: RemoteNode, *, now: datetime, max_age_s: float = DEFAULT_MAX_AGE_S
+    node: RemoteNode, *, now: datetime, max_age_s: float = DEFAULT_MAX_AGE_S, clock: str = "this machine"
 ) -> CheckResult:
     """One node: ``online``, not cordoned, ``last_seen`` within ``max_age_s`` of ``now``, Lean ready if ``lean``.
 
@@ -202,6 +202,7 @@ def check_remote_node(
         "capacity_available": node.capacity_available,
         "capacity_total": node.capacity_total,
         "checked_at": now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "clock": clock,  # whose clock checked_at is read on
         "max_age_s": max_age_s,
     }
     if node.model_extra:
@@ -262,9 +263,14 @@ def find_node(fleet: RemoteFleet, node_id: str) -> RemoteNode | None:
 
 
 def check_expected_node(
-    fleet: RemoteFleet, node_id: str, *, now: datetime, max_age_s: float = DEFAULT_MAX_AGE_S
+    fleet: RemoteFleet, node_id: str, *, now: datetime | None = None, max_age_s: float = DEFAULT_MAX_AGE_S
 ) -> CheckResult:
-    """:func:`check_remote_node` for a node the inventory expects; a node not registered fails."""
+    """:func:`check_remote_node` for a node the inventory expects; a node not registered fails.
+
+    ``last_seen`` is written on the control plane's clock, so its age is read on that clock: the
+    answer's ``Date`` (``fleet.answered_at``), not this machine's, which may be minutes off. Only a
+    server that sends no usable ``Date`` is judged on this machine's clock (and the evidence says so).
+    """
     node = find_node(fleet, node_id)
     if node is None:
         return CheckResult.failed(
@@ -273,7 +279,13 @@ def check_expected_node(
             f"node {node_id} is not registered in GET /api/remote-nodes",
             {"node": node_id, "registered": sorted(n.id for n in fleet.nodes)},
         )
-    return check_remote_node(node, now=now, max_age_s=max_age_s)
+    if now is not None:
+        return check_remote_node(node, now=now, max_age_s=max_age_s)
+    if fleet.answered_at is not None:
+        clock = "the control plane's (the answer's Date header)"
+        return check_remote_node(node, now=fleet.answered_at, max_age_s=max_age_s, clock=clock)
+    clock = "this machine (the control plane sent no Date header)"
+    return check_remote_node(node, now=datetime.now(UTC), max_age_s=max_age_s, clock=clock)
 
 
 # ---------------------------------------------------------------- the machine-inventory section

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import email.utils
 from typing import Any
 
 from sbxcheck.clients.sandboxed_models import (
@@ -18,6 +20,17 @@ from sbxcheck.clients.sandboxed_models import (
 from sbxcheck.clients.sandboxed_wire import SandboxedWire
 from sbxcheck.errors import BadResponseError
 from sbxcheck.ids import path_segment
+
+
+def http_date(value: str | None) -> dt.datetime | None:
+    """An HTTP ``Date`` header as an aware datetime; None when absent or not a date."""
+    if not value or len(value) > 64:
+        return None
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)
 
 
 def _names(doc: Any, key: str, endpoint: str) -> list[str]:
@@ -49,8 +62,10 @@ class FleetCalls(SandboxedWire):
         return self._get("/api/health/fleet", FleetHealth)
 
     def remote_nodes(self) -> RemoteFleet:
-        """``GET /api/remote-nodes``."""
-        return self._get("/api/remote-nodes", RemoteFleet)
+        """``GET /api/remote-nodes``, stamped with the answer's ``Date`` (the clock ``last_seen`` is on)."""
+        resp = self._send("GET", "/api/remote-nodes")
+        fleet = self._parse("GET /api/remote-nodes", resp, RemoteFleet)
+        return fleet.answered(http_date(resp.headers.get("date")))
 
     def cordon_node(self, name: str, *, cordoned: bool = True) -> CordonResult:
         """``POST /api/nodes/:name/cordon`` (or ``uncordon``); unknown node → :class:`NotFound`."""

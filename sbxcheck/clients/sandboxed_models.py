@@ -7,12 +7,13 @@ parsing, so no secret value is ever held. Section numbers below point into specs
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, PrivateAttr, field_validator, model_validator
 
 from sbxcheck.errors import BadResponseError
 from sbxcheck.secrets import classify
@@ -320,13 +321,27 @@ class RemoteNode(_Wire):
 
 
 class RemoteFleet(_Wire):
-    """``GET /api/remote-nodes``: ``{enabled, nodes, recent_jobs, ...}``."""
+    """``GET /api/remote-nodes``: ``{enabled, nodes, recent_jobs, ...}``.
+
+    :attr:`answered_at` is not read from the body: it is the answer's HTTP ``Date``, the control
+    plane's own clock, which wrote every ``last_seen`` (None when it sent no usable one).
+    """
 
     enabled: bool
     nodes: list[RemoteNode] = Field(default_factory=list)
     recent_jobs: list[JsonValue] = Field(default_factory=list)
     spark_offload: dict[str, JsonValue] | None = None
     remote_launch: dict[str, JsonValue] | None = None
+    _answered_at: dt.datetime | None = PrivateAttr(default=None)
+
+    @property
+    def answered_at(self) -> dt.datetime | None:
+        return self._answered_at
+
+    def answered(self, at: dt.datetime | None) -> RemoteFleet:
+        """This answer, stamped with the time its server said it was sent."""
+        self._answered_at = at
+        return self
 
 
 class CordonResult(_Wire):

@@ -203,6 +203,11 @@ FAULTS: dict[str, Fault] = {
             "the verity workspace already has another session's live mission: creates into it get 409",
         ),
         Fault(
+            "cp.clock-behind",
+            "the control plane's clock runs 15 minutes behind this machine's: its Date header and every "
+            "node's last_seen are written on it",
+        ),
+        Fault(
             "cp.slot-held",
             "a long mission of the operator's own runs all session; on a release that runs one mission at a "
             "time (--sbx-sim-cp-version v0.7) it holds the only slot",

@@ -71,6 +71,7 @@ class BackgroundServer:
         config = uvicorn.Config(
             self._app,
             access_log=False,
+            date_header=False,  # an app that answers with a Date sets its own (the control plane's clock)
             log_level="warning",
             log_config=None,
             lifespan="off",

@@ -51,6 +51,8 @@ EXPECTED: dict[str, dict[tuple[str, str], tuple[str, str]]] = {
     "cp.env-values-exposed": {("workspace_discovery", "rest"): (F, "security_exposure")},
     "gh.no-auth": {("github_auth", "verity-rest"): (F, "check_failed")},
     "openrouter.orphan-key": {("orphan_audit", ""): (F, "check_failed")},
+    # the control plane's clock 15 minutes behind: every heartbeat is still fresh on its own clock
+    "cp.clock-behind": {},
 }
 
 
@@ -74,6 +76,7 @@ GROUPS: list[tuple[str, ...]] = [
         "cp.env-values-exposed",
         "gh.no-auth",
         "openrouter.orphan-key",
+        "cp.clock-behind",
     ),
     ("dgx.tailscaled-inactive",),
     ("dgx.ping-timeout",),

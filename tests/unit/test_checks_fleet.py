@@ -19,6 +19,7 @@ from sbxcheck.checks.fleet import (
     machine_inventory,
 )
 from sbxcheck.clients.sandboxed import SandboxedClient
+from sbxcheck.clients.sandboxed_fleet import http_date
 from sbxcheck.clients.sandboxed_models import FleetHealth, HealthInfo, RemoteFleet, RemoteNode
 from sbxcheck.errors import HostUnreachable
 from sbxcheck.results import Classification, Outcome
@@ -227,6 +228,37 @@ def test_remote_fleet_and_expected_node() -> None:
     assert check_expected_node(fleet, "babylon", now=NOW).outcome is Outcome.PASSED
     missing = check_expected_node(fleet, "dgx-spark", now=NOW)
     assert missing.outcome is Outcome.FAILED and missing.evidence["registered"] == ["babylon"]
+
+
+def test_a_heartbeat_is_judged_on_the_clock_that_wrote_it() -> None:
+    """last_seen and the answer's Date are both the control plane's clock: 15 minutes behind this
+    machine's, a 4 s old heartbeat is 4 s old; with no Date, this machine's clock, and the evidence says so."""
+    behind = NOW - timedelta(minutes=15)
+    doc = {"enabled": True, "nodes": [node(last_seen=iso(behind - timedelta(seconds=4)))]}
+    fleet = RemoteFleet.model_validate(doc).answered(behind)
+    r = check_expected_node(fleet, "babylon")
+    assert r.outcome is Outcome.PASSED and r.evidence["age_s"] == 4.0, r.message
+    assert r.evidence["clock"].startswith("the control plane's")
+    dateless = check_expected_node(RemoteFleet.model_validate(doc), "babylon")
+    assert dateless.outcome is Outcome.FAILED and "this machine" in dateless.evidence["clock"]
+
+
+def test_a_body_cannot_claim_the_answers_time() -> None:
+    fleet = RemoteFleet.model_validate({"enabled": True, "nodes": [], "answered_at": "2020-01-01T00:00:00Z"})
+    assert fleet.answered_at is None
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        ("Sun, 06 Dec 2026 01:30:00 GMT", datetime(2026, 12, 6, 1, 30, tzinfo=UTC)),
+        ("yesterday", None),
+        (None, None),
+        ("x" * 500, None),
+    ],
+)
+def test_http_date(header: str | None, expected: datetime | None) -> None:
+    assert http_date(header) == expected
 
 
 # ---------------------------------------------------------------- inventory section

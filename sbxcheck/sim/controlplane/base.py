@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import email.utils
 import itertools
 import json
 import random
 import secrets
 import threading
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -25,6 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from sbxcheck.errors import SimError
 from sbxcheck.sim.controlplane import ops  # integrity, catalog and their faults
 from sbxcheck.sim.controlplane.model import (
+    CLOCK_BEHIND_S,
     CONTROLPLANE_FAULTS,
     DEFAULT_AGENTS,
     DEFAULT_BACKENDS,
@@ -79,6 +82,29 @@ class _Recorder:
         finally:
             query = scope.get("query_string", b"").decode("latin-1")
             self.double._record(RequestRecord(scope["method"], scope["path"], query, status))
+
+
+class _DateHeader:
+    """ASGI middleware: every answer's ``Date`` on the control plane's own clock (:meth:`DoubleBase.clock`),
+    as hyper sends it; the server under it sends none of its own."""
+
+    def __init__(self, app: ASGIApp, double: DoubleBase) -> None:
+        self.app = app
+        self.double = double
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def _send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"date"]
+                date = email.utils.formatdate(self.double.clock(), usegmt=True)
+                message = {**message, "headers": [*headers, (b"date", date.encode("latin-1"))]}
+            await send(message)
+
+        await self.app(scope, receive, _send)
 
 
 async def _unmatched(request: Request, exc: Exception) -> Response:
@@ -161,7 +187,11 @@ class DoubleBase:
         self.stream = StreamHub(self.faults, self._owner_of, self._stream_snapshot)  # the live event stream
         self.app = Starlette(
             routes=served(self.release, self._routes()),
-            middleware=[Middleware(_Recorder, double=self), Middleware(PushbackMiddleware, double=self)],
+            middleware=[
+                Middleware(_Recorder, double=self),
+                Middleware(_DateHeader, double=self),
+                Middleware(PushbackMiddleware, double=self),
+            ],
             exception_handlers={404: _unmatched},
         )
 
@@ -169,6 +199,11 @@ class DoubleBase:
         with self._lock:
             count = len(self._missions)
         return f"ControlPlaneDouble(root={str(self.root)!r}, missions={count}, faults={sorted(self.faults)})"
+
+    def clock(self) -> float:
+        """The control plane's clock (epoch seconds): this machine's, or 15 minutes behind under
+        ``cp.clock-behind``. It writes the ``Date`` header and every node's ``last_seen``."""
+        return time.time() - (CLOCK_BEHIND_S if "cp.clock-behind" in self.faults else 0.0)
 
     def _routes(self) -> list[Route]:
         """The app's routes (the assembled double names every resource's handlers)."""

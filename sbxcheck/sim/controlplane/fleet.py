@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from starlette.requests import Request
@@ -112,7 +111,7 @@ class FleetRoutes(AuthRoutes):
         }
 
     async def _remote_nodes(self, request: Request, user: str) -> Response:
-        now = time.time()
+        now = self.clock()  # last_seen is written on the control plane's clock
         with self._lock:
             nodes = [self._render_node(n, now) for n in self._nodes.values()]
         return JSONResponse(

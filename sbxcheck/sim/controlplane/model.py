@@ -206,6 +206,7 @@ DEFAULT_NODES: Final = (
 # ---- faults -------------------------------------------------------------------------------
 
 CANCEL_SLOW_S: Final = 3.0
+CLOCK_BEHIND_S: Final = 900.0  # cp.clock-behind: how far the control plane's clock is behind this machine's
 PATH_SHAPED_ID: Final = "../../../admin/wipe-everything?confirm=yes#"  # a server id that tries to be a path
 BUSY_HOLDER_ID: Final = "0b5e55ed-0000-4000-8000-000000000020"  # the other session's mission
 BUSY_HOLDER_TAG: Final = "0ther5e5"
@@ -250,6 +251,8 @@ CONTROLPLANE_FAULTS: Final[dict[str, str]] = {
     "characters in the error text, and every workspace's status carries them",
     "cp.workspace-busy": "target workspace already has another session's live mission: creates into it "
     "are refused 409 workspace_occupied",
+    "cp.clock-behind": f"the control plane's clock runs {CLOCK_BEHIND_S / 60:g} minutes behind this machine's: "
+    "its Date header and every node's last_seen are written on it",
     "cp.slot-held": "a long mission of the operator's own runs all session; where a release runs one "
     "mission at a time (v0.7) it holds the only slot",
 }
