@@ -52,7 +52,7 @@ from sbxcheck.plugin.stash import (
 )
 
 if TYPE_CHECKING:
-    from sbxcheck.lifecycle.missions import WaitingState
+    from sbxcheck.lifecycle.following import WaitingState
 
 pytest_plugins = ["sbxcheck.plugin.fixtures"]
 

@@ -364,7 +364,6 @@ OVER_THE_CAP = {
     "sbxcheck/report/html.py": 773,  # the report page: one renderer per section of the page
     "sbxcheck/checks/missions.py": 764,  # the mission-event judges of the route and canary items
     "sbxcheck/inventory.py": 750,  # the inventory model: every section and its validation
-    "sbxcheck/lifecycle/missions.py": 757,  # the mission dispatcher: dispatch, follow, cancel
     "sbxcheck/clients/mcp.py": 694,  # the MCP client: session, tools, streamable HTTP
     "sbxcheck/plugin/session.py": 704,  # SbxSession: the resources a run opens and closes
 }
