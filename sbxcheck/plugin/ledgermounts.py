@@ -82,18 +82,16 @@ class LedgerMounts:
             others = [e for e in others if e.id in self.ledger_ids]
         return others
 
-    def leaked_entries(self, state: RunState) -> list[LedgerEntry]:
-        """Entries other sessions left open and did not keep on purpose."""
-        return [e for e in self.ledger_entries(state) if e.state != "kept"]
-
     def review_entry(self, entry: LedgerEntry) -> EntryReview:
         """Decide about one entry another session left (:func:`sbxcheck.plugin.review.review_entry`)."""
         return review_entry(self, entry)
 
     def inventory(self) -> Inventory:
+        """The session's inventory (what a review reads the run records from)."""
         return self.fleet.inventory()
 
     def sandboxed_client(self) -> SandboxedClient:
+        """The control plane's REST client (what a review asks about a mission)."""
         return self.control_plane.sandboxed_client()
 
     # --------------------------------------------------------------- mounts
