@@ -147,7 +147,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SESSION_TAG_KEY] = (
         workerinput.get("sbxcheck_session_tag") if workerinput else None
     ) or uuid.uuid4().hex
-    # the run-scoped state, beside the collector (a worker's gates the runs its controller mounted too)
+    # what this process learns and does, beside the collector (a worker starts with the runs its controller mounted)
     config.stash[RUN_STATE_KEY] = RunState.starting(settings.run_ids, (workerinput or {}).get("sbxcheck_mounted", ()))
     if workerinput is not None:
         scope_dir = workerinput.get("sbxcheck_scope_dir")
