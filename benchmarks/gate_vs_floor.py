@@ -56,6 +56,7 @@ def gate_commands(inventory: Path) -> dict[str, list[tuple[str, bytes, float | N
     """Alias -> the (command, stdin, timeout) of every remote gate check, as the check functions build them."""
     from sbxcheck.checks import gate, gate_model, vm_hygiene
     from sbxcheck.fleetsource import FleetSource
+    from sbxcheck.plugin.runstate import RunState
     from sbxcheck.plugin.session import SbxSession
     from sbxcheck.plugin.settings import Settings
 
@@ -69,7 +70,7 @@ def gate_commands(inventory: Path) -> dict[str, list[tuple[str, bytes, float | N
         gate_model.check_credit_remaining,
         vm_hygiene.check_vm_hygiene,  # test_vm_hygiene's VM half: the gate sends it too
     ]
-    for run in session.gate_runs():
+    for run in session.gate_runs(RunState()):
         target = run.target
         if target is None:
             continue

@@ -60,7 +60,7 @@ from sbxcheck.inventory import DgxSection, GithubProbeSpec, Inventory, Sandboxed
 from sbxcheck.lifecycle.ledger import LedgerEntry
 from sbxcheck.lifecycle.missions import MissionDispatcher
 from sbxcheck.plugin.fanout import remote_check
-from sbxcheck.plugin.session import GateRun
+from sbxcheck.plugin.gateruns import GateRun
 from sbxcheck.plugin.suitework import (
     github_auth,
     ledger_verdict,

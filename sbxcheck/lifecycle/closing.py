@@ -18,48 +18,52 @@ from sbxcheck.clients.missionruns import TERMINAL, RouteRun, new_events
 from sbxcheck.clients.sandboxed import NotFound
 from sbxcheck.clients.sandboxed_models import RecordMismatch
 from sbxcheck.errors import BadResponseError, SbxError
-from sbxcheck.lifecycle.ledger import Ledger
-from sbxcheck.lifecycle.listing import Page, missions_since, oldest_intent, resolve_listed
-from sbxcheck.spend import MissionCost, mission_cost
+from sbxcheck.lifecycle.following import EVENT_PAGE
+from sbxcheck.lifecycle.intents import MissionIntents
+from sbxcheck.lifecycle.listing import Page
+from sbxcheck.lifecycle.spendcap import SpendCap
+from sbxcheck.spend import mission_cost
 
-EVENT_PAGE = 100  # the events endpoint's default page: a full page means more may follow
 MAX_CLOSE_PAGES = 10  # event pages read per mission at close (what the follower read is not read again)
 FOREIGN_HOW = "left alone: not this session's (a create over {via} was answered with it, x-coalesced-with)"
 
 
-class ClosingMixin:
-    """Ownership of created missions and their cancellation at close (mixed into the dispatcher)."""
+class OwnedMissions:
+    """The missions this session's creates made (and those they only joined), and their cancellation at close."""
 
-    created: dict[str, str]  # mission id -> via: made by this session's creates
-    foreign: dict[str, str]  # mission id -> via: answered to a create, made by someone else
-    costs: dict[str, float | None]
-    cost_unreadable: dict[str, str]
-    ledger: Ledger | None
-    _entries: dict[str, str]
-    _runs: dict[str, RouteRun]
-    _unanswered: dict[str, RouteRun]
-    _list_missions: Page | None
-    channel_for: Callable[[str], MissionChannel]
+    def __init__(
+        self,
+        channel_for: Callable[[str], MissionChannel],
+        intents: MissionIntents,
+        spend: SpendCap,
+        list_missions: Page | None = None,
+    ) -> None:
+        self.channel_for = channel_for
+        self.intents = intents
+        self.spend = spend  # a mission's cost is booked at close when nothing booked it before
+        self.list_missions = list_missions  # paged back to the oldest unanswered create
+        self.created: dict[str, str] = {}  # mission id -> via: made by this session's creates
+        self.foreign: dict[str, str] = {}  # mission id -> via: answered to a create, made by someone else
+        self.runs: dict[str, RouteRun] = {}  # mission id -> the run that created (and followed) it
 
-    def _release(self, entry: str | None, how: str) -> None:
-        raise NotImplementedError
+    def claim(self, mission_id: str, via: str, run: RouteRun | None = None) -> None:
+        """``mission_id`` was made by this session's create over ``via`` (``run``: the run that follows it)."""
+        self.created[mission_id] = via
+        if run is not None:
+            self.runs[mission_id] = run
 
-    def book_cost(self, mission_id: str, cost: MissionCost) -> None:
-        """Record what ``mission_id`` cost; an unreadable cost is kept with its reason, never summed."""
-        self.costs[mission_id] = cost.usd
-        if cost.unreadable is not None:
-            self.cost_unreadable[mission_id] = cost.unreadable
-
-    def _joined_foreign(self, created: Created, run: RouteRun, entry: str | None) -> bool:
+    def joined_foreign(self, created: Created, run: RouteRun, entry: str | None) -> bool:
         """True (and reported, its intent closed) when ``created`` is another's mission the create joined."""
         mission_id = str(created.mission.get("id"))
         if created.coalesced_with is None or mission_id in self.created:
             return False
         self.foreign[mission_id] = run.route.via
-        self._release(entry, f"never created: joined {mission_id} (x-coalesced-with), not this session's")
+        self.intents.release(entry, f"never created: joined {mission_id} (x-coalesced-with), not this session's")
         return True
 
-    def _foreign_error(self, created: Created, run: RouteRun) -> BadResponseError:
+    @staticmethod
+    def foreign_error(created: Created, run: RouteRun) -> BadResponseError:
+        """The error of a run whose create was answered with another's mission."""
         mission_id = str(created.mission.get("id"))
         return BadResponseError(
             f"the create of {run.route.label} was answered with mission {mission_id} (x-coalesced-with "
@@ -68,13 +72,13 @@ class ClosingMixin:
             evidence={"coalesced_with": created.coalesced_with, "answered_mission_id": mission_id},
         )
 
-    def _stored_events(
+    def stored_events(
         self, mission_id: str, channel: MissionChannel
     ) -> tuple[list[dict[str, Any]], str | None]:
         """The mission's stored events — what its follower read, then what was stored after its cursor
         (bounded) — and the last status stored: its last record read when that was terminal (final),
         else the newest stored ``mission_status_changed`` (None when none was read)."""
-        run = self._runs.get(mission_id)
+        run = self.runs.get(mission_id)
         events = list(run.events) if run is not None else []
         last = run.last.get("status") if run is not None and run.last else None
         if last in TERMINAL:  # its events were read after that record: nothing is missing
@@ -100,16 +104,18 @@ class ClosingMixin:
                 return events, status if isinstance(status, str) else None
         return events, None
 
-    def _cancel_created(self) -> dict[str, str]:
+    def cancel_all(self) -> dict[str, str]:
+        """Cancel every mission this session made that has not ended; say what happened to each (and to
+        the creates never answered)."""
         outcome: dict[str, str] = {}
         for mission_id, via in list(self.created.items()):
             try:
                 channel = self.channel_for(via)
                 # the stored mission decides, never the stream's word: its stored events (read for
                 # the cost anyway) when they show it ended, else its record
-                events, status = self._stored_events(mission_id, channel)
-                if mission_id not in self.costs:  # what it cost, where the control plane stores it
-                    self.book_cost(mission_id, mission_cost(events))
+                events, status = self.stored_events(mission_id, channel)
+                if mission_id not in self.spend.costs:  # what it cost, where the control plane stores it
+                    self.spend.book(mission_id, mission_cost(events))
                 if status not in TERMINAL:
                     try:
                         status = channel.get(mission_id).get("status")
@@ -124,50 +130,15 @@ class ClosingMixin:
             except SbxError as exc:  # one failing cancel does not stop the others
                 how = f"cancel failed: {exc.message}"
             outcome[mission_id] = how
-            entry = self._entries.get(mission_id)
-            if self.ledger is not None and entry is not None and not how.startswith("cancel failed"):
+            if not how.startswith("cancel failed"):
                 # released as each one ends, so an abandoned close leaves the ledger exact; a failed
                 # cancel stays open: the next session sees it
-                self.ledger.mark_released(entry, how)
+                self.intents.release_mission(mission_id, how)
         for mission_id, via in self.foreign.items():
             outcome.setdefault(mission_id, FOREIGN_HOW.format(via=via))
-        outcome.update(self._close_unanswered())
-        return outcome
-
-    def _close_unanswered(self) -> dict[str, str]:
-        """Creates that failed without an answer (a 500, a dropped connection) may still have made a
-        mission: find it by its title in a listing that reaches back to the create, then cancel it."""
-        if not self._unanswered or self.ledger is None:
-            return {}
-        entries = {e.id: e for e in self.ledger.state()}
-        open_ = [entries[i] for i in self._unanswered if i in entries]
-        outcome: dict[str, str] = {}
-        listing, reason = None, "no way to list missions"
-        if self._list_missions is not None:
-            try:
-                listing = missions_since(self._list_missions, oldest_intent(open_))
-            except SbxError as exc:
-                reason = exc.message
-        for entry_id, run in list(self._unanswered.items()):
-            label = f"unanswered create of {run.title}"
-            entry = entries.get(entry_id)
-            if listing is None or entry is None:
-                outcome[label] = f"cancel failed: cannot find what it made ({reason})"
-                continue
-            found = resolve_listed(entry, listing, claimed=set(self._entries) | set(self.foreign))
-            if found.status == "unmatched":
-                self.ledger.mark_released(entry_id, f"never created: {found.why}")
-                outcome[label] = "never created"
-            elif found.status == "ambiguous" or found.ident is None:
-                outcome[label] = f"cancel failed: {found.why}"
-            else:
-                self.ledger.mark_created(entry_id, found.ident)
-                try:
-                    how = "cancelled" if self.channel_for("rest").cancel(found.ident) else "already gone"
-                except SbxError as exc:
-                    outcome[found.ident] = f"cancel failed: {exc.message}"
-                    continue
-                self.ledger.mark_released(entry_id, f"{how} (found by title after an unanswered create)")
-                outcome[found.ident] = f"{how} (its create was never answered)"
-            self._unanswered.pop(entry_id, None)
+        outcome.update(
+            self.intents.close_unanswered(
+                self.list_missions, lambda ident: self.channel_for("rest").cancel(ident), set(self.foreign)
+            )
+        )
         return outcome

@@ -1,26 +1,24 @@
 """Mission lifecycle for the canary suite: dispatch every route at once, follow each, cancel at the end.
 
 ``MissionDispatcher.start()`` dispatches all route missions of the session concurrently (bounded by
-``max_concurrency``); each pytest item then waits for its own route's ``RouteRun``. The session's one
-live-stream subscription (``clients.stream``) says when a mission's verdict can be taken; the stored
-record and events (read with the ``since_seq`` cursor) are the evidence. Without the stream, missions
-are polled with backoff. Alternative-provider backends (opencode by default) are probed
-with two routes first: when both crash at the same init boundary with the same signature, that is one
-infrastructure incident and nothing more is dispatched to that backend. ``close()`` cancels every
-mission this session created that is not terminal — on success, failure and interrupt alike; a
-mission a create was answered with but did not make is someone else's and is never touched
-(``lifecycle/closing.py``).
+``max_concurrency``); each pytest item then waits for its own route's ``RouteRun``. Alternative-provider
+backends (opencode by default) are probed with two routes first: when both crash at the same init
+boundary with the same signature, that is one infrastructure incident and nothing more is dispatched to
+that backend. The dispatcher composes what it does not decide itself: the ledger intents of its creates
+(``lifecycle/intents.py``), the spend cap (``lifecycle/spendcap.py``), the follow loop
+(``lifecycle/following.py``) and the ownership and cancellation of what it made
+(``lifecycle/closing.py``): ``close()`` cancels every mission this session created that is not
+terminal, on success, failure and interrupt alike.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import hashlib
-import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from sbxcheck.clients.channels import MissionChannel
@@ -30,31 +28,26 @@ from sbxcheck.clients.missionruns import (
     RouteRun,
     adapter_crash_cause,
     crash_signature,
-    new_events,
-    settles,
     silent_end,
-    stream_says_settle,
 )
 from sbxcheck.clients.sandboxed import MissionRejected
 from sbxcheck.clients.sandboxed_models import MissionSpec
 from sbxcheck.clients.stream import ControlStream
 from sbxcheck.errors import CommandTimeout, RateLimited, SbxError
 from sbxcheck.inventory import RouteSpec, SandboxedSection
-from sbxcheck.lifecycle.closing import EVENT_PAGE, ClosingMixin
+from sbxcheck.lifecycle.closing import OwnedMissions
+from sbxcheck.lifecycle.following import MissionFollower, WaitingState, wait_telling
+from sbxcheck.lifecycle.intents import MissionIntents
 from sbxcheck.lifecycle.ledger import Ledger
 from sbxcheck.lifecycle.listing import Page
 from sbxcheck.lifecycle.prompts import DIRECT_OUTPUT_PROMPT, canary_prompt, contract_fields, effort_fallbacks
+from sbxcheck.lifecycle.spendcap import SpendCap
 from sbxcheck.redact import clip
 from sbxcheck.results import CheckResult, Classification, incident_id
 from sbxcheck.spend import MissionCost
 from sbxcheck.spend import mission_cost as cost_of_events
 from sbxcheck.transports.http import pushback_until
 
-EVIDENCE_EVENTS = frozenset({"tool_call", "tool_result", "assistant_message"})
-MAX_POLL_S = 10.0  # polling backoff ceiling (without the live stream)
-RECHECK_S = 1.0  # the stream said "settled" but the stored rows did not yet: read again after this
-STREAM_SILENCE_S = 15.0  # the stream showed nothing of a mission this long after dispatch: read (doubling)
-MAX_EVENT_PAGES = 50
 MISSION_TAG = "sbxcheck"  # every mission a session creates carries it
 
 
@@ -65,19 +58,8 @@ class PromptRefused(SbxError):
     classification = Classification.CONFIG_DEFECT
 
 
-@dataclass(frozen=True)
-class WaitingState:
-    """What a session is still waiting for (a read-only snapshot, e.g. for a progress line)."""
-
-    open: int  # routes and canaries not settled yet
-    by_status: dict[str, int]  # their missions' last known status ("not dispatched" before a create)
-    elapsed_s: float  # the longest wait since dispatch among them
-    deadline_s: float  # that run's deadline, counted from its dispatch
-    followed_by: str  # "stream" or "polling"
-
-
-class MissionDispatcher(ClosingMixin):
-    """Owns this session's missions: concurrent dispatch, cursor polling, and cancellation at close."""
+class MissionDispatcher:
+    """Owns this session's missions: concurrent dispatch, following, the spend cap, and cancellation at close."""
 
     def __init__(
         self,
@@ -102,23 +84,17 @@ class MissionDispatcher(ClosingMixin):
         self.routes: dict[str, RouteRun] = {}
         self.canaries: dict[str, CanaryRun] = {}
         self.blocked_backends: dict[str, str] = {}
-        self.created: dict[str, str] = {}  # mission id -> via
-        self.foreign: dict[str, str] = {}  # mission id -> via: another's, answered to a create (never ours)
-        self._runs: dict[str, RouteRun] = {}  # mission id -> the run that created (and followed) it
         self.ledger = ledger
-        self._entries: dict[str, str] = {}  # mission id -> ledger entry
         # told what is waited on while an item waits (the progress line); None: wait silently
         self.on_wait: Callable[[WaitingState | None, float], None] | None = None
-        self._unanswered: dict[str, RouteRun] = {}  # ledger entry -> run whose create never answered
-        self._list_missions = list_missions
         self._preflight = preflight  # a route that would fail readiness is not dispatched (no money spent)
-        self.max_spend_usd = max_spend_usd  # with a cap, one mission at a time: each cost known before the next
         self.single_create = single_create  # --sbx-probe: one create per route, no keyed retry
-        self.costs: dict[str, float | None] = {}  # mission id -> USD (None: not reported)
-        self.cost_unreadable: dict[str, str] = {}  # mission id -> why its reported cost cannot be used
-        self._stream = stream
-        self._lock = threading.Lock()
         self._stop = threading.Event()
+        self.intents = MissionIntents(ledger)
+        self.spend = SpendCap(max_spend_usd)
+        self.owned = OwnedMissions(channel_for, self.intents, self.spend, list_missions)
+        self.follower = MissionFollower(section, stream, self._stop)
+        self._lock = threading.Lock()
         self._pool: cf.ThreadPoolExecutor | None = None
         self._threads: list[threading.Thread] = []
         self._started = False
@@ -126,6 +102,47 @@ class MissionDispatcher(ClosingMixin):
         self._backend_settled: dict[str, threading.Event] = {}
         self._ws_map: dict[str, str] | None = None
         self.started_at = 0.0
+
+    # ------------------------------------------------------------------ what the collaborators keep
+
+    @property
+    def created(self) -> dict[str, str]:
+        """Mission id -> via, of every mission this session's creates made."""
+        return self.owned.created
+
+    @property
+    def foreign(self) -> dict[str, str]:
+        """Mission id -> via, of missions a create was answered with but did not make (never touched)."""
+        return self.owned.foreign
+
+    @property
+    def costs(self) -> dict[str, float | None]:
+        """Mission id -> USD (None: not reported)."""
+        return self.spend.costs
+
+    @property
+    def cost_unreadable(self) -> dict[str, str]:
+        """Mission id -> why its reported cost cannot be used."""
+        return self.spend.cost_unreadable
+
+    @property
+    def max_spend_usd(self) -> float | None:
+        return self.spend.cap_usd
+
+    @property
+    def spent_usd(self) -> float:
+        """What this session's missions reported costing so far (readable costs only)."""
+        return self.spend.spent_usd
+
+    def book_cost(self, mission_id: str, cost: MissionCost) -> None:
+        """Record what ``mission_id`` cost; an unreadable cost is kept with its reason, never summed."""
+        self.spend.book(mission_id, cost)
+
+    def mission_cost(self, mission_id: str, via: str) -> MissionCost:
+        """The mission's cost from its stored events (what its follower read, then what was stored
+        since; bounded). Never the live stream's sum: an event the stream carried may not be what the
+        mission stored."""
+        return cost_of_events(self.owned.stored_events(mission_id, self.channel_for(via))[0])
 
     # ------------------------------------------------------------------ public
 
@@ -135,8 +152,7 @@ class MissionDispatcher(ClosingMixin):
             if self._started:
                 return
             self._started = True
-        if self._stream is not None:  # subscribe before the first create: no event is missed
-            self._stream.start(wait_s=self.section.request_timeout_s)
+        self.follower.start()  # subscribe before the first create: no event is missed
         self.started_at = time.monotonic()
         self._pool = cf.ThreadPoolExecutor(
             max_workers=self.section.max_concurrency, thread_name_prefix="sbx-mission"
@@ -153,7 +169,7 @@ class MissionDispatcher(ClosingMixin):
             by_backend.setdefault(route.backend, []).append(run)
         for backend in {r.backend for r in self.section.routes} | {c.backend for c in self.section.canaries}:
             self._backend_settled[backend] = threading.Event()
-        if self.max_spend_usd is not None:  # capped runs go one by one, cost known before the next
+        if self.spend.cap_usd is not None:  # capped runs go one by one, cost known before the next
             for settled in self._backend_settled.values():
                 settled.set()
             self.canaries = {spec.label: CanaryRun(spec) for spec in self.section.canaries}
@@ -182,8 +198,6 @@ class MissionDispatcher(ClosingMixin):
         except SbxError:
             return None
 
-    # ------------------------------------------------------------------ no-output rule
-
     def _retry_silent(self, run: RouteRun) -> None:
         """The no-output rule: a mission that ended without any assistant content on a no-output error is retried
         once, on the same route (never another model), with a bounded direct-output prompt."""
@@ -199,89 +213,31 @@ class MissionDispatcher(ClosingMixin):
             except CommandTimeout as exc:
                 retry.error = exc
 
-    # ------------------------------------------------------------------ spend
-
-    @property
-    def spent_usd(self) -> float:
-        """What this session's missions reported costing so far (readable costs only)."""
-        return round(sum(c for c in self.costs.values() if c is not None), 6)
-
-    def _cap_result(self, label: str) -> CheckResult | None:
-        """The not-run result once ``--sbx-max-spend`` is reached, else None. A mission whose cost
-        could not be read counts as reaching the cap: what it spent is unknown, and guessing low
-        would let the run pass the cap silently."""
-        cap = self.max_spend_usd
-        if cap is None:
-            return None
-        evidence: dict[str, Any] = {
-            "cap_usd": cap,
-            "spent_usd": self.spent_usd,
-            "missions_before": len(self.costs),
-        }
-        if self.cost_unreadable:
-            mission_id, why = next(iter(self.cost_unreadable.items()))
-            evidence["cost_unreadable"] = dict(self.cost_unreadable)
-            return CheckResult.errored(
-                "spend_cap",
-                label,
-                f"not run: --sbx-max-spend ${cap:.4f} taken as reached: the cost of mission {mission_id} "
-                f"could not be read ({why}), so what was spent is unknown",
-                Classification.SPEND_CAP,
-                evidence,
-                recommendation="read the control plane's cost for that mission by hand before running more "
-                "under a cap; nothing else was dispatched once a cost could not be read",
-            )
-        if self.spent_usd < cap:
-            return None
-        return CheckResult.errored(
-            "spend_cap",
-            label,
-            f"not run: --sbx-max-spend ${cap:.4f} reached (${self.spent_usd:.4f} spent by "
-            f"{len(self.costs)} mission(s) before it)",
-            Classification.SPEND_CAP,
-            evidence,
-            recommendation="raise --sbx-max-spend deliberately or select fewer routes; nothing else was "
-            "dispatched once the cap was reached",
-        )
-
-    def mission_cost(self, mission_id: str, via: str) -> MissionCost:
-        """The mission's cost from its stored events (what its follower read, then what was stored
-        since; bounded). Never the live stream's sum: an event the stream carried may not be what the
-        mission stored."""
-        return cost_of_events(self._stored_events(mission_id, self.channel_for(via))[0])
-
     def _settle_cost(self, run: RouteRun) -> None:
         """Capped runs: wait (bounded by the run's deadline) for the mission to end, then book its cost."""
         mission_id = run.mission_id
         if mission_id is None:
             return
-        channel = self.channel_for(run.route.via)
-        while not self._stop.is_set() and time.monotonic() < run.deadline_at:
-            try:
-                if str(channel.get(mission_id).get("status")) in TERMINAL:
-                    break
-            except SbxError:
-                break
-            time.sleep(self.section.poll_interval_s)
-        self.book_cost(mission_id, self.mission_cost(mission_id, run.route.via))
+        self.follower.wait_for_end(mission_id, run.deadline_at, self.channel_for(run.route.via))
+        self.spend.book(mission_id, self.mission_cost(mission_id, run.route.via))
 
     def _drive_capped(self, runs: list[RouteRun]) -> None:
         """Under ``--sbx-max-spend``: each route, then each canary, only while the cap is not reached."""
         for run in runs:
-            run.not_dispatched = self._cap_result(run.route.label)
+            run.not_dispatched = self.spend.refusal(run.route.label)
             if run.not_dispatched is not None:
                 run.done.set()
                 continue
             self._drive_route(run)
             self._settle_cost(run)
         for canary in self.canaries.values():
-            canary.not_dispatched = self._cap_result(f"canary-{canary.spec.label}")
+            canary.not_dispatched = self.spend.refusal(f"canary-{canary.spec.label}")
             if canary.not_dispatched is not None:
                 canary.done.set()
                 continue
             self._drive_canary(canary)
             if canary.run is not None and canary.run.mission_id is not None:
-                self.book_cost(
+                self.spend.book(
                     canary.run.mission_id, self.mission_cost(canary.run.mission_id, canary.run.route.via)
                 )
 
@@ -295,69 +251,29 @@ class MissionDispatcher(ClosingMixin):
         """Wait (bounded) for a route's run to settle."""
         self.start()
         run = self.routes[label]
-        self._wait(run.done, timeout_s)
+        wait_telling(run.done, timeout_s, self.on_wait, self.waiting)
         return run
 
     def canary(self, label: str, timeout_s: float) -> CanaryRun:
         self.start()
         canary = self.canaries[label]
-        self._wait(canary.done, timeout_s)
+        wait_telling(canary.done, timeout_s, self.on_wait, self.waiting)
         return canary
-
-    def _wait(self, done: threading.Event, timeout_s: float) -> None:
-        """Wait (bounded) for ``done``, telling :attr:`on_wait` what is waited on about once a second
-        (and ``None`` when the wait is over)."""
-        if self.on_wait is None:
-            done.wait(timeout_s)
-            return
-        start = time.monotonic()
-        end = start + timeout_s
-        told = False
-        while not done.wait(max(0.0, min(1.0, end - time.monotonic()))):
-            if time.monotonic() >= end:
-                break
-            waiting = self.waiting()
-            if waiting.open:
-                self.on_wait(waiting, time.monotonic() - start)
-                told = True
-        if told:
-            self.on_wait(None, time.monotonic() - start)  # the wait is over: the line goes
 
     def waiting(self) -> WaitingState:
         """A read-only snapshot of the unsettled routes and canaries (no request is made)."""
-        # copies: start() may still be filling them
-        routes, canaries = list(self.routes.values()), list(self.canaries.values())
-        runs = [r for r in routes if not r.done.is_set()]
-        runs += [c.run for c in canaries if c.run is not None and not c.done.is_set()]
-        waiting_canaries = sum(1 for c in canaries if c.run is None and not c.done.is_set())
-        by_status: dict[str, int] = {}
-        for run in runs:
-            seen = self._stream.signal(run.mission_id) if self._stream and run.mission_id else None
-            status = (seen.status if seen is not None else None) or run.status or "not dispatched"
-            by_status[status] = by_status.get(status, 0) + 1
-        if waiting_canaries:
-            by_status["not dispatched"] = by_status.get("not dispatched", 0) + waiting_canaries
-        longest = max(runs, key=lambda r: r.elapsed_s(), default=None)
-        live = self._stream is not None and self._stream.live
-        return WaitingState(
-            open=len(runs) + waiting_canaries,
-            by_status=by_status,
-            elapsed_s=round(longest.elapsed_s(), 1) if longest else 0.0,
-            deadline_s=longest.deadline_s if longest else 0.0,
-            followed_by="stream" if live else "polling",
-        )
+        return self.follower.waiting(self.routes.values(), self.canaries.values())
 
     def close(self) -> dict[str, str]:
         """Cancel every non-terminal mission this session created; report what happened to each."""
         self._stop.set()
-        if self._stream is not None:  # wakes every follower; its signals stay readable
-            self._stream.close()
+        self.follower.close()  # wakes every follower; the stream's signals stay readable
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
         for thread in self._threads:
             thread.join(timeout=self.section.request_timeout_s * 2)
         with pushback_until(time.monotonic() + 60.0):
-            return self._cancel_created()
+            return self.owned.cancel_all()
 
     # ------------------------------------------------------------------ routes
 
@@ -402,10 +318,8 @@ class MissionDispatcher(ClosingMixin):
         route = run.route
         channel = self.channel_for(route.via)
         workspace_id = self._workspace_id(route.workspace)
-        entry = self._intent(run)
-        run.dispatched_at = time.monotonic()
-        if self._stream is not None and self._stream.live:
-            run.stream_generation = self._stream.generation
+        entry = self.intents.intent(run)
+        self.follower.dispatched(run)
         for effort in effort_fallbacks(route.model_effort):
             spec = MissionSpec(
                 title=run.title,
@@ -423,7 +337,7 @@ class MissionDispatcher(ClosingMixin):
                 created = channel.create(spec)
             except SbxError as exc:
                 if not isinstance(exc, MissionRejected):
-                    self._release_if_never_sent(entry, exc)
+                    self.intents.release_if_never_sent(entry, exc)
                     raise
                 effort_error = "model_effort" in exc.reason
                 run.effort_attempts.append(
@@ -432,15 +346,14 @@ class MissionDispatcher(ClosingMixin):
                 if effort_error and effort != effort_fallbacks(route.model_effort)[-1]:
                     continue
                 run.rejection = exc
-                self._release(entry, f"never created: {clip(exc.reason, 120)}")
+                self.intents.release(entry, f"never created: {clip(exc.reason, 120)}")
                 return
             run.effort_attempts.append({"effort": effort, "accepted": True})
-            if self._joined_foreign(created, run, entry):
-                raise self._foreign_error(created, run)
+            if self.owned.joined_foreign(created, run, entry):
+                raise self.owned.foreign_error(created, run)
             run.created = created
-            self.created[str(created.mission["id"])] = route.via
-            self._runs[str(created.mission["id"])] = run
-            self._created(entry, str(created.mission["id"]))
+            self.owned.claim(str(created.mission["id"]), route.via, run)
+            self.intents.created(entry, str(created.mission["id"]))
             if created.prompt_refused is not None:  # ours, cancelled at close; never followed into a timeout
                 raise PromptRefused(created.prompt_refused, evidence={"mission_id": created.mission["id"]})
             if created.idempotency_supported and run.check_idempotency:
@@ -460,45 +373,32 @@ class MissionDispatcher(ClosingMixin):
             title=f"{spec.title} (idempotency retry)",
             prompt=f"{spec.prompt}\n\n(sbxcheck idempotency retry: same key, different title)",
         )
-        entry = self._intent(run)  # the retry may create a mission: the ledger knows before the request
+        entry = self.intents.intent(run)  # the retry may create a mission: the ledger knows before the request
         try:
             retry = channel.create(retry_spec)
         except SbxError as exc:
             if not isinstance(exc, MissionRejected):
-                self._release_if_never_sent(entry, exc)
+                self.intents.release_if_never_sent(entry, exc)
                 raise
             # the key lookup comes before every refusal but prompt validation (spec 3.4 step 5): a refused
             # retry means the key did not match
             run.retry_rejection = exc
-            self._release(entry, f"retry refused: {exc.reason[:120]}")
+            self.intents.release(entry, f"retry refused: {exc.reason[:120]}")
             return
-        if self._joined_foreign(retry, run, entry):
+        if self.owned.joined_foreign(retry, run, entry):
             run.retry_joined = str(retry.mission.get("id"))  # reported; never followed or cancelled
             return
         run.retry = retry
         retry_id = str(retry.mission["id"])
-        if retry_id in self.created:
-            self._release(entry, f"retry coalesced with {retry_id}")
+        if retry_id in self.owned.created:
+            self.intents.release(entry, f"retry coalesced with {retry_id}")
         else:
-            self.created[retry_id] = run.route.via
-            self._created(entry, retry_id)
+            self.owned.claim(retry_id, run.route.via)
+            self.intents.created(entry, retry_id)
             try:  # a held attempt that failed does not coalesce (spec 3.4 step 5): not an ignored key
                 run.first_status_at_retry = str(channel.get(str(run.mission_id)).get("status"))
             except SbxError:
                 run.first_status_at_retry = None
-
-    def _intent(self, run: RouteRun) -> str | None:
-        """The ledger entry written before a create is sent (None without a ledger)."""
-        if self.ledger is None:
-            return None
-        entry = self.ledger.record_intent(
-            "mission",
-            run.idempotency_key,
-            run_id=None,
-            detail={"route": run.route.label, "via": run.route.via, "title": run.title},
-        )
-        self._unanswered[entry] = run  # until the create answers
-        return entry
 
     def _of_control_plane(self, exc: SbxError) -> SbxError:
         """A refused connect or token met on the way to the control plane (over REST or through the MCP
@@ -514,162 +414,9 @@ class MissionDispatcher(ClosingMixin):
             exc.evidence.setdefault("service", service_of(self.section.url))
         return exc
 
-    def _release_if_never_sent(self, entry: str | None, exc: SbxError) -> None:
-        """A create whose connection failed before the request was sent (refused, DNS, TLS) made
-        nothing: its intent is closed now. One sent without an answer stays, for the listing to settle."""
-        if exc.evidence.get("request_sent") is False:
-            reason = exc.evidence.get("reason") or "connect failed"
-            self._release(entry, f"never created: {reason} before the request was sent")
-
-    def _release(self, entry: str | None, how: str) -> None:
-        if self.ledger is not None and entry is not None:
-            self._unanswered.pop(entry, None)
-            self.ledger.mark_released(entry, how)
-
-    def _created(self, entry: str | None, mission_id: str) -> None:
-        if self.ledger is not None and entry is not None:
-            self.ledger.mark_created(entry, mission_id)
-            self._entries[mission_id] = entry
-            self._unanswered.pop(entry, None)
-
     def _follow(self, run: RouteRun, *, to_end: bool = False) -> None:
-        """Follow the mission until it settles or its one deadline passes.
-
-        Routes settle at execution evidence, a terminal state or ``awaiting_user``; with ``to_end``
-        (canaries: every step must have run) only a terminal state or ``awaiting_user`` settles it.
-        With the live stream the stored record and events are read when the stream says the verdict
-        can be taken, once after a lag or reconnect (a catch-up with the cursor; lags in a row are
-        caught up at the polling pace, never one read per lag), and at the deadline; without it
-        they are polled with backoff (``poll_interval_s`` doubling to 10 s, jittered; pushback is
-        waited out by the transport). Either way the verdict rests on the
-        stored rows, never on the stream's word. The deadline is the run's own, counted from
-        dispatch; ``waited_s`` is the true time since dispatch.
-        """
-        channel = self.channel_for(run.route.via)
-        mission_id = run.mission_id
-        assert mission_id is not None
-        stream = self._stream
-        cursor = 0
-        synced = run.stream_generation
-        poll_s = self.section.poll_interval_s
-        next_poll = 0.0
-        recheck_at = 0.0
-        recheck_s = RECHECK_S  # doubles while the stored rows keep disagreeing with the stream
-        silence_s = STREAM_SILENCE_S
-        silence_at = (run.dispatched_at or time.monotonic()) + silence_s
-        statuses_seen = 0
-        polled = False
-        try:
-            while True:
-                now = time.monotonic()
-                live = stream is not None and stream.live
-                sig = stream.signal(mission_id) if stream is not None else None
-                if sig is not None:
-                    for at, seen in sig.statuses[statuses_seen:]:
-                        self._note_status(run, seen, at)
-                    statuses_seen = len(sig.statuses)
-                stopped = self._stop.is_set()
-                at_deadline = stopped or now >= run.deadline_at
-                generation = stream.generation if stream is not None else 0
-                if not live:
-                    read, polled = now >= next_poll, True
-                else:
-                    read = (
-                        # a lag or reconnect since the last read: catch up, at most at the polling pace
-                        (generation != synced and now >= next_poll)
-                        or (stream_says_settle(sig, to_end) and now >= recheck_at)
-                        or (sig is None and now >= silence_at)  # a stream that never names it
-                    )
-                if read or at_deadline:
-                    if live:
-                        assert stream is not None
-                        synced = stream.generation
-                    cursor, status, has_evidence = self._read(run, channel, mission_id, cursor)
-                    if settles(status, has_evidence, to_end):
-                        return
-                    if at_deadline:
-                        if to_end:
-                            why = (
-                                f"when the session stopped ({run.elapsed_s():.0f}s after dispatch)"
-                                if stopped
-                                else f"after {run.elapsed_s():.0f}s (deadline {run.deadline_s:.0f}s from dispatch)"
-                            )
-                            raise CommandTimeout(
-                                f"canary mission {mission_id} still {status} {why}",
-                                evidence={"mission_id": mission_id, "status": status},
-                            )
-                        return
-                    now = time.monotonic()
-                    next_poll = now + poll_s * random.uniform(0.8, 1.2)
-                    poll_s = min(poll_s * 2, MAX_POLL_S)
-                    recheck_at = now + recheck_s
-                    if live and stream_says_settle(sig, to_end):  # the stream's word, not confirmed
-                        recheck_s = min(recheck_s * 2, MAX_POLL_S)
-                    if sig is None and now >= silence_at:
-                        silence_s *= 2
-                        silence_at = now + silence_s
-                wake = run.deadline_at
-                if not live or generation != synced:
-                    wake = min(wake, next_poll)
-                if live and stream_says_settle(sig, to_end):
-                    wake = min(wake, recheck_at)
-                elif live and sig is None:
-                    wake = min(wake, silence_at)
-                timeout = max(0.0, wake - time.monotonic())
-                if stream is not None and not stream.absent:  # a signal, a lag or the stream going up wakes it
-                    stream.wait(mission_id, sig.version if sig is not None else 0, generation, timeout)
-                else:
-                    self._stop.wait(timeout)
-        finally:
-            run.waited_s = round(run.elapsed_s(), 2)
-            if stream is None or stream.absent:
-                reason = "no live stream" if stream is None else stream.why_absent
-                run.followed_by = f"polling ({reason})"
-            else:
-                run.followed_by = "stream (and polling while it reconnected)" if polled else "stream"
-
-    def _read(
-        self, run: RouteRun, channel: MissionChannel, mission_id: str, cursor: int
-    ) -> tuple[int, str, bool]:
-        """One read of the stored record and the events after ``cursor``: (cursor, status, evidence).
-
-        The verdict needs this read even at the deadline: pushback on it is waited out for at least
-        ``request_timeout_s`` more (the item waits longer than the mission's deadline).
-        """
-        with pushback_until(max(run.deadline_at, time.monotonic() + self.section.request_timeout_s)):
-            return self._read_now(run, channel, mission_id, cursor)
-
-    def _read_now(
-        self, run: RouteRun, channel: MissionChannel, mission_id: str, cursor: int
-    ) -> tuple[int, str, bool]:
-        current = channel.get(mission_id)
-        run.reads += 1
-        if run.record is None:
-            run.record = current
-        run.last = current
-        status = str(current.get("status"))
-        self._note_status(run, status)
-        for _ in range(MAX_EVENT_PAGES):
-            page = channel.events(mission_id, cursor)
-            run.reads += 1
-            fresh = new_events(run.events, page)  # each sequence once, whatever the server did with the cursor
-            for event in fresh:
-                seq = event.get("sequence")
-                if isinstance(seq, int) and seq > cursor:
-                    cursor = seq
-            run.events.extend(fresh)
-            if len(page) < EVENT_PAGE or not fresh:
-                break
-        has_evidence = any(e.get("event_type") in EVIDENCE_EVENTS for e in run.events)
-        return cursor, status, has_evidence
-
-    @staticmethod
-    def _note_status(run: RouteRun, status: str, at: float | None = None) -> None:
-        """Add ``status`` to the timeline (seconds after dispatch) when it differs from the last one."""
-        if not run.timeline or run.timeline[-1][1] != status:
-            start = run.dispatched_at if run.dispatched_at is not None else time.monotonic()
-            when = (time.monotonic() if at is None else at) - start
-            run.timeline.append((round(max(when, 0.0), 2), status))
+        """Follow ``run``'s mission until it settles or its deadline passes (:meth:`MissionFollower.follow`)."""
+        self.follower.follow(run, self.channel_for(run.route.via), to_end=to_end)
 
     def _settle_backend(self, backend: str, first: list[RouteRun], rest: list[RouteRun]) -> None:
         """Wait for the probe routes; on a shared crash signature block the backend, else dispatch the rest."""

@@ -1,8 +1,9 @@
 """The pytest plugin (entry point ``sbxcheck.plugin``): its hooks (options, markers, collection, results).
 
-The rest of the pytest layer sits beside it: :mod:`.stash` (config.stash keys, ``get_session``),
-:mod:`.params` (parametrization from the inventory), :mod:`.collector` (outcomes -> RunReport,
-terminal summary), :mod:`.handoff` and :mod:`.xdist` (workers), :mod:`.fixtures`, :mod:`.session`.
+The rest of the pytest layer sits beside it: :mod:`.stash` (config.stash keys, ``get_session``,
+``run_state``), :mod:`.params` (parametrization from the inventory), :mod:`.collector` (outcomes ->
+RunReport, terminal summary), :mod:`.handoff` and :mod:`.xdist` (workers), :mod:`.fixtures`,
+:mod:`.session` (the run's resources) and :mod:`.runstate` (what the run learns and does).
 
 Thin by design (like pytest-xdist's): loading it imports only pytest and the standard library; the
 session, inventory, transports and simulator are imported and built when an sbxcheck item needs
@@ -37,22 +38,25 @@ from sbxcheck.plugin.collector import COLLECTOR_KEY, ResultCollector
 from sbxcheck.plugin.handoff import XdistNodes
 from sbxcheck.plugin.itemreport import hide_sbxcheck_frames, redact_longrepr, result_from_report
 from sbxcheck.plugin.params import NOTHING_LEAKED, parametrize
+from sbxcheck.plugin.runstate import RunState
 from sbxcheck.plugin.settings import SETTINGS_KEY, Settings, build, declare
 from sbxcheck.plugin.stash import (
     CALL_START_KEY,
     PARAMS_KEY,
     PYTEST_SESSION_KEY,
+    RUN_STATE_KEY,
     SESSION_KEY,
     SESSION_TAG_KEY,
     fleet_source,
     get_session,
     plain_nodeid,
+    run_state,
     simulated_fleet,
     suite_of,
 )
 
 if TYPE_CHECKING:
-    from sbxcheck.lifecycle.missions import WaitingState
+    from sbxcheck.lifecycle.following import WaitingState
 
 pytest_plugins = ["sbxcheck.plugin.fixtures"]
 
@@ -143,6 +147,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SESSION_TAG_KEY] = (
         workerinput.get("sbxcheck_session_tag") if workerinput else None
     ) or uuid.uuid4().hex
+    # what this process learns and does, beside the collector (a worker starts with the runs its controller mounted)
+    config.stash[RUN_STATE_KEY] = RunState.starting(settings.run_ids, (workerinput or {}).get("sbxcheck_mounted", ()))
     if workerinput is not None:
         scope_dir = workerinput.get("sbxcheck_scope_dir")
         if scope_dir:
@@ -155,7 +161,7 @@ def pytest_configure(config: pytest.Config) -> None:
         from sbxcheck.plugin.cleanup import WorkerCleanup
 
         config.pluginmanager.register(
-            WorkerCleanup(lambda: config.stash.get(SESSION_KEY, None)), "sbxcheck-worker-cleanup"
+            WorkerCleanup(lambda: config.stash.get(SESSION_KEY, None), run_state(config)), "sbxcheck-worker-cleanup"
         )
         return
     _warn_space_form_inventory(config)
@@ -165,16 +171,16 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(collector, "sbxcheck-collector")
     if not config.getoption("collectonly") and _wants_mounts(config, settings):
         collector.remove_stale_reports()  # a mount is sbxcheck work: this run writes a report
-        session = get_session(config)
+        session, state = get_session(config), run_state(config)
         _terminate_as_interrupt()
         try:
-            session.mount_all()
+            session.ledger_mounts.mount_all(state)
         except Exception as exc:
             from sbxcheck.errors import SbxError
 
             if not isinstance(exc, SbxError):
                 raise
-            session.mount_error = exc.message
+            state.mount_error = exc.message
     if config.pluginmanager.hasplugin("xdist"):
         xdist_nodes = XdistNodes(config)
         if getattr(config.option, "dist", None) in ("load", "loadgroup") and (
@@ -269,6 +275,7 @@ def _warn_space_form_inventory(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(SESSION_KEY, None)
     if session is not None:
+        state = run_state(config)
         try:
             collector = config.stash.get(COLLECTOR_KEY, None)
             if collector is not None and not collector.finished:
@@ -276,8 +283,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
                 # and the report is still written, marked interrupted
                 collector.finish(interrupted=True)
         finally:
-            session.close()
-            if session.interrupted_during:
+            try:
+                session.control_plane.close_missions(state)  # what is still open, reported in the state
+            finally:
+                session.close()
+            if state.interrupted_during:
                 _exit_as_interrupted(config)
     xdist_nodes = config.pluginmanager.get_plugin("sbxcheck-xdist")
     if isinstance(xdist_nodes, XdistNodes) and xdist_nodes.scope_dir is not None:
@@ -383,7 +393,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if not any(suite_of(item) for item in session.items):
         return
     _terminate_as_interrupt()
-    state = get_session(session.config)
+    get_session(session.config)  # made now if no fixture made it: its close runs at unconfigure
+    state = run_state(session.config)
     routes: set[str] = set()
     canaries: set[str] = set()
     for item in session.items:

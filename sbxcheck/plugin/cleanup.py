@@ -16,29 +16,31 @@ from sbxcheck.errors import SbxError
 
 if TYPE_CHECKING:  # kept light: the plugin imports this module on every run
     from sbxcheck.lifecycle.mounts import Mounted
+    from sbxcheck.plugin.runstate import RunState
     from sbxcheck.plugin.session import SbxSession
 
 
 class WorkerCleanup:
     """On an xdist worker: cancel its missions before it reports back, and hand the results over."""
 
-    def __init__(self, session: Callable[[], SbxSession | None]) -> None:
+    def __init__(self, session: Callable[[], SbxSession | None], state: RunState) -> None:
         self.session = session  # None until an sbxcheck item made one
+        self.state = state
 
     @pytest.hookimpl(tryfirst=True)  # before xdist sends workerfinished with the worker output
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         sbx = self.session()
         if sbx is None:
             return
-        sbx.close_missions()
+        sbx.control_plane.close_missions(self.state)
         workeroutput = getattr(session.config, "workeroutput", None)
         if isinstance(workeroutput, dict):
-            workeroutput["sbxcheck_cleanup"] = list(sbx.cleanup)
+            workeroutput["sbxcheck_cleanup"] = list(self.state.cleanup)
 
 
 def left_open(session: SbxSession) -> list[dict[str, Any]]:
     """This session's ledger entries still open: what it leaves behind (kept, failed, abandoned)."""
-    if not session.ledger_in_use:
+    if not session.ledger_mounts.in_use:
         return []
     try:
         entries = session.ledger().open_entries()

@@ -1,4 +1,8 @@
-"""ResultCollector (xdist controller side): item outcomes -> RunReport, cleanup, reports, terminal summary."""
+"""ResultCollector (xdist controller side): item outcomes -> RunReport, cleanup, reports, terminal summary.
+
+The collector reads and completes the process's :class:`~sbxcheck.plugin.runstate.RunState` (``run_state``):
+the workers' cleanup lines join it, and at the end the mounts' teardown and the mission cancels.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from sbxcheck.plugin.stash import (
     SESSION_KEY,
     get_session,
     plain_nodeid,
+    run_state,
     simulated_fleet,
     suite_of,
 )
@@ -87,7 +92,7 @@ class ResultCollector:
         output = getattr(node, "workeroutput", None) or {}
         cleanup = output.get("sbxcheck_cleanup") if isinstance(output, dict) else None
         if isinstance(cleanup, list) and cleanup:
-            get_session(self.config).cleanup.extend(c for c in cleanup if isinstance(c, dict))
+            run_state(self.config).cleanup.extend(c for c in cleanup if isinstance(c, dict))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         payload = getattr(report, "sbxcheck", None)
@@ -134,8 +139,7 @@ class ResultCollector:
             # a green run without its report is no green run: exit as pytest does when it cannot write
             # its own --junitxml (internal error); a failed or interrupted run keeps its status
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
-        sbx = self.config.stash.get(SESSION_KEY, None)
-        failed_cleanup = [c for c in (sbx.cleanup if sbx else []) if not c.get("ok", True)]
+        failed_cleanup = [c for c in run_state(self.config).cleanup if not c.get("ok", True)]
         if failed_cleanup and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a pending mission is not a green run
 
@@ -158,8 +162,8 @@ class ResultCollector:
         out_dir = settings.report_dir
         stale = interrupted and (out_dir / "results.json").exists()
         sbx = self.config.stash.get(SESSION_KEY, None)
-        if sbx is None and not (self.records or stale):
-            return  # no sbxcheck item ran and nothing was mounted: an unrelated run gets no report
+        if sbx is None and not (self.records or stale or run_state(self.config).cleanup):
+            return  # no sbxcheck item ran, nothing was mounted or cancelled: an unrelated run gets no report
         from sbxcheck.errors import SbxError
         from sbxcheck.plugin.cleanup import left_open, mount_cleanup
         from sbxcheck.redact import default_redactor
@@ -168,10 +172,10 @@ class ResultCollector:
         from sbxcheck.report.writers import write_artifacts
         from sbxcheck.results import InventoryInfo
 
-        sbx = get_session(self.config)
-        mounts = sbx.finish_mounts(settings.teardown, self._gate_outcomes())
-        sbx.close_missions()
-        cleanup = list(sbx.cleanup) + [mount_cleanup(m) for m in mounts if m.action != "pending"]
+        sbx, state = get_session(self.config), run_state(self.config)
+        mounts = sbx.ledger_mounts.finish_mounts(state, settings.teardown, self._gate_outcomes())
+        sbx.control_plane.close_missions(state)
+        cleanup = list(state.cleanup) + [mount_cleanup(m) for m in mounts if m.action != "pending"]
         left = left_open(sbx)
         if not (self.records or mounts or cleanup or left or stale):
             return
@@ -209,7 +213,7 @@ class ResultCollector:
 
         report = report.model_copy(
             update={
-                "spend": summarize_spend(cleanup, records, cap_usd=sbx.max_spend_usd),
+                "spend": summarize_spend(cleanup, records, cap_usd=settings.max_spend_usd),
                 "interrupted": interrupted,
                 "interrupted_reason": (self.interrupted_reason or "interrupted") if interrupted else "",
                 "not_run": self.not_run() if interrupted else [],
@@ -276,8 +280,7 @@ class ResultCollector:
 
         out: dict[str, list[str]] = {}
         never = self.not_run()
-        sbx = self.config.stash.get(SESSION_KEY, None)
-        for mounted in sbx.mounts if sbx else []:
+        for mounted in run_state(self.config).mounts:
             if mounted.run_id:
                 out[mounted.run_id] = [
                     r.outcome.value
@@ -372,8 +375,7 @@ class ResultCollector:
             tr.write_line(
                 f"left open: {entry['kind']} {entry['ident']} ({entry['state']}) {entry['why']}".rstrip()
             )
-        sbx = self.config.stash.get(SESSION_KEY, None)
-        for note in sbx.interrupted_during if sbx else []:
+        for note in run_state(self.config).interrupted_during:
             tr.write_line(f"interrupted during {note}")
         for warning in self.history_warnings:
             tr.write_line(f"warning: {warning}", yellow=True)

@@ -34,7 +34,7 @@ GateCheck = Callable[..., CheckResult]
 
 
 class GatedRun(Protocol):
-    """What the fan-out reads of a gate run (``plugin.session.GateRun``): its id and, if gateable, its target."""
+    """What the fan-out reads of a gate run (``plugin.gateruns.GateRun``): its id and, if gateable, its target."""
 
     @property
     def run_id(self) -> str: ...

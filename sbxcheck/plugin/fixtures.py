@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from sbxcheck.lifecycle import MissionDispatcher
     from sbxcheck.lifecycle.ledger import LedgerEntry
     from sbxcheck.lifecycle.mounts import Mounted
-    from sbxcheck.plugin.session import GateRun, SbxSession
+    from sbxcheck.plugin.gateruns import GateRun
+    from sbxcheck.plugin.session import SbxSession
     from sbxcheck.results import CheckResult
     from sbxcheck.transports.ssh import SshHost, SshPool
 
@@ -52,7 +53,9 @@ def sbx_sandbox(request: pytest.FixtureRequest) -> list[Mounted]:
     Mounting happens once, before collection, on the process that owns it (the xdist controller);
     teardown follows --sbx-teardown after the session (never by default; a failed gate keeps).
     """
-    return list(_session(request).mounts)
+    from sbxcheck.plugin.stash import run_state
+
+    return list(run_state(request.config).mounts)
 
 
 @pytest.fixture(scope="session")
@@ -71,7 +74,9 @@ def sbx_ssh_pool(request: pytest.FixtureRequest) -> Iterator[SshPool]:
 @pytest.fixture(scope="session")
 def sbx_missions(request: pytest.FixtureRequest) -> MissionDispatcher:
     """The session's mission dispatcher: every route is dispatched at once on first use, cancelled at the end."""
-    dispatcher = _session(request).dispatcher()
+    from sbxcheck.plugin.stash import run_state
+
+    dispatcher = _session(request).control_plane.dispatcher(run_state(request.config))
     dispatcher.start()
     return dispatcher
 

@@ -10,7 +10,7 @@ from sbxcheck.plugin.fanout import REMOTE_MARK, Planned
 from sbxcheck.plugin.stash import param_object
 
 if TYPE_CHECKING:
-    from sbxcheck.plugin.session import GateRun
+    from sbxcheck.plugin.gateruns import GateRun
 
 
 def _params(item: pytest.Item) -> dict[str, Any]:

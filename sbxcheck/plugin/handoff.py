@@ -14,7 +14,7 @@ import pytest
 
 from sbxcheck.plugin.params import CONTROL_PLANE_GROUP
 from sbxcheck.plugin.settings import settings_of
-from sbxcheck.plugin.stash import SESSION_KEY, SESSION_TAG_KEY, get_session
+from sbxcheck.plugin.stash import SESSION_KEY, SESSION_TAG_KEY, get_session, run_state
 
 
 class XdistNodes:
@@ -66,7 +66,7 @@ class XdistNodes:
             return {}
         session = get_session(self.config)
         try:
-            runs = [r.run_id for r in session.gate_runs()]
+            runs = [r.run_id for r in session.gate_runs(run_state(self.config))]
             section = session.inventory().sandboxed
         except SbxError:
             return {}
@@ -82,12 +82,13 @@ class XdistNodes:
         session = self.config.stash.get(SESSION_KEY, None)
         if session is None:
             return
-        node.workerinput["sbxcheck_mounted"] = [m.run_id for m in session.mounts if m.run_id]
-        if session.mounts and session.uses_sim and session.sim is not None:
+        state = run_state(self.config)
+        node.workerinput["sbxcheck_mounted"] = [m.run_id for m in state.mounts if m.run_id]
+        if state.mounts and session.uses_sim and session.sim is not None:
             # workers gate the fleet the controller mounted on, not fleets of their own
             node.workerinput["sbxcheck_inventory"] = str(session.sim.inventory_path)
-        if not session.uses_sim or session.mounts:
+        if not session.uses_sim or state.mounts:
             # every worker collects the same ledger items: the entries the controller saw
             if self._ledger_ids is None:
-                self._ledger_ids = [e.id for e in session.ledger_entries()]
+                self._ledger_ids = [e.id for e in session.ledger_mounts.ledger_entries(state)]
             node.workerinput["sbxcheck_ledger_ids"] = self._ledger_ids

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from sbxcheck.plugin.stash import PARAMS_KEY, get_session
+from sbxcheck.plugin.stash import PARAMS_KEY, get_session, run_state
 
 if TYPE_CHECKING:  # annotations only: an unrelated pytest run imports no inventory model
     from sbxcheck.inventory import SandboxedSection
-    from sbxcheck.plugin.session import GateRun
+    from sbxcheck.plugin.gateruns import GateRun
 
 
 #: The parameter of "nothing leaked": the item is dropped at collection (an empty parametrization would skip).
@@ -34,16 +34,16 @@ def _gate_runs(config: pytest.Config) -> tuple[list[GateRun], str | None]:
     """The gate runs, or why there are none (an inventory problem is reported, not raised)."""
     from sbxcheck.errors import InventoryError
 
-    session = get_session(config)
+    session, state = get_session(config), run_state(config)
     try:
-        runs = session.gate_runs()
+        runs = session.gate_runs(state)
     except InventoryError as exc:
         return [], exc.message
     if not runs:
         inv = session.inventory()
         if inv.sssf is None:
             return [], f"the inventory {session.describe_source()} has no [sssf] section"
-        if session.run_ids:
+        if state.run_ids:
             return [], f"no run records for the named runs under {inv.sssf.runs_path}"
         if not inv.sssf.runs_path.is_dir():
             return (
@@ -145,9 +145,9 @@ def _ledger_params(config: pytest.Config) -> list[Any]:
     """Entries other sessions left open (kept ones too): mounts are gate items, missions canary items."""
     from sbxcheck.errors import InventoryError
 
-    session = get_session(config)
+    session, state = get_session(config), run_state(config)
     try:
-        entries = session.ledger_entries()
+        entries = session.ledger_mounts.ledger_entries(state)
     except InventoryError as exc:
         return [
             pytest.param(None, id="inventory", marks=[pytest.mark.gate, pytest.mark.skip(reason=exc.message)])
@@ -160,8 +160,8 @@ def _ledger_params(config: pytest.Config) -> list[Any]:
         )
         for e in entries
     ]
-    if session.ledger_problem is not None:  # an unreadable ledger is one error item, not silence
-        key = _keyed(config, "sbx_ledger_entry", "unreadable", session.ledger_problem)
+    if state.ledger_problem is not None:  # an unreadable ledger is one error item, not silence
+        key = _keyed(config, "sbx_ledger_entry", "unreadable", state.ledger_problem)
         params.append(pytest.param(key, id="unreadable", marks=pytest.mark.gate))
     # nothing leaked: a parameter that collection removes (an empty parametrization would be a skip)
     return params or [pytest.param(NOTHING_LEAKED, id="none", marks=pytest.mark.gate)]

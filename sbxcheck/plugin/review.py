@@ -41,7 +41,7 @@ def _release_hint(entry: LedgerEntry, ident: str | None) -> str:
 
 
 class Reviewing(Protocol):
-    """What a review needs of the session (:class:`~sbxcheck.plugin.session.SbxSession`)."""
+    """What a review needs of the session's ledger (:class:`~sbxcheck.plugin.ledgermounts.LedgerMounts`)."""
 
     sweep: bool
 

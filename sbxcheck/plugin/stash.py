@@ -1,4 +1,5 @@
-"""config.stash keys and what every module of the pytest layer reads: the session, the suite of an item."""
+"""config.stash keys and what every module of the pytest layer reads: the session, the run state, the suite
+of an item."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from sbxcheck.fleetsource import FleetSource
+from sbxcheck.plugin.runstate import RunState
 
 if TYPE_CHECKING:
     from sbxcheck.plugin.session import SbxSession
@@ -21,6 +23,7 @@ RESULT_KEY: pytest.StashKey[CheckResult] = pytest.StashKey()
 PYTEST_SESSION_KEY = pytest.StashKey[pytest.Session]()
 PARAMS_KEY = pytest.StashKey[dict[tuple[str, Any], Any]]()
 SESSION_TAG_KEY = pytest.StashKey[str]()
+RUN_STATE_KEY = pytest.StashKey[RunState]()
 CALL_START_KEY = pytest.StashKey[float]()
 
 
@@ -38,14 +41,15 @@ def get_session(config: pytest.Config) -> SbxSession:
     # workers gate the fleet the controller mounted on, not fleets of their own
     source = FleetSource(Path(shared), "the xdist controller's fleet") if shared else fleet_source(settings)
     session = SbxSession(
-        settings,
-        source,
-        session_tag=config.stash[SESSION_TAG_KEY],
-        mounted_run_ids=handed.get("sbxcheck_mounted", ()),
-        ledger_ids=handed.get("sbxcheck_ledger_ids"),
+        settings, source, session_tag=config.stash[SESSION_TAG_KEY], ledger_ids=handed.get("sbxcheck_ledger_ids")
     )
     config.stash[SESSION_KEY] = session
     return session
+
+
+def run_state(config: pytest.Config) -> RunState:
+    """This process's run state (made in ``pytest_configure``, beside the collector)."""
+    return config.stash[RUN_STATE_KEY]
 
 
 def fleet_source(settings: Settings) -> FleetSource:

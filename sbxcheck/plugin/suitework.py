@@ -20,7 +20,8 @@ from sbxcheck.results import CheckResult, Classification, Outcome
 if TYPE_CHECKING:
     from sbxcheck.inventory import GithubProbeSpec, Inventory, SandboxedSection
     from sbxcheck.lifecycle.ledger import LedgerEntry
-    from sbxcheck.plugin.session import GateRun, SbxSession
+    from sbxcheck.plugin.gateruns import GateRun
+    from sbxcheck.plugin.session import SbxSession
     from sbxcheck.transports.ssh import SshPool
 
 

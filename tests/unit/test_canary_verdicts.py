@@ -27,7 +27,7 @@ from sbxcheck.clients.sandboxed_models import MissionSpec
 from sbxcheck.clients.stream import ControlStream
 from sbxcheck.inventory import RouteSpec, SandboxedSection, WorkspaceCanarySpec
 from sbxcheck.lifecycle import MissionDispatcher
-from sbxcheck.lifecycle.missions import WaitingState
+from sbxcheck.lifecycle.following import WaitingState
 from sbxcheck.results import Classification, Outcome
 
 
@@ -90,7 +90,7 @@ class FakePlane:
         return True
 
 
-def _dispatcher(plane: FakePlane, **section: Any) -> MissionDispatcher:
+def _dispatcher(plane: FakePlane, stream: ControlStream | None = None, **section: Any) -> MissionDispatcher:
     defaults: dict[str, Any] = {
         "url": "http://cp.invalid",
         "routes": [RouteSpec(name="r", backend="codex", workspace=section.pop("workspace", None))],
@@ -102,6 +102,7 @@ def _dispatcher(plane: FakePlane, **section: Any) -> MissionDispatcher:
         "0123456789abcdef",
         workspace_ids=lambda: {"w": "11111111-1111-1111-1111-111111111111"},
         exec_sha256=lambda ws, path: "0" * 64,
+        stream=stream,
     )
 
 
@@ -308,10 +309,8 @@ class _PushingStream(ControlStream):
 
 
 def _streamed(plane: FakePlane, frames: list[tuple[str, dict[str, Any]]]) -> tuple[RouteRun, WaitingState]:
-    d = _dispatcher(
-        plane, poll_interval_s=5.0
-    )  # a poll would come far too late: only the stream can settle it
-    d._stream = _PushingStream(plane, frames)
+    # a poll would come far too late: only the stream can settle it
+    d = _dispatcher(plane, _PushingStream(plane, frames), poll_interval_s=5.0)
     try:
         d.start()
         state = d.waiting()
@@ -345,7 +344,7 @@ def test_a_lag_makes_one_catch_up_read_that_finds_the_dropped_evidence() -> None
 
 def test_a_stream_that_never_names_the_mission_still_gets_it_read(monkeypatch: pytest.MonkeyPatch) -> None:
     """Another user's stream, a filtering proxy: silence about a mission triggers a read, not a wait to the deadline."""
-    monkeypatch.setattr("sbxcheck.lifecycle.missions.STREAM_SILENCE_S", 0.3)
+    monkeypatch.setattr("sbxcheck.lifecycle.following.STREAM_SILENCE_S", 0.3)
     started = time.monotonic()
     run, _ = _streamed(FakePlane(), [])
     assert time.monotonic() - started < 3.0 and run.reads == 2

@@ -13,7 +13,7 @@ from sbxcheck.checks.gate import GateTarget
 from sbxcheck.clients.runrecords import RunEntry
 from sbxcheck.errors import CommandTimeout, HostUnreachable
 from sbxcheck.plugin.fanout import GateFanout, Planned
-from sbxcheck.plugin.session import GateRun
+from sbxcheck.plugin.gateruns import GateRun
 from sbxcheck.results import CheckResult
 
 

@@ -8,15 +8,16 @@ from pathlib import Path
 import pytest
 
 from sbxcheck.fleetsource import FleetSource
+from sbxcheck.plugin.runstate import RunState
 from sbxcheck.plugin.session import SbxSession
 from sbxcheck.plugin.settings import Settings
 
 
-def _session(inventory: str | None, rootdir: Path, invocation: Path, state: str | None = None) -> SbxSession:
-    settings = Settings.defaults(rootdir, invocation)
-    session = SbxSession(settings, FleetSource.choose(inventory, "--sbx-inventory", rootdir, force_sim=False))
-    session.state_option = state
-    return session
+def _session(
+    inventory: str | None, rootdir: Path, invocation: Path, state: str | None = None, *, sweep: bool = False
+) -> SbxSession:
+    settings = Settings.defaults(rootdir, invocation, state=Path(state) if state else None, sweep=sweep)
+    return SbxSession(settings, FleetSource.choose(inventory, "--sbx-inventory", rootdir, force_sim=False))
 
 
 def test_state_dir_is_beside_the_inventory_however_it_is_spelled(
@@ -79,18 +80,18 @@ def test_review_skips_a_live_owner_and_reports_an_unmatched_intent_once(tmp_path
     from sbxcheck.lifecycle.ledger import Ledger
 
     inventory = _fleet_inventory(tmp_path)
-    session = _session(str(inventory), tmp_path, tmp_path)
+    session = _session(str(inventory), tmp_path, tmp_path, sweep=True)
     state = session.state_dir()
     live = Ledger(state, session="other-live").record_intent(
         "mount", "busy", run_id=None
     )  # this process: alive
     _dead_intent(state, "ghost")
-    session.sweep = True
-    reviews = {e.intended_ident: session.review_entry(e) for e in session.ledger_entries()}
+    entries = session.ledger_mounts.ledger_entries(RunState())
+    reviews = {e.intended_ident: session.review_entry(e) for e in entries}
     assert reviews["busy"].outcome == "skipped" and "live session" in reviews["busy"].message
     assert reviews["ghost"].outcome == "failed" and reviews["ghost"].message.startswith("unmatched:")
     # nothing was run for either; the unmatched one is closed in the ledger and never reported again
-    assert [e.intended_ident for e in session.ledger_entries()] == ["busy"]
+    assert [e.intended_ident for e in session.ledger_mounts.ledger_entries(RunState())] == ["busy"]
     assert {e.id for e in Ledger(state).open_entries()} == {live}
 
 
@@ -107,7 +108,7 @@ def test_review_resolves_a_killed_mount_by_its_run_record(tmp_path: Path) -> Non
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     record = {"run_id": "demo-20260101-abcdef", "created_at": now, "closed_at": now}
     (tmp_path / "checkout" / ".sandbox" / "runs" / "demo-20260101-abcdef.json").write_text(json.dumps(record))
-    [entry] = session.ledger_entries()
+    [entry] = session.ledger_mounts.ledger_entries(RunState())
     review = session.review_entry(entry)  # its record is closed: released in the ledger, nothing run
     assert review.outcome == "passed" and "demo-20260101-abcdef" in review.message
     [folded] = Ledger(state).state()
