@@ -35,6 +35,8 @@ class SbxError(Exception):
     """Base of every sbxcheck error; carries a classification and optional evidence."""
 
     classification: ClassVar[Classification] = Classification.INTERNAL_ERROR
+    #: what items that met this error share (one incident), when it is more than the service it came from
+    cause: ClassVar[str | None] = None
 
     def __init__(
         self, message: str, *, evidence: dict[str, Any] | None = None, recommendation: str | None = None

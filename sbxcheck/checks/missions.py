@@ -45,7 +45,8 @@ def control_plane_error(check: str, target: str, error: SbxError, evidence: dict
         error.message,
         error.classification,
         {**evidence, **error.evidence},
-        cause=service_cause(error) or f"control-plane-{error.classification.value}",
+        cause=service_cause(error) or error.cause or f"control-plane-{error.classification.value}",
+        recommendation=error.recommendation,
     )
 
 
@@ -151,6 +152,8 @@ def check_dispatched(run: RouteRun) -> CheckResult:
     )
     if run.created.older_create:  # an older release: the prompt went as the first message, no key retry
         ev.update(older_create=run.created.older_create, first_message=run.created.first_message)
+    if run.slot_waited_s is not None:  # every slot was taken: it waited its turn, then started in its own
+        ev.update(slot_waited_s=run.slot_waited_s, slot_refusal=run.created.awaiting_slot)
     ignored = _idempotency_ignored(run, ev)
     if ignored is not None:
         return CheckResult.failed(

@@ -17,12 +17,13 @@ from sbxcheck.clients.sandboxed import (
     MissionRejected,
     NotFound,
     SandboxedClient,
+    SlotsFull,
     parse_error_text,
     parse_supported_efforts,
     parse_valid_models,
 )
 from sbxcheck.clients.sandboxed_models import MissionSpec, check_record_id
-from sbxcheck.errors import AuthFailed, BadResponseError, SbxError, TransportError
+from sbxcheck.errors import AuthFailed, BadResponseError, NotServed, SbxError, TransportError
 from sbxcheck.ids import check_id
 
 # the REST status or text an MCP tool relays when the control plane pushed back (429 / 503); a tool
@@ -39,6 +40,7 @@ class Created:
     first_message: str | None = None  # how the prompt was sent when the create could not carry it
     prompt_refused: str | None = None  # why the prompt could not be sent at all (the mission waits)
     older_create: str | None = None  # the create kept only an older release's body: what it dropped
+    awaiting_slot: str | None = None  # created, its first message not sent: every mission slot is taken
 
 
 class MissionChannel(Protocol):
@@ -53,6 +55,8 @@ class MissionChannel(Protocol):
     def events(self, mission_id: str, since_seq: int) -> list[dict[str, Any]]: ...
 
     def cancel(self, mission_id: str) -> bool: ...
+
+    def start(self, mission_id: str, prompt: str) -> None: ...
 
 
 class RestChannel:
@@ -79,18 +83,40 @@ class RestChannel:
         )
         if not spec.prompt:
             return Created(mission, None, idempotency_supported=False, older_create=older)
-        way = "POST /api/control/message {content, mission_id}"
+        mission_id = str(mission["id"])
+        way = PARALLEL_START
         try:
-            self.client.send_message(str(mission["id"]), spec.prompt)
+            self.start(mission_id, spec.prompt)
+        except SlotsFull as exc:  # the caller waits for a slot and calls start() again
+            served.first_message = way
+            return Created(
+                mission, None, idempotency_supported=False, first_message=way, older_create=older,
+                awaiting_slot=exc.reason,
+            )  # fmt: skip
+        except NotServed:  # a release before /parallel: the message route is all it has
+            way = "POST /api/control/message {content, mission_id}"
+            try:
+                self.client.send_message(mission_id, spec.prompt)
+            except SbxError as exc:
+                return self._refused(mission, dropped, older, exc)
         except SbxError as exc:
-            refused = (
-                f"this control plane (version {served.version or 'unknown'}) drops the prompt at create "
-                f"(its record lacks {', '.join(dropped)}) and refused the first message ({exc.message}): "
-                "the mission would stay pending"
-            )
-            return Created(mission, None, idempotency_supported=False, prompt_refused=refused, older_create=older)
+            return self._refused(mission, dropped, older, exc)
         served.first_message = way
         return Created(mission, None, idempotency_supported=False, first_message=way, older_create=older)
+
+    def start(self, mission_id: str, prompt: str) -> None:
+        """Start a created mission with ``prompt`` as its first message, in a slot of its own
+        (:class:`SlotsFull` when there is none: the prompt is never queued on another mission)."""
+        self.client.start_mission_parallel(mission_id, prompt)
+
+    def _refused(self, mission: dict[str, Any], dropped: tuple[str, ...], older: str, exc: SbxError) -> Created:
+        """The created mission whose first message was refused: it would stay pending (cancelled at close)."""
+        version = self.client.served.version or "unknown"
+        refused = (
+            f"this control plane (version {version}) drops the prompt at create (its record lacks "
+            f"{', '.join(dropped)}) and refused the first message ({exc.message}): the mission would stay pending"
+        )
+        return Created(mission, None, idempotency_supported=False, prompt_refused=refused, older_create=older)
 
     def get(self, mission_id: str) -> dict[str, Any]:
         return self.client.get_mission(mission_id).model_dump(mode="json")
@@ -103,6 +129,10 @@ class RestChannel:
     def cancel(self, mission_id: str) -> bool:
         return self.client.cancel_mission(mission_id)
 
+
+#: How an older release's mission gets its first message: in a slot of its own, or not at all (409).
+#: ``POST /api/control/message`` would queue it on the running mission when every slot is taken.
+PARALLEL_START = "POST /api/control/missions/:id/parallel {content}"
 
 #: Fields a current create stores verbatim when sent; a record without one sent came from an older release.
 ECHOED_FIELDS = ("tags", "project", "track", "origin_session_id")
@@ -203,6 +233,10 @@ class McpChannel:
                 return False
             raise TransportError(f"MCP cancel_mission failed: {self.client.redact(result.text)[:200]}")
         return True
+
+    def start(self, mission_id: str, prompt: str) -> None:
+        """Never needed: ``start_mission`` carries its prompt, so an MCP create never waits for a slot."""
+        raise BadResponseError(f"mission {mission_id}: the assistant MCP cannot start a created mission")
 
     def _json(self, tool: str, result: McpToolResult) -> Any:
         if result.is_error:

@@ -76,7 +76,9 @@ class RouteRun:
     timeline: list[tuple[float, str]] = field(default_factory=list)
     waited_s: float = 0.0  # seconds from dispatch (the first create sent) until following stopped
     deadline_s: float = 0.0  # the one budget of this mission, counted from dispatch
-    dispatched_at: float | None = None  # monotonic clock when the first create was sent
+    dispatched_at: float | None = None  # monotonic clock when the first create was sent (or it got a slot)
+    awaiting_slot: bool = False  # created; waiting for a slot of its own to start in (an older release)
+    slot_waited_s: float | None = None  # how long it waited for that slot, once it had one
     skipped_incident: str | None = None
     settled_s: float | None = None  # seconds from the session's first dispatch until this run settled
     retry: Created | None = None
@@ -102,7 +104,8 @@ class RouteRun:
 
     @property
     def deadline_at(self) -> float:
-        """The one deadline of this mission: dispatch + ``deadline_s`` (never restarted by a later phase)."""
+        """The one deadline of this mission: dispatch + ``deadline_s`` (never restarted by a later phase;
+        a mission that waited for a slot to start in counts from when it got one)."""
         start = self.dispatched_at if self.dispatched_at is not None else time.monotonic()
         return start + self.deadline_s
 

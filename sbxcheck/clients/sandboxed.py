@@ -38,6 +38,7 @@ from sbxcheck.clients.sandboxed_errors import MissionRejected as MissionRejected
 from sbxcheck.clients.sandboxed_errors import NotFound as NotFound
 from sbxcheck.clients.sandboxed_errors import RateLimited as RateLimited
 from sbxcheck.clients.sandboxed_errors import ServerError as ServerError
+from sbxcheck.clients.sandboxed_errors import SlotsFull as SlotsFull
 from sbxcheck.clients.sandboxed_errors import excerpt as excerpt
 from sbxcheck.clients.sandboxed_errors import parse_error_text as parse_error_text
 from sbxcheck.clients.sandboxed_errors import parse_supported_efforts as parse_supported_efforts

@@ -75,6 +75,26 @@ class MissionRejected(ApiRejected):
         }
 
 
+class SlotsFull(ApiRejected):
+    """409 from ``POST .../missions/:id/parallel``: every slot for a running mission is taken
+    (``Maximum parallel missions (N) reached. M running.``); nothing was started."""
+
+    def __init__(self, endpoint: str, status: int, reason: str, *, error_code: str | None = None) -> None:
+        super().__init__(endpoint, status, reason, error_code=error_code)
+        found = _SLOTS_RE.search(reason)
+        self.max_parallel: int | None = int(found.group(1)) if found else None
+        self.running: int | None = int(found.group(2)) if found else None
+        self.evidence.update(max_parallel=self.max_parallel, running=self.running)
+
+
+_SLOTS_RE: Final = re.compile(r"Maximum parallel missions \((\d{1,6})\) reached\.\s*(\d{1,6}) running", re.IGNORECASE)
+
+
+def slots_full(reason: str) -> bool:
+    """Whether a 409's text says every mission slot is taken."""
+    return _SLOTS_RE.search(reason) is not None
+
+
 class ServerError(_HttpStatusError, TransportError):
     """429 or 5xx: the control plane could not serve the request right now."""
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 import httpx
 from pydantic import JsonValue
 
-from sbxcheck.clients.sandboxed_errors import MissionRejected, NotFound
+from sbxcheck.clients.sandboxed_errors import ApiRejected, MissionRejected, NotFound, SlotsFull, slots_full
 from sbxcheck.clients.sandboxed_models import (
     CreateOutcome,
     EventPage,
@@ -219,6 +219,21 @@ class MissionCalls(SandboxedWire):
         if not isinstance(message_id, str):
             raise BadResponseError(f"POST {path}: the answer has no message id", evidence={"endpoint": path})
         return message_id
+
+    def start_mission_parallel(self, mission_id: str, content: str) -> None:
+        """``POST .../missions/:id/parallel {content}``: start the mission with ``content`` as its first
+        message beside the running ones. :class:`SlotsFull` when every slot is taken (nothing started,
+        and unlike ``POST /api/control/message`` the text is never queued on another mission); a mission
+        already running is started. Not retried here: the caller waits for a slot."""
+        path = f"/api/control/missions/{_mission_segment(mission_id)}/parallel"
+        try:
+            self._send("POST", path, json_body={"content": content})
+        except ApiRejected as exc:
+            if exc.status == 409 and slots_full(exc.reason):
+                raise SlotsFull(exc.endpoint, exc.status, exc.reason, error_code=exc.error_code) from None
+            if exc.status == 409 and "already running" in exc.reason:
+                return
+            raise
 
     def cancel_mission(self, mission_id: str) -> bool:
         """``POST .../missions/:id/cancel``; False when the mission is unknown or gone (404)."""

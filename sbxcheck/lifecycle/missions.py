@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from sbxcheck.clients.channels import MissionChannel
+from sbxcheck.clients.channels import Created, MissionChannel
 from sbxcheck.clients.missionruns import (
     TERMINAL,
     CanaryRun,
@@ -30,7 +30,7 @@ from sbxcheck.clients.missionruns import (
     crash_signature,
     silent_end,
 )
-from sbxcheck.clients.sandboxed import MissionRejected
+from sbxcheck.clients.sandboxed import MissionRejected, SlotsFull
 from sbxcheck.clients.sandboxed_models import MissionSpec
 from sbxcheck.clients.stream import ControlStream
 from sbxcheck.errors import CommandTimeout, RateLimited, SbxError
@@ -41,6 +41,7 @@ from sbxcheck.lifecycle.intents import MissionIntents
 from sbxcheck.lifecycle.ledger import Ledger
 from sbxcheck.lifecycle.listing import Page
 from sbxcheck.lifecycle.prompts import DIRECT_OUTPUT_PROMPT, canary_prompt, contract_fields, effort_fallbacks
+from sbxcheck.lifecycle.slots import SlotQueue, started
 from sbxcheck.lifecycle.spendcap import SpendCap
 from sbxcheck.redact import clip
 from sbxcheck.results import CheckResult, Classification, incident_id
@@ -94,6 +95,8 @@ class MissionDispatcher:
         self.spend = SpendCap(max_spend_usd)
         self.owned = OwnedMissions(channel_for, self.intents, self.spend, list_missions)
         self.follower = MissionFollower(section, stream, self._stop)
+        # an older release with every slot taken: missions wait their turn while the session's queue moves
+        self.slots = SlotQueue(section.execution_deadline_s + section.request_timeout_s, self._stop)
         self._lock = threading.Lock()
         self._pool: cf.ThreadPoolExecutor | None = None
         self._threads: list[threading.Thread] = []
@@ -251,14 +254,35 @@ class MissionDispatcher:
         """Wait (bounded) for a route's run to settle."""
         self.start()
         run = self.routes[label]
-        wait_telling(run.done, timeout_s, self.on_wait, self.waiting)
+        self._wait(run.done, timeout_s, lambda: run)
         return run
 
     def canary(self, label: str, timeout_s: float) -> CanaryRun:
         self.start()
         canary = self.canaries[label]
-        wait_telling(canary.done, timeout_s, self.on_wait, self.waiting)
+        self._wait(canary.done, timeout_s, lambda: canary.run)
         return canary
+
+    def _wait(self, done: threading.Event, timeout_s: float, run_of: Callable[[], RouteRun | None]) -> None:
+        """Wait ``timeout_s`` for ``done``, and longer for a run that queued for a slot: its own bound
+        (while the session's queue moves, then its whole deadline from when it started)."""
+        end = time.monotonic() + timeout_s
+        while True:
+            wait_telling(done, max(0.0, end - time.monotonic()), self.on_wait, self.waiting)
+            owed = None if done.is_set() else self._queued_until(run_of())
+            if owed is None or owed <= time.monotonic():
+                return
+            end = owed
+
+    def _queued_until(self, run: RouteRun | None) -> float | None:
+        """When a run that queued for a slot settles at the latest (None: it did not queue)."""
+        margin = self.section.request_timeout_s + 30.0
+        if run is None:
+            return None
+        if run.awaiting_slot:
+            left = max(0.0, self.slots.stall_s - self.slots.stalled_for())
+            return time.monotonic() + left + run.deadline_s + margin
+        return run.deadline_at + margin if run.slot_waited_s is not None else None
 
     def waiting(self) -> WaitingState:
         """A read-only snapshot of the unsettled routes and canaries (no request is made)."""
@@ -312,6 +336,8 @@ class MissionDispatcher:
             run.error = SbxError(f"internal error following {run.route.label}: {type(exc).__name__}: {exc}")
         finally:
             run.settled_s = round(time.monotonic() - self.started_at, 2)
+            if started(run):  # it may have freed a slot: whatever waits for one has waited for something
+                self.slots.moved()
             run.done.set()
 
     def _dispatch(self, run: RouteRun) -> None:
@@ -354,11 +380,27 @@ class MissionDispatcher:
             run.created = created
             self.owned.claim(str(created.mission["id"]), route.via, run)
             self.intents.created(entry, str(created.mission["id"]))
+            if created.awaiting_slot is not None:
+                self._start_in_a_slot(run, channel, created)
             if created.prompt_refused is not None:  # ours, cancelled at close; never followed into a timeout
                 raise PromptRefused(created.prompt_refused, evidence={"mission_id": created.mission["id"]})
             if created.idempotency_supported and run.check_idempotency:
                 self._probe_idempotency(run, channel, spec)
             return
+
+    def _start_in_a_slot(self, run: RouteRun, channel: MissionChannel, created: Created) -> None:
+        """Every slot was taken when the mission was created: wait for one (:class:`SlotQueue`), then its
+        deadline counts from its start. Its prompt is only ever sent to it, never queued on another."""
+        mission_id = str(created.mission["id"])
+        refused = SlotsFull("POST /api/control/missions/:id/parallel", 409, created.awaiting_slot or "")
+        run.awaiting_slot = True
+        try:
+            run.slot_waited_s = self.slots.wait_for_slot(
+                mission_id, lambda: channel.start(mission_id, run.route.prompt), refused
+            )
+        finally:
+            run.awaiting_slot = False
+        self.follower.dispatched(run)
 
     def _probe_idempotency(self, run: RouteRun, channel: MissionChannel, spec: MissionSpec) -> None:
         """A roadmap dispatch's retry with the same key must return the same mission, never a second one.
@@ -498,6 +540,8 @@ class MissionDispatcher:
         except Exception as exc:
             canary.error = SbxError(f"internal error in canary {spec.label}: {type(exc).__name__}: {exc}")
         finally:
+            if canary.run is not None and started(canary.run):
+                self.slots.moved()
             if canary.run is not None:
                 canary.run.done.set()
             canary.done.set()

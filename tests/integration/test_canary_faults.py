@@ -106,6 +106,8 @@ def test_every_controlplane_fault_is_in_the_matrix() -> None:
     lies = ("cp.coalesce-foreign", "cp.stream-lies", "cp.stream-endless-line", "cp.list-flood")
     lies += ("cp.record-id-mismatch", "cp.cost-nonfinite", "cp.cost-negative")
     lies += ("cp.token-expires",)  # tests/integration/test_token_expiry.py
+    # a release's own limits and clock: tests/integration/test_cp_releases.py, test_fleet_canaries.py
+    lies += ("cp.slot-held", "cp.clock-behind")
     cp_faults = {
         f
         for f in FAULTS

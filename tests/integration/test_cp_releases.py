@@ -70,7 +70,9 @@ def test_canary_suite_on_v07_skips_what_it_lacks_and_judges_the_rest(
     # the session booked each mission's cost once: the sum of the stored assistant_message costs
     spend = outcome.report["spend"]
     cents = sum(e["metadata"].get("cost_cents", 0) for e in stored if e["event_type"] == "assistant_message")
-    assert spend["missions"] == len(created) and spend["missions_cost_unknown"] == 0
+    # one mission at a time on v0.7: the last may still run when the session ends (cancelled, no cost yet)
+    cancelled = [c for c in outcome.report["cleanup"] if c["action"] == "cancelled"]
+    assert spend["missions"] == len(created) and spend["missions_cost_unknown"] == len(cancelled) <= 1
     assert round(spend["total_usd"], 6) == round(cents / 100.0, 6) > 0
 
 
@@ -81,3 +83,26 @@ def test_route_canaries_on_v07_pass_as_on_todays(pytester: pytest.Pytester, tmp_
     items = _items(outcome.report)
     not_passed = {k: v["outcome"] for k, v in items.items() if v["outcome"] != "passed"}
     assert not_passed == dict.fromkeys(MCP_ITEMS, "skipped"), not_passed
+
+
+def test_a_slot_held_by_another_mission_is_could_not_tell_and_nothing_reaches_it(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    """v0.7 runs one mission at a time and the operator's own long mission holds it: each route waits for
+    a slot of its own while the queue could move, then says it could not tell (one incident); its prompt
+    is never queued on the running mission, which POST /api/control/message would have done."""
+    with SimFleet(tmp_path / "fleet", ["cp.slot-held"], cp_version="v0.7") as fleet:
+        outcome = run_suite(pytester, fleet, "canary", (REPO / "canaries" / "test_routes.py",))
+        assert fleet.controlplane is not None
+        turns = fleet.controlplane.parallel_state()
+        log = fleet.controlplane.requests
+    items = _items(outcome.report)
+    rest = {k: v for k, v in items.items() if k.startswith("route_dispatched[") and "mcp" not in k}
+    assert rest and all(v["outcome"] == "error" for v in rest.values()), {k: v["message"] for k, v in rest.items()}
+    assert all("no slot came free" in v["message"] for v in rest.values())
+    assert all(v["classification"] == "infrastructure" for v in rest.values())
+    incidents = [i for i in outcome.report["incidents"] if set(i["checks"]) & {v["nodeid"] for v in rest.values()}]
+    assert len(incidents) == 1, incidents
+    [holder] = [t for t in turns.values() if t["title"].startswith("operator:")]
+    assert holder["user_turns"] == [], holder  # nothing of this session's reached the operator's mission
+    assert not [r for r in log if r.path == "/api/control/message"]

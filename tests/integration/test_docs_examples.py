@@ -33,6 +33,7 @@ RUN_ID = plan_run_ids(DEFAULT_SEED, 3)[0]
 INKWELL = REPO.parent / "shared" / "upstream" / "inkwell"
 CHECKOUT_FILES = ("gates", "canaries", "conftest.py", "pyproject.toml")
 COMMAND_TIMEOUT_S = 300.0
+TEST_BED_KNOBS = ("SBXCHECK_CACHE", "SBXCHECK_SIM_LATENCY_SCALE")
 
 
 @dataclass(frozen=True)
@@ -213,11 +214,14 @@ def checkout_copy(into: Path) -> Path:
 
 
 def child_env(extra: dict[str, str]) -> dict[str, str]:
-    """This environment, without the outer run's pytest and sbxcheck settings; this checkout imported."""
+    """This environment, without the outer run's pytest and sbxcheck settings; this checkout imported.
+
+    The test bed's own knobs stay: the pi cache and the simulated control plane's pace (the same
+    verdicts, sooner)."""
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("PYTEST_", "SBXCHECK_")) or k == "SBXCHECK_CACHE"
+        if not k.startswith(("PYTEST_", "SBXCHECK_")) or k in TEST_BED_KNOBS
     }
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])

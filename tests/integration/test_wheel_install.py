@@ -35,8 +35,8 @@ def _run(
 def _operator_env() -> dict[str, str]:
     """This environment without what points into the checkout or shapes the project's own children."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS", "VIRTUAL_ENV")}
-    env = {k: v for k, v in env.items() if not k.startswith("SBXCHECK_") or k == "SBXCHECK_CACHE"}
-    return env  # SBXCHECK_CACHE: the pi the simulated VMs run, installed once (tests/conftest.py)
+    keep = ("SBXCHECK_CACHE", "SBXCHECK_SIM_LATENCY_SCALE")  # the test bed's pi cache and pace (tests/conftest.py)
+    return {k: v for k, v in env.items() if not k.startswith("SBXCHECK_") or k in keep}
 
 
 def test_a_wheel_in_a_fresh_venv_runs_the_shipped_gate_and_canaries_from_an_empty_directory(

@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from sbxcheck.checks.base import run_check
-from sbxcheck.clients.channels import RestChannel
+from sbxcheck.clients.channels import PARALLEL_START, RestChannel
 from sbxcheck.clients.missionruns import new_events
-from sbxcheck.clients.sandboxed import NotFound, SandboxedClient
+from sbxcheck.clients.sandboxed import NotFound, SandboxedClient, SlotsFull
 from sbxcheck.clients.sandboxed_models import MissionSpec
 from sbxcheck.errors import NotServed
 from sbxcheck.lifecycle.listing import missions_since
@@ -122,20 +122,50 @@ def _spec() -> MissionSpec:
     return MissionSpec(title="t", prompt="say ok", backend="codex", tags=["sbxcheck"], idempotency_key="k1")
 
 
-def test_a_create_that_lost_its_fields_sends_the_prompt_as_the_first_message(client: Any) -> None:
+def _older_release(parallel: httpx.Response) -> Handler:
+    """A create that keeps only the February body; ``/parallel`` answers ``parallel``; ``/message`` accepts."""
+
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/api/control/missions":
             return httpx.Response(200, json=_mission())  # no tags: an older create body
+        if request.url.path == f"/api/control/missions/{MID}/parallel":
+            return parallel
         if request.url.path == "/api/control/message":
             return httpx.Response(200, json={"id": "m-1", "queued": False})
         return httpx.Response(500)
 
-    c, seen = client(handler)
+    return handler
+
+
+def test_a_create_that_lost_its_fields_starts_the_mission_in_a_slot_of_its_own(client: Any) -> None:
+    c, seen = client(_older_release(httpx.Response(200, json={"ok": True, "mission_id": MID})))
+    created = RestChannel(c).create(_spec())
+    [start] = [r for r in seen if r.url.path.endswith("/parallel")]
+    assert json.loads(start.content) == {"content": "say ok"}
+    assert not [r for r in seen if r.url.path == "/api/control/message"]  # it would queue on a running one
+    assert created.first_message == PARALLEL_START and created.awaiting_slot is None
+    assert created.prompt_refused is None and not created.idempotency_supported
+    assert c.served.create_drops == ("tags",)
+
+
+def test_every_slot_taken_leaves_the_mission_created_and_waiting_never_queued_elsewhere(client: Any) -> None:
+    full = httpx.Response(409, text="Maximum parallel missions (1) reached. 1 running.")
+    c, seen = client(_older_release(full))
+    created = RestChannel(c).create(_spec())
+    assert created.awaiting_slot == "Maximum parallel missions (1) reached. 1 running."
+    assert created.prompt_refused is None
+    assert not [r for r in seen if r.url.path == "/api/control/message"]
+    with pytest.raises(SlotsFull) as refused:
+        c.start_mission_parallel(MID, "say ok")
+    assert (refused.value.max_parallel, refused.value.running) == (1, 1)
+
+
+def test_a_release_without_the_parallel_route_gets_the_first_message(client: Any) -> None:
+    c, seen = client(_older_release(httpx.Response(404)))  # axum's unmatched route: empty 404
     created = RestChannel(c).create(_spec())
     [message] = [r for r in seen if r.url.path == "/api/control/message"]
     assert json.loads(message.content) == {"content": "say ok", "mission_id": MID}
-    assert created.first_message and created.prompt_refused is None and not created.idempotency_supported
-    assert c.served.create_drops == ("tags",)
+    assert created.first_message == "POST /api/control/message {content, mission_id}"
 
 
 def test_a_create_that_keeps_its_fields_sends_nothing_more(client: Any) -> None:
