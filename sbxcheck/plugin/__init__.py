@@ -107,11 +107,21 @@ def pytest_cmdline_main(config: pytest.Config) -> Generator[None, ExitCode | int
             settings = build(config)
             config.stash[SETTINGS_KEY] = settings
             _check_outputs(config, settings)
+            _check_rootdir(config)
         return (yield)
     except pytest.UsageError:
         if controller:
             _remove_old_report(config)
         raise
+
+
+def _check_rootdir(config: pytest.Config) -> None:
+    """A path given as ``--sbx-x PATH`` that moved pytest's rootdir is a usage error naming the fix."""
+    from sbxcheck.plugin.rootdir import moved_rootdir
+
+    problem = moved_rootdir(config)
+    if problem is not None:
+        raise pytest.UsageError(problem)
 
 
 def _remove_old_report(config: pytest.Config) -> None:
@@ -164,7 +174,6 @@ def pytest_configure(config: pytest.Config) -> None:
             WorkerCleanup(lambda: config.stash.get(SESSION_KEY, None), run_state(config)), "sbxcheck-worker-cleanup"
         )
         return
-    _warn_space_form_inventory(config)
     # registered before any mount, so an interrupted mount still gets its report
     collector = ResultCollector(config)
     config.stash[COLLECTOR_KEY] = collector
@@ -244,32 +253,6 @@ def _wants_mounts(config: pytest.Config, settings: Settings) -> bool:
     except Exception:  # an unreadable inventory is reported by the items, not here
         return False
     return bool(sssf and sssf.mounts)
-
-
-def _warn_space_form_inventory(config: pytest.Config) -> None:
-    """Say so when ``--sbx-inventory PATH`` (space form) moved pytest's rootdir away from the project.
-
-    pytest picks its rootdir and ini file before it loads plugins, so it cannot know that PATH is an
-    option's value: an existing PATH is taken for a test path and pulls the rootdir towards it.
-    """
-    args = [str(a) for a in config.invocation_params.args]
-    if "--sbx-inventory" not in args:
-        return
-    index = args.index("--sbx-inventory")
-    value = args[index + 1] if index + 1 < len(args) else ""
-    if not value or not Path(value).exists():
-        return
-    invocation = Path(str(config.invocation_params.dir)).resolve()
-    if config.inipath is not None and invocation.is_relative_to(config.rootpath):
-        return
-    config.issue_config_time_warning(
-        pytest.PytestConfigWarning(
-            f"sbxcheck: '--sbx-inventory {value}' (space form) made pytest choose rootdir {config.rootpath} "
-            f"and ini file {config.inipath or 'none'}: pytest decides them before plugins load and takes an "
-            f"existing path for a test path. Write --sbx-inventory={value}."
-        ),
-        stacklevel=2,
-    )
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -87,7 +87,7 @@ EXPECTED: dict[str, int | Skip] = {
     "sbxcheck ledger compact .sbxcheck/state": 0,
     "sbxcheck sim up --dir /tmp/fleet --sssf-checkout ../shared/upstream/inkwell": 0,
     "pytest -m gate --sbx-inventory=/tmp/fleet/sbxcheck.toml --sbx-mount demo --sbx-teardown on-pass": 0,
-    "pytest -m gate --sbx-mount demo --sbx-sim-sssf ../shared/upstream/inkwell": 0,
+    "pytest -m gate --sbx-mount demo --sbx-sim-sssf=../shared/upstream/inkwell": 0,
     "sbxcheck sim up --dir /tmp/fleet --cp-version v0.7": 0,  # stopped by the test afterwards
     "pytest -m canary --sbx-sim-cp-version v0.7": 0,  # what v0.7 does not serve is skipped, never an error
     # docs/gate.md

@@ -337,21 +337,27 @@ def test_ini_options_resolve_cli_over_env_over_ini(pytester: pytest.Pytester) ->
     bad.stderr.fnmatch_lines(["*sbx_teardown in pyproject.toml: expected one of never, on-pass, always*"])
 
 
-def test_space_form_inventory_is_explained_and_equals_form_keeps_the_rootdir(
-    pytester: pytest.Pytester, tmp_path: Path
+@pytest.mark.parametrize("option", ["--sbx-inventory", "--sbx-report"])
+def test_a_space_form_path_that_moves_the_rootdir_is_a_usage_error_and_equals_form_keeps_it(
+    pytester: pytest.Pytester, tmp_path: Path, option: str
 ) -> None:
     pytester.makepyprojecttoml("[tool.pytest.ini_options]\n")
     pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
     elsewhere = tmp_path / "fleet" / "sbxcheck.toml"
     elsewhere.parent.mkdir()
     elsewhere.write_text("[ssh]\n")
-    # as README and `sbxcheck sim up` printed it: no test path, so PATH alone decides the rootdir
-    space = pytester.runpytest_subprocess("--sbx-inventory", str(elsewhere), timeout=120)
-    assert f"rootdir: {pytester.path}" not in space.stdout.str()
-    space.stdout.fnmatch_lines(["*(space form) made pytest choose rootdir*Write --sbx-inventory=*"])
-    equals = pytester.runpytest_subprocess(f"--sbx-inventory={elsewhere}", timeout=120)
+    value = str(elsewhere if option == "--sbx-inventory" else elsewhere.parent)
+    # no test path, so PATH alone would decide the rootdir: it is refused, naming the fix
+    space = pytester.runpytest_subprocess(option, value, timeout=120)
+    assert space.ret == pytest.ExitCode.USAGE_ERROR
+    space.stderr.fnmatch_lines([f"*sbxcheck: pytest took {value} (the value of {option}) for a test path*"
+                                f"write {option}={value}"])  # fmt: skip
+    assert not (pytester.path / "sbxcheck-report").exists()
+    equals = pytester.runpytest_subprocess(f"{option}={value}", "-p", "no:randomly", timeout=120)
     equals.stdout.fnmatch_lines([f"rootdir: {pytester.path}", "configfile: pyproject.toml"])
-    assert "space form" not in equals.stdout.str()
+    assert "for a test path" not in equals.stdout.str() + equals.stderr.str()
+    inside = pytester.mkdir("out")  # a path inside the project leaves the rootdir where it was
+    assert pytester.runpytest_subprocess("--sbx-report", str(inside), timeout=120).ret != 4
 
 
 def test_hooks_see_results_incidents_and_the_report(tmp_path: Path) -> None:
