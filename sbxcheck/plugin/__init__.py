@@ -116,12 +116,17 @@ def pytest_cmdline_main(config: pytest.Config) -> Generator[None, ExitCode | int
 
 
 def _check_rootdir(config: pytest.Config) -> None:
-    """A path given as ``--sbx-x PATH`` that moved pytest's rootdir is a usage error naming the fix."""
+    """A path given as ``--sbx-x PATH`` that moved pytest's ini file is a usage error naming the fix;
+    one that moved only the rootdir (the node ids) is a warning naming it."""
     from sbxcheck.plugin.rootdir import moved_rootdir
 
-    problem = moved_rootdir(config)
-    if problem is not None:
-        raise pytest.UsageError(problem)
+    moved = moved_rootdir(config)
+    if moved is None:
+        return
+    text, lost_ini = moved
+    if lost_ini:
+        raise pytest.UsageError(text)
+    config.issue_config_time_warning(pytest.PytestConfigWarning(text), stacklevel=2)
 
 
 def _remove_old_report(config: pytest.Config) -> None:

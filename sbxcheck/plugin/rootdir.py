@@ -3,9 +3,9 @@
 pytest picks its rootdir and ini file before any plugin has declared its options, from the command
 line's arguments that exist as paths: the value of a ``--sbx-*`` option written with a space is such
 an argument then. A value outside the project moves the rootdir there, and with it the ini file
-(testpaths, markers) and every node id (history is kept by node id). Written ``--sbx-x=PATH`` it
-cannot. :func:`moved_rootdir` tells when that happened, so the run stops with the fix instead of
-collecting another tree.
+(testpaths, markers, sbxcheck's own ini settings) and every node id (history is kept by node id).
+Written ``--sbx-x=PATH`` it cannot. :func:`moved_rootdir` tells when that happened: a run that lost
+its ini file stops with the fix instead of collecting another tree; one whose node ids moved is warned.
 """
 
 from __future__ import annotations
@@ -22,8 +22,10 @@ def _valued_flags() -> frozenset[str]:
     return frozenset(o.flag for o in OPTIONS if o.flag is not None and o.parse is not flag)
 
 
-def moved_rootdir(config: pytest.Config) -> str | None:
-    """The one-line usage error when an ``--sbx-* PATH`` value moved pytest's rootdir, else None."""
+def moved_rootdir(config: pytest.Config) -> tuple[str, bool] | None:
+    """What to say when an ``--sbx-* PATH`` value moved pytest's rootdir, else None; True with it when
+    the ini file moved too (the project's configuration is not read: a usage error), False when only
+    the rootdir and so the node ids did (a warning)."""
     args = [str(a) for a in config.invocation_params.args]
     here = Path(config.invocation_params.dir)
     valued = _valued_flags()
@@ -34,19 +36,24 @@ def moved_rootdir(config: pytest.Config) -> str | None:
     ]
     if not spaced:
         return None
-    usual = _rootdir_without(config, here)
-    if usual is None or usual == config.rootpath:
+    usual = _setup_without(config, here)
+    if usual is None or usual[0] == config.rootpath:
         return None
+    rootdir, inipath = usual
     option, value = spaced[0]
+    moved_ini = inipath != config.inipath
+    what = (
+        f"ini file {config.inipath or 'none'} instead of {inipath or 'none'}" if moved_ini else "node ids"
+    )
     return (
         f"sbxcheck: pytest took {value} (the value of {option}) for a test path when it chose its rootdir: "
-        f"{config.rootpath} instead of {usual}, so its ini file and node ids are not this project's; "
-        f"write {option}={value}"
+        f"{config.rootpath} instead of {rootdir}, so the {what} are not this project's; write {option}={value}",
+        moved_ini,
     )
 
 
-def _rootdir_without(config: pytest.Config, here: Path) -> Path | None:
-    """The rootdir pytest picks from the run's test paths alone (None when this pytest cannot say)."""
+def _setup_without(config: pytest.Config, here: Path) -> tuple[Path, Path | None] | None:
+    """The rootdir and ini file pytest picks from the run's test paths alone (None: this pytest cannot say)."""
     from _pytest.config.findpaths import determine_setup
 
     paths = [str(a) for a in config.option.file_or_dir or []]
@@ -60,7 +67,8 @@ def _rootdir_without(config: pytest.Config, here: Path) -> Path | None:
     )  # fmt: skip
     for kwargs in attempts:  # the signature changed between pytest releases
         try:
-            return Path(determine_setup(**kwargs)[0])  # type: ignore[arg-type]
+            found = determine_setup(**kwargs)  # type: ignore[arg-type]
+            return Path(found[0]), (Path(found[1]) if found[1] is not None else None)
         except TypeError:
             continue
         except Exception:  # a pytest that cannot say: no false alarm
