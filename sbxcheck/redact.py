@@ -24,7 +24,12 @@ MASK = "[REDACTED]"
 # (sbxcheck.secrets) that discovery also names exposures by.
 SECRET_PATTERNS: tuple[re.Pattern[str], ...] = tuple(c.pattern for c in SECRET_CLASSES)
 
+
 _MIN_REGISTERED_LEN = 6
+# No credential class matches in fewer characters (the shortest is a URL's userinfo, ``a://:b@``).
+SHORTEST_SHAPE = 7
+_MAX_REMEMBERED = 8192  # texts whose redaction is kept
+_MAX_REMEMBERED_CHARS = 4096
 
 
 class Redactor:
@@ -32,7 +37,10 @@ class Redactor:
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         self._lock = threading.Lock()
-        self._secrets: set[str] = set()
+        self._secrets: list[str] = []  # longest first: a secret inside another is masked with it
+        # text -> redacted text, for the secrets registered when it was made (a report redacts the
+        # same keys and evidence many times: results.json, junit, the page, the terminal)
+        self._done: dict[str, str] = {}
         for value in secrets:
             self.register(value)
 
@@ -40,20 +48,34 @@ class Redactor:
         """Remember a secret value so that it is masked wherever it appears."""
         if value and len(value) >= _MIN_REGISTERED_LEN:
             with self._lock:
-                self._secrets.add(value)
+                if value not in self._secrets:
+                    self._secrets = sorted([*self._secrets, value], key=len, reverse=True)
+                    self._done = {}  # what was redacted before did not know this one
 
     def redact_text(self, text: str) -> str:
         """Return ``text`` with every secret masked."""
         if not text:
             return text
-        with self._lock:
-            secrets = sorted(self._secrets, key=len, reverse=True)
+        done = self._done
+        cached = done.get(text)
+        if cached is not None:
+            return cached
+        secrets = self._secrets
+        redacted = text
         for value in secrets:
-            if value in text:
-                text = text.replace(value, MASK)
-        for cls in SECRET_CLASSES:
-            text = cls.pattern.sub(_masker(cls), text)
-        return text
+            if value in redacted:
+                redacted = redacted.replace(value, MASK)
+        if len(redacted) >= SHORTEST_SHAPE:
+            for cls in SECRET_CLASSES:
+                if cls.hint is None or cls.hint(redacted):
+                    redacted = cls.pattern.sub(_masker(cls), redacted)
+        if len(text) <= _MAX_REMEMBERED_CHARS:
+            with self._lock:
+                if self._done is done:  # no secret registered meanwhile
+                    if len(done) >= _MAX_REMEMBERED:
+                        done.clear()
+                    done[text] = redacted
+        return redacted
 
     def trim(self, text: str, limit: int, marker: str = "…") -> str:
         """Redact ``text``, then cut it to ``limit`` characters: a cut never leaves part of a secret."""

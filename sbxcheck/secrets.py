@@ -78,6 +78,8 @@ class SecretClass:
     pattern: re.Pattern[str]
     group: int = 0  # the group holding the secret; group 0 = the whole match
     accept: Callable[[re.Match[str]], bool] | None = None  # a further test the match must pass
+    # a quick test that is true of every text :attr:`pattern` matches in: text it rejects is skipped
+    hint: Callable[[str], object] | None = None
 
     def accepts(self, m: re.Match[str]) -> bool:
         """Whether a match of :attr:`pattern` is really this class (and not a SHA, path or word)."""
@@ -102,6 +104,7 @@ _NOT_SECRET_NAME_RE: Final = re.compile(
 )
 
 _B64: Final = r"A-Za-z0-9/+"
+_GENERIC_HINT: Final = re.compile(r"(?i)(?:token|secret|passw|passphrase|credential|key)[A-Za-z0-9_]*[\"']?\s*[:=]")
 _NB: Final = r"(?<![A-Za-z0-9])"  # not the tail of a longer word ("task-…" is not "sk-…")
 _NA: Final = r"(?![A-Za-z0-9_-])"
 
@@ -116,13 +119,23 @@ SECRET_CLASSES: Final[tuple[SecretClass, ...]] = (
         ),
     ),
     SecretClass(
-        "url-credentials", re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://([^\s/@:\"'<>]*:[^\s/@\"'<>]+)@"), group=1
+        "url-credentials",
+        re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://([^\s/@:\"'<>]*:[^\s/@\"'<>]+)@"),
+        group=1,
+        hint=lambda t: "://" in t and "@" in t,
     ),
-    SecretClass("url-credentials", re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://([^\s/@:\"'<>]{16,})@"), group=1),
+    SecretClass(
+        "url-credentials",
+        re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://([^\s/@:\"'<>]{16,})@"),
+        group=1,
+        hint=lambda t: "://" in t and "@" in t,
+    ),
     SecretClass("jwt", re.compile(r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),
-    SecretClass("openrouter-key", re.compile(_NB + r"sk-or-(?:v1-)?[A-Za-z0-9_-]{16,}")),
-    SecretClass("anthropic-key", re.compile(_NB + r"sk-ant-[A-Za-z0-9_-]{16,}")),
-    SecretClass("openai-key", re.compile(_NB + r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}")),
+    SecretClass("openrouter-key", re.compile(_NB + r"sk-or-(?:v1-)?[A-Za-z0-9_-]{16,}"), hint=lambda t: "sk-or-" in t),
+    SecretClass("anthropic-key", re.compile(_NB + r"sk-ant-[A-Za-z0-9_-]{16,}"), hint=lambda t: "sk-ant-" in t),
+    SecretClass(
+        "openai-key", re.compile(_NB + r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"), hint=lambda t: "sk-" in t
+    ),
     SecretClass("github-token", re.compile(r"(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})")),
     SecretClass(
         "aws-access-key-id",
@@ -135,7 +148,11 @@ SECRET_CLASSES: Final[tuple[SecretClass, ...]] = (
         re.compile(rf"(?i)(aws_?session_?token[\"']?\s*[:=]\s*[\"']?)([{_B64}=]{{40,}})"),
         group=2,
     ),
-    SecretClass("aws-session-token", re.compile(rf"(?<![{_B64}])(?:FwoG|FQoG|IQoJ)[{_B64}]{{20,}}={{0,2}}")),
+    SecretClass(
+        "aws-session-token",
+        re.compile(rf"(?<![{_B64}])(?:FwoG|FQoG|IQoJ)[{_B64}]{{20,}}={{0,2}}"),
+        hint=lambda t: "FwoG" in t or "FQoG" in t or "IQoJ" in t,
+    ),
     SecretClass(
         "aws-secret-key",
         re.compile(rf"(?i)(aws_?secret(?:_?access)?_?key[\"']?\s*[:=]\s*[\"']?)([{_B64}]{{40}})(?![{_B64}])"),
@@ -152,12 +169,19 @@ SECRET_CLASSES: Final[tuple[SecretClass, ...]] = (
     SecretClass(
         "bearer-token", re.compile(r"(?i)(authorization:\s*(?:bearer|basic|token)\s+)([^\s\"']+)"), group=2
     ),
-    SecretClass("bearer-token", re.compile(r"(?i)(\bbearer\s+)([A-Za-z0-9._~+/=-]{12,})"), group=2),
+    SecretClass(
+        "bearer-token",
+        re.compile(r"(?i)(\bbearer\s+)([A-Za-z0-9._~+/=-]{12,})"),
+        group=2,
+        hint=lambda t: "bearer" in t.lower(),
+    ),
     SecretClass(
         GENERIC,
         re.compile(rf"(?i)\b({_SECRET_NAME}[A-Za-z0-9_]*)([\"']?\s*[:=]\s*[\"']?)([^\s\"',;&}}\]]{{6,}})"),
         group=3,
         accept=lambda m: is_secret_name(m.group(1)) and _generic_value(m.group(3)),
+        # the name is followed by its = or :, and every secret word ends in one of these
+        hint=lambda t: ("=" in t or ":" in t) and _GENERIC_HINT.search(t),
     ),
 )
 

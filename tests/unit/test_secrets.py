@@ -10,6 +10,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support.secret_seeds import in_context, seeded_secrets
 
 from sbxcheck.checks.base import trim
@@ -17,9 +19,9 @@ from sbxcheck.clients.sandboxed_models import Workspace
 from sbxcheck.errors import InventoryError, SbxError
 from sbxcheck.inventory import load_inventory
 from sbxcheck.lifecycle.ledger import Ledger
-from sbxcheck.redact import MASK, RedactingFilter, Redactor, clip, redact_report
+from sbxcheck.redact import MASK, SHORTEST_SHAPE, RedactingFilter, Redactor, clip, redact_report
 from sbxcheck.report.junit import trim_json
-from sbxcheck.secrets import classify, looks_like_env_name
+from sbxcheck.secrets import SECRET_CLASSES, classify, looks_like_env_name
 
 
 @pytest.mark.parametrize("name", sorted(seeded_secrets()))
@@ -207,3 +209,33 @@ def test_a_numeric_value_in_an_env_field_is_not_printed_either(tmp_path: Path) -
     with pytest.raises(InventoryError) as info:
         load_inventory(path)
     assert "token_env" in info.value.message and "73919461" not in info.value.message
+
+
+# ---- the redactor's shortcuts never skip a secret
+
+
+_SHAPE_ALPHABET = "aAkK:/@=-_.eyJsKEYtokenSECRET0123456789 \"'"
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.text(alphabet=_SHAPE_ALPHABET, max_size=SHORTEST_SHAPE - 1))
+def test_no_class_matches_text_shorter_than_the_shortest_shape(text: str) -> None:
+    assert not [c.name for c in SECRET_CLASSES if any(c.matches(text))]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=_SHAPE_ALPHABET + "sk-or-v1ghp_xoxb", min_size=0, max_size=80))
+def test_every_hint_is_true_where_its_class_matches(text: str) -> None:
+    for cls in SECRET_CLASSES:
+        if cls.hint is not None and any(cls.pattern.finditer(text)):
+            assert cls.hint(text), (cls.name, text)
+
+
+def test_a_remembered_redaction_is_forgotten_when_a_secret_is_registered() -> None:
+    r = Redactor()
+    text = "the pass is hunter2hunter2 today"
+    assert r.redact_text(text) == text  # remembered as clean
+    r.register("hunter2hunter2")
+    assert r.redact_text(text) == "the pass is [REDACTED] today"
+    r.register("hunter2")  # a shorter secret inside a longer one: the longer is masked whole
+    assert r.redact_text("hunter2hunter2 and hunter2") == "[REDACTED] and [REDACTED]"
