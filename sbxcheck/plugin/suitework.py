@@ -130,8 +130,15 @@ def orphan_audit(session: SbxSession, inventory: Inventory, pool: SshPool) -> Ch
 
 
 def mission_signal_scan(session: SbxSession, section: SandboxedSection) -> hygiene.SignalScan | SbxError:
-    """`get_mission_health` for each in-flight mission, asked once for every signal item."""
+    """`get_mission_health` for each in-flight mission, asked once for every signal item.
+
+    The assistant MCP is reached first: a release without it skips the items whether or not a
+    mission happens to be in flight at that moment."""
     client = session.sandboxed_client()
+    try:
+        session.mcp_client()
+    except SbxError as exc:
+        return exc
 
     def in_flight() -> list[str]:
         missions, _ = client.list_missions_paged(max_missions=section.hygiene.max_missions)
