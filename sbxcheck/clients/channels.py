@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from sbxcheck.clients.mcp import AssistantMcpClient, McpToolResult
 from sbxcheck.clients.mcp_auth import auth_refusal
 from sbxcheck.clients.sandboxed import (
     MissionRejected,
@@ -25,6 +24,9 @@ from sbxcheck.clients.sandboxed import (
 from sbxcheck.clients.sandboxed_models import MissionSpec, check_record_id
 from sbxcheck.errors import AuthFailed, BadResponseError, NotServed, SbxError, TransportError
 from sbxcheck.ids import check_id
+
+if TYPE_CHECKING:  # the MCP SDK is imported only by a session that starts the assistant MCP
+    from sbxcheck.clients.mcp import AssistantMcpClient, McpToolResult
 
 # the REST status or text an MCP tool relays when the control plane pushed back (429 / 503); a tool
 # result carries no headers, so a relayed 503 counts as pushback (the server did not act either way)
