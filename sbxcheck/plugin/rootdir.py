@@ -42,12 +42,14 @@ def moved_rootdir(config: pytest.Config) -> tuple[str, bool] | None:
     rootdir, inipath = usual
     option, value = spaced[0]
     moved_ini = inipath != config.inipath
-    what = (
-        f"ini file {config.inipath or 'none'} instead of {inipath or 'none'}" if moved_ini else "node ids"
+    effect = (
+        f"and read {config.inipath or 'no ini file'} instead of {inipath or 'no ini file'}"
+        if moved_ini
+        else "so every node id differs from this project's"
     )
     return (
-        f"sbxcheck: pytest took {value} (the value of {option}) for a test path when it chose its rootdir: "
-        f"{config.rootpath} instead of {rootdir}, so the {what} are not this project's; write {option}={value}",
+        f"sbxcheck: pytest took {value} (the value of {option}) for a test path when it chose its rootdir "
+        f"({config.rootpath} instead of {rootdir}) {effect}; write {option}={value}",
         moved_ini,
     )
 
