@@ -102,7 +102,9 @@ _LIST_SCRIPT = (
 if ! command -v pi >/dev/null 2>&1; then echo "SBX_NOPI"; echo "SBX_END"; exit 0; fi
 echo "SBX_PI $(command -v pi)"
 pi --list-models </dev/null
-echo "SBX_PI_EXIT $?"
+rc=$?
+echo; echo >&2  # a line something left open (a wrapper's start-up noise) ends before the markers
+echo "SBX_PI_EXIT $rc"
 echo "SBX_END"
 """
 )
@@ -275,6 +277,7 @@ class ListedModel:
 
 
 _COUNT_RE = re.compile(r"^\d+(\.\d+)?[KM]?$")
+LIST_HEADER_RE = re.compile(r"provider\s+model\s+context\s+max-out\s+thinking\s+images\s*$")
 _YES_NO = ("yes", "no")
 
 
@@ -291,8 +294,8 @@ def parse_list_models(text: str) -> tuple[bool, list[ListedModel], list[str]]:
         fields = line.split()
         if not fields:
             continue
-        if fields == ["provider", "model", "context", "max-out", "thinking", "images"]:
-            header = True
+        if LIST_HEADER_RE.search(line) and (fields[0] == "provider" or not header):
+            header = True  # the first line may follow noise that did not end its own line
         elif (
             len(fields) == 6
             and _COUNT_RE.match(fields[2])

@@ -110,6 +110,7 @@ OPENROUTER_API_KEY=$key timeout "$2" pi -p --mode json --provider openrouter --m
   </dev/null 2>"$sbx_tmp/pi.stderr"
 rc=$?
 unset key
+echo  # a line something left open ends before the marker
 echo "SBX_PI_END $rc"
 echo "SBX_STDERR_BEGIN"
 tail -c 2000 "$sbx_tmp/pi.stderr"
@@ -419,6 +420,9 @@ def parse_pi_events(pi_lines: list[str]) -> tuple[int, int, list[float], str | N
         if not ln.strip():
             continue
         doc = _json_or_none(ln)
+        if doc is None and "{" in ln:  # an event glued to noise that did not end its line
+            glued = _json_or_none(ln[ln.index("{") :])
+            doc = glued if isinstance(glued, dict) else None
         if doc is None:
             non_json += 1
             continue

@@ -16,6 +16,7 @@ from typing import Any
 
 from sbxcheck.checks.base import RemoteShell, trim
 from sbxcheck.results import CheckResult, Classification
+from sbxcheck.transports.framing import frame_command, new_frame, unframe
 
 # Every script announces its end with SBX_END on stdout; a script that stops without it failed
 # itself (setup error, a redirect that could not be opened, bash missing), and its item is an
@@ -75,9 +76,20 @@ class ScriptRun:
 
 
 def run_script(shell: RemoteShell, script: GateScript) -> ScriptRun:
-    """Send ``script`` to ``shell``; transport errors propagate (the plugin maps them)."""
-    result = shell.run(script.command, stdin=script.script, timeout=script.timeout_s)
-    return ScriptRun(shell.alias, result.exit_code, result.stdout, result.stderr)
+    """Send ``script`` to ``shell``; transport errors propagate (the plugin maps them).
+
+    The script is framed inside ``bash -s`` too (:mod:`sbxcheck.transports.framing`): where the VM
+    exports ``BASH_ENV``, every bash reads that file first, the script's own included, and what it
+    prints (and its ``EXIT`` trap) would otherwise read as the script's output, markers and all. The
+    judges see only what the script itself printed; a bash that printed no frame is taken as it came.
+    """
+    frame = new_frame()
+    result = shell.run(script.command, stdin=frame_command(script.script, frame), timeout=script.timeout_s)
+    stdout = unframe(result.stdout, frame, with_status=True)
+    stderr = unframe(result.stderr, frame)
+    if not stdout.framed:
+        return ScriptRun(shell.alias, result.exit_code, result.stdout, result.stderr)
+    return ScriptRun(shell.alias, result.exit_code, stdout.text, stderr.text if stderr.framed else result.stderr)
 
 
 def base_evidence(run: ScriptRun, what: str) -> dict[str, Any]:

@@ -121,6 +121,11 @@ FAULTS: dict[str, Fault] = {
         ),
         # lived-in VMs and the DGX incident's harder cases
         Fault(
+            "vm.bash-env",
+            "the VM exports BASH_ENV: every bash reads a file that prints on both streams (the gate's markers "
+            "and a JSON body among it) and leaves an EXIT trap that prints, the gate's own `bash -s` included",
+        ),
+        Fault(
             "vm.noisy-shell",
             "the VM's ~/.bashrc prints before and after every command, on stdout and stderr (the third "
             "run's VM always does)",

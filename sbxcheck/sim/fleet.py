@@ -60,6 +60,7 @@ from sbxcheck.sim.hosts import (
     make_agent_core,
     make_dgx_spark,
     make_exedev,
+    write_bash_env,
     write_lived_in_shell,
     write_vms,
 )
@@ -647,7 +648,9 @@ class SimFleet:
             app = run.home / "app"
             models = run.home / ".pi" / "agent" / "models.json"
             key = self.openrouter.key(run.key_hash)
-            if spec.name == "vm.dirty-tree":
+            if spec.name == "vm.bash-env":
+                write_bash_env(run.home)
+            elif spec.name == "vm.dirty-tree":
                 (app / "README.md").write_text("# edited on the VM\n", encoding="utf-8")
                 (app / "scratch.txt").write_text("left behind\n", encoding="utf-8")
             elif spec.name == "vm.head-mismatch":
@@ -1078,6 +1081,7 @@ class SimFleet:
                     private_tmp_keep=(self.root, default_cache_dir(), Path(sys.prefix)),
                     source_bashrc=(run.home / ".bashrc").is_file(),
                     received_log=self.received_log(run.run_id),
+                    env={"BASH_ENV": str(run.home / ".bash_env")} if self._has_fault("vm.bash-env", run) else {},
                 )
                 self.ssh_server.add_host(sim_host, run.ssh_port, host_key=host_key)
             for name, home in self.hosts.items():

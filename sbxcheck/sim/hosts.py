@@ -532,6 +532,13 @@ trap 'printf "\nSBX_END\nlogout: see you soon\n"; printf "direnv: unloading\n" >
 """
 
 
+def write_bash_env(home: Path) -> Path:
+    """Give ``home`` a ``~/.bash_env`` that every bash reads when ``BASH_ENV`` names it (nested ones too)."""
+    path = home / ".bash_env"
+    path.write_text(LIVED_IN_BASHRC.replace("(sbxcheck sim)", "(BASH_ENV, sbxcheck sim)"), encoding="utf-8")
+    return path
+
+
 def write_lived_in_shell(home: Path) -> Path:
     """Give ``home`` the noisy ~/.bashrc above; the SSH server must source it (``SimHost.source_bashrc``)."""
     rc = home / ".bashrc"

@@ -49,6 +49,7 @@ EXPECTED: dict[str, dict[tuple[str, str | None], tuple[str, str]]] = {
         ("E_credit_remaining", None): FAILED,
     },
     "vm.foreign-tmp": {},
+    "vm.bash-env": {},  # its noise (forged markers, a JSON body, an EXIT trap) is not the scripts' output
     "vm.ports-list": {},
     "vm.no-pi": {("B_pi_models", None): FAILED, ("D_cost_reported", None): FAILED},
     "vm.no-models": {("B_pi_models", None): FAILED, ("D_cost_reported", None): FAILED},
@@ -79,7 +80,8 @@ GROUPS = [
     ("vm.truncated-file", "vm.partial-cost", "openrouter.key-exhausted"),
     ("vm.no-app", "vm.zero-cost", "openrouter.key-uncapped"),
     ("vm.unreachable", "vm.host-key-changed", "vm.provisioning-key-planted"),
-    ("vm.control-chars",),  # issue 20: every text the fleet returns is neutralised
+    # every text the fleet returns is neutralised; a BASH_ENV that prints inside the gate's own bash -s
+    ("vm.control-chars", "vm.bash-env"),
     ("vm.no-runtime-key", "vm.foreign-tmp", "vm.ports-list"),
     ("vm.foreign-clone", "vm.noisy-shell", "vm.wide-modes"),  # the third run's VM is lived-in anyway
 ]

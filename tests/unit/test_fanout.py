@@ -87,13 +87,11 @@ def test_every_vm_at_once_one_connection_each_and_results_by_item() -> None:
     probe, pool = _Probe(0.3), _Pool()
     runs = [_run(f"r{i}") for i in range(5)]
     fanout = GateFanout(pool, max_parallel=32)  # type: ignore[arg-type]
-    started = time.monotonic()
     assert fanout.start(_plan(runs, probe)) == 15
     assert fanout.start(_plan(runs, probe)) == 0  # idempotent: the next items find theirs started
     results = {p.nodeid: fanout.result(p.nodeid) for p in _plan(runs, probe)}
-    elapsed = time.monotonic() - started
     assert pool.connects == {f"r{i}.vm": 1 for i in range(5)}
-    assert probe.peak == 15 and elapsed < 15 * 0.3 / 2  # concurrent, not one after another
+    assert probe.peak == 15  # all fifteen in flight at once: concurrent, not one after another (no clock read)
     c = results["C[r3-m2]"]
     assert (c.target, c.evidence["model"]) == ("r3-m2", "m2")
     assert c.duration_s == c.evidence["remote_s"] >= 0.29

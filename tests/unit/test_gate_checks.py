@@ -25,6 +25,7 @@ from sbxcheck.checks.gate_model import (
     cost_script,
     credit_script,
     model_answers_script,
+    parse_pi_events,
 )
 from sbxcheck.checks.script import GateScript
 from sbxcheck.errors import CommandTimeout
@@ -168,6 +169,22 @@ def test_parse_list_models_reads_columns() -> None:
     ]
     assert rows[0].context == "1.0M"
     assert other == [noise, noise]
+
+
+def test_a_header_glued_to_a_wrappers_open_line_is_still_the_header() -> None:
+    """A bash wrapper around pi (nvm, asdf) whose start-up file prints without a newline: pi's first line
+    follows that text on the same line."""
+    header, rows, _ = parse_list_models("\n".join(["direnv: export +VIRTUAL_ENV" + HEADER, *ROWS]))
+    assert header and len(rows) == 2
+    assert parse_list_models("\n".join(["text provider model context max-out thinking imagesX", *ROWS]))[0] is False
+
+
+def test_a_pi_event_glued_to_an_open_line_is_read_and_noise_json_is_not_a_message_end() -> None:
+    end = json.dumps({"type": "message_end", "message": {"role": "assistant", "stopReason": "stop",
+                                                          "usage": {"cost": {"total": 0.0002}}}})  # fmt: skip
+    lines = ["direnv: loading ~/.envrc" + end, '{"data": {"usage": 0, "limit": 999}}', "SBX_HTTP 200"]
+    events, non_json, costs, stop, _ = parse_pi_events(lines)
+    assert (events, non_json, costs, stop) == (2, 1, [0.0002], "stop")
 
 
 def test_b_reads_the_table_from_stderr_as_pi_prints_it_without_a_tty() -> None:
