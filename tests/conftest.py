@@ -6,6 +6,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
+from support.children import child_blocked_plugins
 
 from sbxcheck.sim.fleet import SimFleet
 from sbxcheck.sim.pi import default_cache_dir
@@ -32,14 +33,6 @@ def healthy_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimFleet
         yield fleet
 
 
-# Plugins that no child session under test uses; each costs a child pytest ~0.1-0.4 s of CPU to
-# import (hypothesis alone ~0.4 s), and the suite starts ~140 children. Blocked for children only:
-# this session's own plugins are already loaded when a test runs. pytest's unraisableexception
-# runs gc.collect() five times at exit (0.1-0.5 s in a child that served a fleet) to find warnings
-# no test reads in a child's output; this session keeps it.
-CHILD_BLOCKED_PLUGINS = (
-    "hypothesispytest", "anyio", "benchmark", "xdist.looponfail", "unraisableexception", "timeout",
-)  # fmt: skip
 
 # A test that hangs (a blocking open() of a FIFO, a child that never exits) fails with its stack after
 # this long instead of holding CI to its own limit with no output. No test comes near it.
@@ -65,7 +58,7 @@ def _children_skip_unused_plugins(request: pytest.FixtureRequest) -> Iterator[No
     """
     if "pytester" in request.fixturenames:
         request.getfixturevalue("pytester")
-    blocked = " ".join(f"-p no:{name}" for name in CHILD_BLOCKED_PLUGINS)
+    blocked = child_blocked_plugins()
     with pytest.MonkeyPatch.context() as env:
         env.setenv("PYTEST_ADDOPTS", f"{os.environ.get('PYTEST_ADDOPTS', '')} {blocked}".strip())
         # a child collects the suite its test wrote, not also the installed one beside it

@@ -40,7 +40,7 @@ def _triage(outcome: Any) -> dict[str, Any]:
 def test_the_dgx_story_end_to_end(pytester: pytest.Pytester, tmp_path: Path) -> None:
     """tailscaled disabled -> triage fails with the rule -> remediate -> SSH ok -> sentinel silent -> resolved."""
     with SimFleet(tmp_path / "fleet", ["dgx.tailscaled-disabled"]) as fleet:
-        found = run_suite(pytester, fleet, "triage", FLEET_SUITE, "-k", "dgx")
+        found = run_suite(pytester, fleet, "triage", FLEET_SUITE, "-k", "test_dgx or test_triage_dgx")
         triage = _triage(found)
         assert (triage["outcome"], triage["classification"]) == ("failed", "infrastructure")
         assert triage["message"].startswith("DGX routing incident: only dgx-spark is unreachable")
@@ -60,7 +60,8 @@ def test_the_dgx_story_end_to_end(pytester: pytest.Pytester, tmp_path: Path) -> 
         assert fixed.report["incidents"] == []
         assert fleet.hosts["agent-core"].unit_state() == ("enabled", "active")
 
-        after = run_suite(pytester, fleet, "triage", FLEET_SUITE, "-k", "dgx")  # and it stays fixed
+        # and it stays fixed
+        after = run_suite(pytester, fleet, "triage", FLEET_SUITE, "-k", "test_dgx or test_triage_dgx")
         assert after.ret == 0 and _triage(after)["message"].startswith("no DGX routing incident")
 
 

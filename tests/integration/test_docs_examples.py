@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from support.children import child_blocked_plugins
 from support.doc_commands import REPO, Shown, shown_commands
 
 from sbxcheck.sim.fleet import DEFAULT_SEED, plan_run_ids
@@ -214,7 +215,8 @@ def checkout_copy(into: Path) -> Path:
 
 
 def child_env(extra: dict[str, str]) -> dict[str, str]:
-    """This environment, without the outer run's pytest and sbxcheck settings; this checkout imported.
+    """This environment, without the outer run's pytest and sbxcheck settings (and the test extras'
+    pytest plugins); this checkout imported.
 
     The test bed's own knobs stay: the pi cache and the simulated control plane's pace (the same
     verdicts, sooner)."""
@@ -224,6 +226,7 @@ def child_env(extra: dict[str, str]) -> dict[str, str]:
         if not k.startswith(("PYTEST_", "SBXCHECK_")) or k in TEST_BED_KNOBS
     }
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env["PYTEST_ADDOPTS"] = child_blocked_plugins()  # the test extras' plugins a newcomer does not have
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     return {**env, **extra}
 

@@ -68,7 +68,7 @@ def gate(
 
 def assert_nothing_left(fleet: SimFleet, tmp: Path, before_vms: list[str], before_keys: list[str]) -> None:
     """After a sweep, the fleet holds only what it had before the test; the ledger has no open entry."""
-    swept = gate(fleet, tmp, "--sbx-sweep", "-k", "ledger")
+    swept = gate(fleet, tmp, "--sbx-sweep", "-k", "test_ledger_leaked")
     assert all(c["outcome"] == "passed" for c in swept.get("checks", [])), swept["_out"]
     assert sorted(fleet.live_vms()) == sorted(before_vms)
     assert sorted(fleet.live_keys()) == sorted(before_keys)
@@ -144,7 +144,7 @@ def test_a_failing_teardown_does_not_stop_the_others(fleet: SimFleet, tmp_path: 
     left = {e.ident for e in open_entries(tmp_path)}
     assert left == {m["run_id"] for m in result["mounts"]}  # the ledger names exactly what is left
     (fleet.knobs_dir / "revoke-fail").write_text(result["mounts"][1]["run_id"] + "\n")
-    swept = gate(fleet, tmp_path, "--sbx-sweep", "-k", "ledger")
+    swept = gate(fleet, tmp_path, "--sbx-sweep", "-k", "test_ledger_leaked")
     outcomes = {c["target"]: c["outcome"] for c in swept["checks"]}
     assert sorted(outcomes.values()) == ["failed", "passed"], swept["_out"]  # one released, one still refused
     (fleet.knobs_dir / "revoke-fail").unlink()
@@ -274,7 +274,7 @@ def test_a_revoke_that_did_not_take_is_caught_over_every_page(tmp_path: Path) ->
     """DELETE answered 200 but the key stays enabled on page 2: the recipe's one-page gate passes, GET /keys
     over every page does not — the teardown fails naming the key hash and the line to run, the entry stays open."""
     with SimFleet(tmp_path / "fleet", ["openrouter.revoke-ignored"]) as fleet:
-        result = gate(fleet, tmp_path, "--sbx-mount", "demo", "--sbx-teardown", "always", "-k", "run_record")
+        result = gate(fleet, tmp_path, "--sbx-mount", "demo", "--sbx-teardown", "always", "-k", "test_gate_run_record")
         [mount] = result["mounts"]
         run_id = mount["run_id"]
         record = json.loads((fleet.checkout / ".sandbox" / "runs" / f"{run_id}.json").read_text())

@@ -108,7 +108,7 @@ def test_bad_run_records_become_config_defect_items(pytester: pytest.Pytester, t
         (runs_dir / "yankee-20261130-bbbbbb.json").write_text('{"run_id": "yankee-20261130-bbbbbb",')
         nofill = {**good, "run_id": "xray-20261130-cccccc", "commit_sha": None}
         (runs_dir / "xray-20261130-cccccc.json").write_text(json.dumps(nofill))
-        outcome = run_gate(pytester, fleet, "-k", "run_record or A_git")
+        outcome = run_gate(pytester, fleet, "-k", "test_gate_run_record or test_gate_A_git")
     by_run = {
         c["nodeid"].split("[")[1].rstrip("]"): c
         for c in outcome.report["checks"]

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from sbxcheck.sim.fleet import SimFleet
+from support.children import check_selection
 
 REPO = Path(__file__).resolve().parents[2]
 GATE_SUITE = REPO / "gates" / "test_gate.py"
@@ -75,6 +76,7 @@ def run_suite(
     timeout: float = 600,
 ) -> GateOutcome:
     """Run ``pytest -m <marker>`` over copies of ``suites`` in a subprocess against ``fleet``."""
+    check_selection(args, pytester.path)
     suite_dir = pytester.path / f"{marker}s"
     suite_dir.mkdir(exist_ok=True)
     for suite in suites:

@@ -20,6 +20,7 @@ from typing import Any
 
 from sbxcheck.lifecycle.ledger import Ledger, LedgerEntry
 from sbxcheck.sim.fleet import SimFleet
+from support.children import check_selection
 from support.gate_harness import REPO
 
 LEDGER_SUITE = REPO / "gates" / "test_gate_ledger.py"
@@ -61,6 +62,7 @@ def test_quick_three(sbx_gate_run, sbx_verdict):
 def child_argv(suites: Path, inventory: Path, tmp: Path, *args: str, marks: str = "gate") -> list[str]:
     """``pytest -m <marks>`` on ``suites``; the report in ``tmp/report``, the ledger in ``tmp/state``
     unless ``args`` name another ``--sbx-state``."""
+    check_selection(args, tmp)
     state = [] if "--sbx-state" in args else ["--sbx-state", str(tmp / "state")]
     return [
         sys.executable,
