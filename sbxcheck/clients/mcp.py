@@ -33,7 +33,13 @@ import anyio
 import mcp_types
 from mcp.shared.exceptions import MCPError
 
-from sbxcheck.clients.mcp_stdio import STDERR_LIMIT_BYTES, McpStdioSession
+from sbxcheck.clients.mcp_stdio import (
+    CALL_TIMEOUT_S,
+    SHUTDOWN_TIMEOUT_S,
+    STARTUP_TIMEOUT_S,
+    STDERR_LIMIT_BYTES,
+    McpStdioSession,
+)
 from sbxcheck.errors import BadResponseError, RateLimited
 from sbxcheck.redact import Redactor, default_redactor
 from sbxcheck.safeio import loads_bounded
@@ -104,10 +110,10 @@ class AssistantMcpClient:
         command: list[str],
         *,
         env: dict[str, str],
-        timeout_s: float = 30.0,
+        timeout_s: float = CALL_TIMEOUT_S,
         cwd: Path | None = None,
-        startup_timeout_s: float = 20.0,
-        shutdown_timeout_s: float = 10.0,
+        startup_timeout_s: float = STARTUP_TIMEOUT_S,
+        shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S,
         prefix: str = DEFAULT_PREFIX,
         stderr_limit: int = STDERR_LIMIT_BYTES,
         redactor: Redactor | None = None,

@@ -49,6 +49,9 @@ from sbxcheck.redact import Redactor, default_redactor
 _T = TypeVar("_T")
 
 STDERR_LIMIT_BYTES: Final = 64 * 1024
+CALL_TIMEOUT_S: Final = 30.0  # one request to the server
+STARTUP_TIMEOUT_S: Final = 20.0  # spawn and handshake
+SHUTDOWN_TIMEOUT_S: Final = 10.0  # close, then the process's exit
 
 # Slack on top of an async deadline before the sync side stops waiting on the loop thread.
 _GRACE_S: Final = 5.0
@@ -199,10 +202,10 @@ class McpStdioSession:
         command: list[str],
         *,
         env: dict[str, str],
-        timeout_s: float = 30.0,
+        timeout_s: float = CALL_TIMEOUT_S,
         cwd: Path | None = None,
-        startup_timeout_s: float = 20.0,
-        shutdown_timeout_s: float = 10.0,
+        startup_timeout_s: float = STARTUP_TIMEOUT_S,
+        shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S,
         stderr_limit: int = STDERR_LIMIT_BYTES,
         redactor: Redactor | None = None,
     ) -> None:
