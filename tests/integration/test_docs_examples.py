@@ -59,7 +59,7 @@ NEEDS_RUNNERS = Skip("needs the runner hosts runner-1 and runner-2 (SSH or execn
 EXPECTED: dict[str, int | Skip] = {
     "pip install -e '.[sim]'": ALREADY_DONE,
     "pip install -e '.[test]'": ALREADY_DONE,
-    "pytest tests -n 4": Skip("the project's own test suite, which holds this test (CI runs it)"),
+    "pytest tests -n 4 --dist worksteal": Skip("the project's own test suite, which holds this test (CI runs it)"),
     "sbxcheck doctor": 0,
     # README.md, "Checking a real fleet"
     "python3 -m venv ~/.venvs/sbxcheck": REAL_FLEET_INSTALL,

@@ -183,7 +183,7 @@ def test_the_readme_stays_short_and_starts_with_the_two_quick_start_commands() -
     quick = readme.split("## Quick start", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0].splitlines()
     assert [line.split("#")[0].strip() for line in quick] == [
         "pip install -e '.[sim]' && pytest -m gate",
-        "pip install -e '.[test]' && pytest tests -n 4",
+        "pip install -e '.[test]' && pytest tests -n 4 --dist worksteal",
     ]
 
 
