@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,8 @@ from support.gate_harness import REPO, run_suite
 from sbxcheck.checks.run import finish_outcome
 from sbxcheck.lifecycle.quirks import explain_quirk
 from sbxcheck.lifecycle.recipes import (
+    MountInfo,
+    RecipeResult,
     RecipeTemplates,
     parse_harvest_output,
     parse_mount_output,
@@ -49,7 +52,6 @@ class World:
         self.fleet = fleet
         assert fleet.upstream is not None
         self.templates: RecipeTemplates = fleet.upstream.templates()
-        self.run_id = ""
 
     def just(self, *args: str) -> subprocess.CompletedProcess[str]:
         """A recipe sbxcheck does not template (execute), as a person types it."""
@@ -78,6 +80,27 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         yield World(fleet)
 
 
+@dataclass(frozen=True)
+class Mounted:
+    """The run the real mount recipe made (with a PATH that lacks the venv), and what it printed."""
+
+    run_id: str
+    result: RecipeResult
+    info: MountInfo
+
+
+@pytest.fixture(scope="module")
+def mounted(world: World) -> Mounted:
+    """One mount per module and worker: every test that needs the run gets it, whichever worker it runs on.
+
+    The mount recipe calls ``just`` by name again: only the interpreter's tool dir on PATH finds it.
+    """
+    result = run_recipe(world.templates, "mount", run_id="demo", env=BARE_PATH)
+    info = parse_mount_output(result.stdout)
+    assert result.ok and info.ok and info.run_id, (info, result.stderr[-2000:])
+    return Mounted(info.run_id, result, info)
+
+
 def test_the_copy_leaves_the_checkout_alone(world: World) -> None:
     assert world.fleet.recipe_set == f"real ({UPSTREAM})"
     assert not (UPSTREAM / ".sandbox").exists() and not (UPSTREAM / ".git").exists()
@@ -96,19 +119,15 @@ def test_doctor_and_a_bad_checkout(world: World, tmp_path: Path, capsys: pytest.
     assert f"{tmp_path} is not an SSSF checkout: no justfile" in err and "Traceback" not in err
 
 
-def test_mount_without_the_venv_on_path(world: World) -> None:
-    # the mount recipe calls `just` by name again: only the interpreter's tool dir on PATH finds it
-    result = run_recipe(world.templates, "mount", run_id="demo", env=BARE_PATH)
-    info = parse_mount_output(result.stdout)
-    assert result.ok and info.ok, (info, result.stderr[-2000:])
-    assert info.run_id is not None and info.run_id.startswith("demo-") and info.vm == info.run_id
-    world.run_id = info.run_id
-    assert info.run_id in world.fleet.live_vms() and f"sbx-{info.run_id}" in world.fleet.live_keys()
-    assert "[setup] GATE PASSED" in result.stdout and "app  200 anonymous" in result.stdout
+def test_mount_without_the_venv_on_path(world: World, mounted: Mounted) -> None:
+    rid, info = mounted.run_id, mounted.info
+    assert rid.startswith("demo-") and info.vm == rid
+    assert rid in world.fleet.live_vms() and f"sbx-{rid}" in world.fleet.live_keys()
+    assert "[setup] GATE PASSED" in mounted.result.stdout and "app  200 anonymous" in mounted.result.stdout
 
 
-def test_execute_pid_gate_and_run_items(world: World, pytester: pytest.Pytester) -> None:
-    rid = world.run_id or pytest.skip("the mount did not run")
+def test_execute_pid_gate_and_run_items(world: World, mounted: Mounted, pytester: pytest.Pytester) -> None:
+    rid = mounted.run_id
     done = world.just("sbx", "lifecycle", "execute", rid, "add a word-count badge")
     assert done.returncode == 0, done.stderr
     pid = world.record("get", rid, "pid")
@@ -116,7 +135,10 @@ def test_execute_pid_gate_and_run_items(world: World, pytester: pytest.Pytester)
     suites = (REPO / "gates" / "test_gate.py", REPO / "gates" / "test_run.py")
     gate = run_suite(pytester, world.fleet, "gate or run", suites, "--sbx-run-id", rid, timeout=120)
     outcomes = {c["nodeid"].split("::")[-1]: c["outcome"] for c in gate.report["checks"]}
-    assert gate.ret == 0 and outcomes and set(outcomes.values()) == {"passed"}, (outcomes, gate.stdout[-3000:])
+    assert gate.ret == 0 and outcomes and set(outcomes.values()) == {"passed"}, (
+        outcomes,
+        gate.stdout[-3000:],
+    )
     names = {name.split("[")[0] for name in outcomes}
     assert {"test_gate_A_git_integrity", "test_run_alive", "test_run_log_clean", "test_observe_app"} <= names
 
@@ -133,14 +155,18 @@ def _run_log_after(world: World, rid: str, fail: bool) -> list[str]:
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
         lines = log.read_text(encoding="utf-8").splitlines() if log.exists() else []
-        if any("╰" in line for line in lines) and (not fail or any(line.startswith("error:") for line in lines)):
+        if any("╰" in line for line in lines) and (
+            not fail or any(line.startswith("error:") for line in lines)
+        ):
             return lines
         time.sleep(0.1)
-    raise AssertionError(f"the SDLC did not finish: {log.read_text(encoding='utf-8') if log.exists() else '-'}")
+    raise AssertionError(
+        f"the SDLC did not finish: {log.read_text(encoding='utf-8') if log.exists() else '-'}"
+    )
 
 
-def test_run_log_success_and_failure(world: World) -> None:
-    rid = world.run_id or pytest.skip("the mount did not run")
+def test_run_log_success_and_failure(world: World, mounted: Mounted) -> None:
+    rid = mounted.run_id
     ok = _run_log_after(world, rid, fail=False)
     assert any("ADW complete" in line for line in ok)
     assert finish_outcome(ok) == ("finished", "status   ✓ success")
@@ -150,8 +176,8 @@ def test_run_log_success_and_failure(world: World) -> None:
     assert verdict is not None and verdict[0] == "failed" and "failed on line" in verdict[1], bad
 
 
-def test_every_harvest_answer(world: World) -> None:
-    rid = world.run_id or pytest.skip("the mount did not run")
+def test_every_harvest_answer(world: World, mounted: Mounted) -> None:
+    rid = mounted.run_id
     nothing = run_recipe(world.templates, "harvest", run_id=rid)
     assert parse_harvest_output(nothing.stdout, run_id=rid).status == "nocommits", nothing.stdout
     app = world.vm_home(rid) / "app"
@@ -162,7 +188,9 @@ def test_every_harvest_answer(world: World) -> None:
     subprocess.run(["git", "-C", str(app), "commit", "-qm", "the run's work"], check=True, env=env)
     got = run_recipe(world.templates, "harvest", run_id=rid)
     parsed = parse_harvest_output(got.stdout, run_id=rid)
-    assert got.ok and (parsed.status, parsed.count, parsed.ref) == ("harvested", 1, f"refs/sandbox/{rid}"), got
+    assert got.ok and (parsed.status, parsed.count, parsed.ref) == ("harvested", 1, f"refs/sandbox/{rid}"), (
+        got
+    )
     app.rename(app.with_name("app.away"))
     try:
         norepo = run_recipe(world.templates, "harvest", run_id=rid)
@@ -187,8 +215,8 @@ def test_teardown_without_a_key_is_a_success(world: World) -> None:
     assert f"✓ teardown complete for {rid} (no key was ever minted)" in result.stdout
 
 
-def test_teardown_revokes_then_reap_finds_no_orphan(world: World) -> None:
-    rid = world.run_id or pytest.skip("the mount did not run")
+def test_teardown_revokes_then_reap_finds_no_orphan(world: World, mounted: Mounted) -> None:
+    rid = mounted.run_id
     result = run_recipe(world.templates, "teardown", run_id=rid, env=BARE_PATH)
     parsed = parse_teardown_output(result.stdout, run_id=rid)
     assert result.ok and parsed.ok and (parsed.key, parsed.gate) == ("revoked", "passed"), result.stdout
@@ -226,6 +254,8 @@ def test_gate_mounts_and_tears_down_on_pass(world: World, pytester: pytest.Pytes
     assert gate.ret == 0 and outcomes == {"passed"}, (outcomes, gate.stdout[-3000:])
     assert mount["action"] == "torn-down", mount
     proof = mount["teardown"]
-    assert (proof["exit_code"], proof["key"], proof["revocation"]["status"]) == (0, "revoked", "revoked"), proof
+    assert (proof["exit_code"], proof["key"], proof["revocation"]["status"]) == (0, "revoked", "revoked"), (
+        proof
+    )
     assert f"sbx-{mount['run_id']}" not in world.fleet.live_keys()
     assert set(world.fleet.live_keys()) <= keys_before
