@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
-import email.utils
 from typing import Any
 
 from sbxcheck.clients.sandboxed_models import (
@@ -20,17 +18,7 @@ from sbxcheck.clients.sandboxed_models import (
 from sbxcheck.clients.sandboxed_wire import SandboxedWire
 from sbxcheck.errors import BadResponseError
 from sbxcheck.ids import path_segment
-
-
-def http_date(value: str | None) -> dt.datetime | None:
-    """An HTTP ``Date`` header as an aware datetime; None when absent or not a date."""
-    if not value or len(value) > 64:
-        return None
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    return when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)
+from sbxcheck.transports.http import http_date
 
 
 def _names(doc: Any, key: str, endpoint: str) -> list[str]:

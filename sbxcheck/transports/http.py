@@ -135,21 +135,34 @@ class RetryPolicy:
         return min(step if hinted is None else hinted, self.max_wait_s)
 
 
+def http_date(value: str | None) -> dt.datetime | None:
+    """An HTTP date (``Date``, ``Retry-After``) as an aware datetime; None when absent or not a date."""
+    if not value or len(value) > 64:
+        return None
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)
+
+
 def retry_after_s(resp: httpx.Response) -> float | None:
-    """The ``Retry-After`` header in seconds (delta-seconds or HTTP date), or None."""
+    """The ``Retry-After`` header in seconds (delta-seconds or HTTP date), or None.
+
+    A date is read against the answer's own ``Date`` header where it has one: the server's clock
+    wrote both, so a server minutes behind or ahead of this machine still asks for the wait it means.
+    """
     value = resp.headers.get("retry-after")
     if value is None:
         return None
     try:
         seconds = float(value)
     except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
+        when = http_date(value)
+        if when is None:
             return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=dt.UTC)
-        seconds = (when - dt.datetime.now(dt.UTC)).total_seconds()
+        sent = http_date(resp.headers.get("date")) or dt.datetime.now(dt.UTC)
+        seconds = (when - sent).total_seconds()
     return max(seconds, 0.0) if math.isfinite(seconds) else None
 
 

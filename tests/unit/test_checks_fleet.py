@@ -19,7 +19,7 @@ from sbxcheck.checks.fleet import (
     machine_inventory,
 )
 from sbxcheck.clients.sandboxed import SandboxedClient
-from sbxcheck.clients.sandboxed_fleet import http_date
+from sbxcheck.transports.http import http_date
 from sbxcheck.clients.sandboxed_models import FleetHealth, HealthInfo, RemoteFleet, RemoteNode
 from sbxcheck.errors import HostUnreachable
 from sbxcheck.results import Classification, Outcome

@@ -135,3 +135,21 @@ def test_mcp_relayed_429_is_waited_out_then_rate_limited(sleeps: list[float]) ->
     with pushback_until(time.monotonic() + 3), pytest.raises(RateLimitedBase) as info:
         stuck.create(MissionSpec(title="t", prompt="p"))
     assert info.value.classification is Classification.RATE_LIMITED
+
+
+@pytest.mark.parametrize("server_behind_s", [0, 900, -900], ids=["in-step", "15-min-behind", "15-min-ahead"])
+def test_a_retry_after_date_is_read_on_the_clock_that_wrote_it(server_behind_s: int) -> None:
+    """Retry-After as an HTTP date: the wait is the date minus the answer's own Date header, not this machine's now."""
+    import email.utils
+
+    from sbxcheck.transports.http import retry_after_s
+
+    server_now = time.time() - server_behind_s
+    headers = {
+        "date": email.utils.formatdate(server_now, usegmt=True),
+        "retry-after": email.utils.formatdate(server_now + 30, usegmt=True),
+    }
+    assert retry_after_s(httpx.Response(429, headers=headers)) == 30.0
+    # without a Date header the only clock left is this machine's
+    alone = retry_after_s(httpx.Response(429, headers={"retry-after": headers["retry-after"]}))
+    assert alone is not None and abs(alone - max(30.0 - server_behind_s, 0.0)) <= 2
