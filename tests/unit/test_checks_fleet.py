@@ -19,10 +19,10 @@ from sbxcheck.checks.fleet import (
     machine_inventory,
 )
 from sbxcheck.clients.sandboxed import SandboxedClient
-from sbxcheck.transports.http import http_date
 from sbxcheck.clients.sandboxed_models import FleetHealth, HealthInfo, RemoteFleet, RemoteNode
 from sbxcheck.errors import HostUnreachable
 from sbxcheck.results import Classification, Outcome
+from sbxcheck.transports.http import http_date
 
 NOW = datetime(2026, 6, 10, 12, 0, 0, tzinfo=UTC)
 
