@@ -97,8 +97,11 @@ def test_a_stream_that_says_completed_does_not_close_a_pending_mission(tmp_path:
     assert entry.state == "released" and entry.how == "cancelled"
 
 
+# The child's own peak is VmHWM (its memory's high-water mark since exec): ru_maxrss also holds the
+# parent's peak, which Linux carries into a child across fork/vfork + exec (a test worker at 357 MB
+# read as a 357 MB stream reader).
 _STREAM_CHILD = """
-import json, os, resource, sys, time
+import json, os, sys, time
 from sbxcheck.clients.sandboxed import SandboxedClient
 from sbxcheck.clients.stream import ControlStream
 client = SandboxedClient(sys.argv[1], password=os.environ["SBX_TEST_CP_PASSWORD"], timeout_s=10.0)
@@ -108,7 +111,9 @@ end = time.monotonic() + float(sys.argv[2])
 while time.monotonic() < end and not stream.absent:
     time.sleep(0.2)
 stream.close()
-print(json.dumps({"maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+with open("/proc/self/status") as status:
+    peak_kb = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+print(json.dumps({"peak_kb": peak_kb,
                   "connects": stream.connects, "absent": stream.absent}))
 """
 
@@ -129,7 +134,7 @@ def test_an_endless_stream_line_is_cut_at_the_cap_while_it_is_read(tmp_path: Pat
         double.stop()
     assert proc.returncode == 0, proc.stderr[-2000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
-    peak_mb = seen["maxrss_kb"] / 1024
+    peak_mb = seen["peak_kb"] / 1024
     print(f"endless stream line: peak RSS {peak_mb:.0f} MB, {seen['connects']} connects in {wall:.1f}s")
     assert peak_mb < 200, seen
     assert seen["connects"] >= 2  # each over-long line dropped the connection; the reader went on
@@ -146,6 +151,17 @@ def test_a_mission_past_the_first_page_is_found_and_cancelled(tmp_path: Path) ->
     found = [c for c in document["cleanup"] if "its create was never answered" in c["action"]]
     assert len(found) >= 1 and all(c["ok"] for c in found), document["cleanup"]
     assert {c["ident"] for c in found} <= flood  # cancelled: now terminal
+    assert not any(c["action"] == "never created" for c in document["cleanup"])
+    assert [e for e in Ledger(tmp_path / "state").state() if e.is_open] == []
+
+
+def test_an_unanswered_create_is_found_on_a_control_plane_whose_clock_is_behind(tmp_path: Path) -> None:
+    """The mission's created_at is on the server's clock, the intent's time on this machine's: a server
+    15 minutes behind made the mission read as older than the create, so "never created", left running."""
+    proc, cp, document = _canary(tmp_path, ["cp.create-500", "cp.clock-behind"], "gemini-flash")
+    assert cp.mission_ids() and cp.missions_nonterminal() == [], proc.stdout[-3000:]
+    found = [c for c in document["cleanup"] if "its create was never answered" in c["action"]]
+    assert len(found) == 1 and found[0]["ok"], document["cleanup"]
     assert not any(c["action"] == "never created" for c in document["cleanup"])
     assert [e for e in Ledger(tmp_path / "state").state() if e.is_open] == []
 
