@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -27,7 +28,7 @@ from sbxcheck.clients.served import ServedApi, unmatched_route
 from sbxcheck.clients.validation import validation_summary
 from sbxcheck.errors import AuthFailed, BadResponseError
 from sbxcheck.safeio import UnsafeInput, loads_bounded
-from sbxcheck.transports.http import RetryPolicy, send, service_of
+from sbxcheck.transports.http import RetryPolicy, http_date, send, service_of
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -55,6 +56,8 @@ class SandboxedWire(BearerAuth):
         self._init_auth(token, password, username)
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, transport=transport)
         self.served = ServedApi(lambda: self.health().version)  # what this release serves, as learned
+        # the server's clock less this machine's, from the last answer's Date (None: none said)
+        self.server_ahead: dt.timedelta | None = None
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
@@ -113,6 +116,9 @@ class SandboxedWire(BearerAuth):
         resp = once(headers)
         if resp.status_code == 401 and auth and used is not None and self.renew(used):
             resp = once(self._headers(auth))  # a refused request did nothing: sent once more, renewed
+        said = http_date(resp.headers.get("date"))  # to the second: within the ledger's clock slack
+        if said is not None:
+            self.server_ahead = said - dt.datetime.now(dt.UTC)
         self._raise_for_status(endpoint, resp, rejection)
         return resp
 

@@ -20,7 +20,7 @@ from sbxcheck.clients.sandboxed_models import RecordMismatch
 from sbxcheck.errors import BadResponseError, SbxError
 from sbxcheck.lifecycle.following import EVENT_PAGE
 from sbxcheck.lifecycle.intents import MissionIntents
-from sbxcheck.lifecycle.listing import Page
+from sbxcheck.lifecycle.listing import MissionList
 from sbxcheck.lifecycle.spendcap import SpendCap
 from sbxcheck.spend import mission_cost
 
@@ -36,7 +36,7 @@ class OwnedMissions:
         channel_for: Callable[[str], MissionChannel],
         intents: MissionIntents,
         spend: SpendCap,
-        list_missions: Page | None = None,
+        list_missions: MissionList | None = None,
     ) -> None:
         self.channel_for = channel_for
         self.intents = intents

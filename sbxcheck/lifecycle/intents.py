@@ -13,7 +13,7 @@ from collections.abc import Callable
 from sbxcheck.clients.missionruns import RouteRun
 from sbxcheck.errors import SbxError
 from sbxcheck.lifecycle.ledger import Ledger
-from sbxcheck.lifecycle.listing import Page, missions_since, oldest_intent, resolve_listed
+from sbxcheck.lifecycle.listing import MissionList, missions_since, oldest_intent, resolve_listed
 
 
 class MissionIntents:
@@ -64,7 +64,7 @@ class MissionIntents:
             self.ledger.mark_released(entry, how)
 
     def close_unanswered(
-        self, list_missions: Page | None, cancel: Callable[[str], bool], foreign: set[str]
+        self, list_missions: MissionList | None, cancel: Callable[[str], bool], foreign: set[str]
     ) -> dict[str, str]:
         """Creates that failed without an answer (a 500, a dropped connection) may still have made a
         mission: find it by its title in a listing that reaches back to the create, then ``cancel`` it
@@ -77,7 +77,9 @@ class MissionIntents:
         listing, reason = None, "no way to list missions"
         if list_missions is not None:
             try:
-                listing = missions_since(list_missions, oldest_intent(open_))
+                listing = missions_since(
+                    list_missions.page, oldest_intent(open_), server_clock=list_missions.server_clock
+                )
             except SbxError as exc:
                 reason = exc.message
         for entry_id, run in list(self.unanswered.items()):

@@ -24,6 +24,19 @@ DEFAULT_PAGE = 50  # its default: answered exactly this many when more were aske
 MAX_LIST_PAGES = 25  # 5,000 missions: beyond that the listing is reported as incomplete
 
 Page = Callable[[int, int], list[dict[str, Any]]]  # (limit, offset) -> rows, newest first
+ServerClock = Callable[[], dt.timedelta | None]  # the server's clock less this machine's, as last answered
+
+
+def _no_clock() -> dt.timedelta | None:
+    return None
+
+
+@dataclass(frozen=True)
+class MissionList:
+    """The control plane's mission list: its pages, and its clock as its answers tell it."""
+
+    page: Page
+    server_clock: ServerClock = _no_clock
 
 
 @dataclass(frozen=True)
@@ -33,7 +46,8 @@ class Listing:
     missions: list[dict[str, Any]]
     reached: bool  # the listing went back past ``since`` or to the end of the list
     pages: int
-    since: str | None  # the time it had to reach (ISO), None: the whole list
+    since: str | None  # the time it had to reach (ISO, this machine's clock), None: the whole list
+    server_ahead: dt.timedelta = dt.timedelta(0)  # the server's clock less this machine's while it listed
 
     def describe(self) -> str:
         """Where the listing stopped, for a report line."""
@@ -51,10 +65,16 @@ def missions_since(
     *,
     page_size: int = LIST_PAGE,
     max_pages: int = MAX_LIST_PAGES,
+    server_clock: ServerClock = _no_clock,
 ) -> Listing:
-    """Pages of the list until a row last touched before ``since`` (less the slack) or a short page."""
+    """Pages of the list until a row last touched before ``since`` (less the slack) or a short page.
+
+    ``since`` is this machine's time and the rows carry the server's: once the first page is in,
+    ``server_clock`` (read from that answer's ``Date``) moves the floor onto the server's clock.
+    """
     size = max(1, min(LIST_PAGE, page_size))
-    floor = since - dt.timedelta(seconds=CLOCK_SLACK_S) if since is not None else None
+    floor: dt.datetime | None = None
+    ahead = dt.timedelta(0)
     rows: list[dict[str, Any]] = []
     seen: set[str] = set()
     pages = 0
@@ -63,6 +83,9 @@ def missions_since(
     while pages < max_pages:
         batch = page(size, offset)
         pages += 1
+        if pages == 1:
+            ahead = server_clock() or dt.timedelta(0)
+            floor = since + ahead - dt.timedelta(seconds=CLOCK_SLACK_S) if since is not None else None
         fresh = [r for r in batch if str(r.get("id")) not in seen]  # a list shifting under us repeats rows
         seen.update(str(r.get("id")) for r in fresh)
         rows.extend(fresh)
@@ -76,7 +99,7 @@ def missions_since(
         if floor is not None and any((last := last_touched(r)) is not None and last < floor for r in fresh):
             reached = True
             break
-    return Listing(rows, reached, pages, since.isoformat() if since is not None else None)
+    return Listing(rows, reached, pages, since.isoformat() if since is not None else None, ahead)
 
 
 def last_touched(row: dict[str, Any]) -> dt.datetime | None:
@@ -99,7 +122,7 @@ def oldest_intent(entries: Iterable[LedgerEntry]) -> dt.datetime | None:
 def resolve_listed(entry: LedgerEntry, listing: Listing, *, claimed: Iterable[str] = ()) -> Resolution:
     """:func:`resolve_mission` against ``listing``; not found in a listing that stopped short of the
     intent is ``ambiguous`` (reported, nothing done), never ``unmatched``."""
-    found = resolve_mission(entry, listing.missions, claimed=claimed)
+    found = resolve_mission(entry, listing.missions, claimed=claimed, server_ahead=listing.server_ahead)
     if found.status != "unmatched" or listing.reached:
         return found
     return Resolution("ambiguous", None, f"{found.why.split(':')[0]} in {listing.describe()}: left open")

@@ -39,7 +39,7 @@ from sbxcheck.lifecycle.closing import OwnedMissions
 from sbxcheck.lifecycle.following import MissionFollower, WaitingState, wait_telling
 from sbxcheck.lifecycle.intents import MissionIntents
 from sbxcheck.lifecycle.ledger import Ledger
-from sbxcheck.lifecycle.listing import Page
+from sbxcheck.lifecycle.listing import MissionList
 from sbxcheck.lifecycle.prompts import DIRECT_OUTPUT_PROMPT, canary_prompt, contract_fields, effort_fallbacks
 from sbxcheck.lifecycle.slots import SlotQueue, started
 from sbxcheck.lifecycle.spendcap import SpendCap
@@ -71,7 +71,7 @@ class MissionDispatcher:
         workspace_ids: Callable[[], dict[str, str]],
         exec_sha256: Callable[[str, str], str],
         ledger: Ledger | None = None,
-        list_missions: Page | None = None,
+        list_missions: MissionList | None = None,
         preflight: Callable[[RouteSpec], CheckResult | None] | None = None,
         max_spend_usd: float | None = None,
         single_create: bool = False,

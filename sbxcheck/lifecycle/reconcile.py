@@ -121,9 +121,17 @@ def resolve_mount(
 
 
 def resolve_mission(
-    entry: LedgerEntry, missions: Iterable[Mapping[str, Any]], *, claimed: Iterable[str] = ()
+    entry: LedgerEntry,
+    missions: Iterable[Mapping[str, Any]],
+    *,
+    claimed: Iterable[str] = (),
+    server_ahead: dt.timedelta = dt.timedelta(0),
 ) -> Resolution:
-    """Which mission an intent created: its recorded id, else one with its key or title, made after it."""
+    """Which mission an intent created: its recorded id, else one with its key or title, made after it.
+
+    The intent was stamped on this machine's clock, a mission's ``created_at`` on the server's:
+    ``server_ahead`` (the server's clock less this machine's) puts the intent on the server's clock.
+    """
     if entry.ident != entry.intended_ident or entry.state in ("created", "kept"):
         if not is_valid_id(entry.ident):  # read back from the ledger: data, never a path
             return Resolution(
@@ -132,7 +140,8 @@ def resolve_mission(
         return Resolution("resolved", entry.ident, f"mission {entry.ident}", [entry.ident])
     key = entry.intended_ident
     title = entry.detail.get("title")
-    start = parse_ts(entry.opened_at)
+    opened = parse_ts(entry.opened_at)
+    start = opened + server_ahead if opened is not None else None
     taken = set(claimed)
     found: list[str] = []
     invalid = 0

@@ -197,6 +197,7 @@ class ControlPlane:
         dispatches on first use)."""
         if self._dispatcher is None:
             from sbxcheck.lifecycle import MissionDispatcher
+            from sbxcheck.lifecycle.listing import MissionList
 
             section = self.fleet.inventory().sandboxed
             if section is None:
@@ -245,9 +246,13 @@ class ControlPlane:
                 workspace_ids=workspace_ids,
                 exec_sha256=exec_sha256,
                 ledger=self._ledger(),
-                list_missions=lambda limit, offset: [  # paged back to the oldest unanswered create
-                    m.model_dump(mode="json") for m in client.list_missions(all=True, limit=limit, offset=offset)
-                ],
+                list_missions=MissionList(  # paged back to the oldest unanswered create
+                    lambda limit, offset: [
+                        m.model_dump(mode="json")
+                        for m in client.list_missions(all=True, limit=limit, offset=offset)
+                    ],
+                    lambda: client.server_ahead,
+                ),
                 preflight=self.route_preflight,  # a route that would fail readiness is not dispatched
                 max_spend_usd=self.max_spend_usd,
                 single_create=self.probe_route is not None,  # a probe: no idempotency retry

@@ -94,6 +94,7 @@ def reconcile(session: Reviewing, entry: LedgerEntry) -> Resolution:
             m.model_dump(mode="json") for m in client.list_missions(all=True, limit=limit, offset=offset)
         ],
         parse_ts(entry.opened_at),
+        server_clock=lambda: client.server_ahead,
     )
     return resolve_listed(entry, listing, claimed=claimed)
 

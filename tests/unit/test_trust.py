@@ -7,6 +7,8 @@ import datetime as dt
 import uuid
 from typing import Any
 
+import pytest
+
 from sbxcheck.checks.missions import check_dispatched
 from sbxcheck.clients.channels import Created
 from sbxcheck.clients.sandboxed_models import MissionSpec
@@ -158,11 +160,32 @@ def test_a_list_sorted_by_last_update_is_read_past_an_old_mission_touched_just_n
     assert (found.status, found.ident) == ("resolved", target["id"])
 
 
+@pytest.mark.parametrize("server_ahead_s", [-900, 900], ids=["15-min-behind", "15-min-ahead"])
+def test_the_intent_is_matched_on_the_servers_clock(server_ahead_s: int) -> None:
+    """created_at is the server's time, the intent this machine's: the listing's server clock joins them."""
+    now = dt.datetime(2026, 12, 4, 12, 0, tzinfo=dt.UTC)
+    ahead = dt.timedelta(seconds=server_ahead_s)
+    rows = _rows(600, now + ahead)  # stamped on the server's clock, one a second, newest first
+    target = rows[450]  # made 1 s after the intent, on the server's clock
+    intent = _intent(now - dt.timedelta(seconds=451), target["title"])
+    listing = missions_since(_pager(rows, []), now - dt.timedelta(seconds=451), server_clock=lambda: ahead)
+    found = resolve_listed(intent, listing)
+    assert listing.reached and (found.status, found.ident) == ("resolved", target["id"])
+    # on this machine's clock alone: a server behind hides the mission ("never created"); for one ahead
+    # the listing reads 15 minutes of older missions it did not need
+    blind = missions_since(_pager(rows, []), now - dt.timedelta(seconds=451))
+    if server_ahead_s < 0:
+        assert resolve_listed(intent, blind).status == "unmatched"
+    else:
+        assert blind.pages > listing.pages
+
+
 class _ListingClient:
     """``list_missions(all=True, limit, offset)`` over rows newest first, counting the pages asked."""
 
-    def __init__(self, rows: list[dict[str, Any]]) -> None:
+    def __init__(self, rows: list[dict[str, Any]], server_ahead: dt.timedelta | None = None) -> None:
         self.rows, self.pages = rows, 0
+        self.server_ahead = server_ahead  # as the real client reads it from each answer's Date
 
     def list_missions(self, *, all: bool, limit: int, offset: int) -> list[Any]:
         from sbxcheck.clients.sandboxed_models import Mission

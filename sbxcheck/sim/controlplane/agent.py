@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import shlex
-import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -117,7 +116,7 @@ class AgentRunner(EventRoutes):
 
     def _dispatch(self, m: MissionState, *, evidence_free: bool) -> None:
         self._set_status(m, "active")
-        stamp = iso_time(time.time())
+        stamp = iso_time(self.clock())
         if m.prompt:
             m.record["history"].append({"role": "user", "content": m.prompt})
         m.evidence_free = evidence_free

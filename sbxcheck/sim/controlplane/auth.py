@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hmac
 import secrets
-import time
 from collections.abc import Awaitable, Callable
 
 import jwt
@@ -96,7 +95,7 @@ class AuthRoutes(DoubleBase):
 
     def issue_token(self, sub: str) -> dict[str, object]:
         """A signed JWT for ``sub`` and its expiry; each one is told apart (``jti``) for ``cp.token-expires``."""
-        now = int(time.time())
+        now = int(self.clock())
         exp = now + self.jwt_ttl_days * 86400
         token = jwt.encode(
             {"sub": sub, "usr": sub, "iat": now, "exp": exp, "jti": secrets.token_hex(8)},

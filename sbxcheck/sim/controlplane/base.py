@@ -202,7 +202,8 @@ class DoubleBase:
 
     def clock(self) -> float:
         """The control plane's clock (epoch seconds): this machine's, or 15 minutes behind under
-        ``cp.clock-behind``. It writes the ``Date`` header and every node's ``last_seen``."""
+        ``cp.clock-behind``. It writes the ``Date`` header and every stamp it keeps: missions, events,
+        tokens, nodes."""
         return time.time() - (CLOCK_BEHIND_S if "cp.clock-behind" in self.faults else 0.0)
 
     def _routes(self) -> list[Route]:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import copy
-import time
 import uuid
 from typing import Any
 
@@ -79,7 +78,7 @@ class EventRoutes(DoubleBase):
         tool_call_id: str | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> None:
-        now = time.time()
+        now = self.clock()
         stamp = iso_time(now)
         m.events.append(
             {
@@ -115,7 +114,7 @@ class EventRoutes(DoubleBase):
     ) -> bool:
         if m.status in TERMINAL:
             return False
-        now = time.time()
+        now = self.clock()
         stamp = iso_time(now)
         rec = m.record
         rec["status"] = status

@@ -38,7 +38,7 @@ LIED_COST_CENTS: Final = 5000
 
 def _planted(double: DoubleBase, mid: str, title: str, backend: str, model: str, status: str) -> MissionState:
     """A mission that is not the caller's work (created two minutes ago, no agent runs it)."""
-    now = time.time()
+    now = double.clock()
     m = double._missions.get(mid)
     if m is not None:
         return m
@@ -102,7 +102,7 @@ def stays_pending(double: DoubleBase, m: MissionState) -> bool:
                 "mission_id": m.id,
                 "sequence": len(m.events) + 1,
                 "event_type": kind,
-                "timestamp": iso_time(time.time()),
+                "timestamp": iso_time(double.clock()),
                 "content": "all done" if kind == "assistant_message" else "",
                 "metadata": meta,
             }
@@ -115,7 +115,7 @@ def flood_after_create(double: DoubleBase, m: MissionState) -> None:
     if not double._fault_on(LIST_FLOOD, str(m.record.get("backend"))) or double.flooded:
         return
     double.flooded = True
-    base = time.time() + 0.01
+    base = double.clock() + 0.01
     for i in range(FLOOD):
         mid = str(uuid.uuid4())
         stamp = iso_time(base + i * 0.001)

@@ -277,7 +277,7 @@ class MissionRoutes(ParallelSlots):
         tags: list[str],
         headers: dict[str, str],
     ) -> Response:
-        now = time.time()
+        now = self.clock()
         mid = str(uuid.uuid4())
         prompt = body.get("prompt") if isinstance(body.get("prompt"), str) else None
         title = body.get("title") if isinstance(body.get("title"), str) and body["title"].strip() else None
@@ -357,7 +357,7 @@ class MissionRoutes(ParallelSlots):
         )
 
     def _render(self, m: MissionState, *, with_agent: bool = True, decorate: bool = False) -> dict[str, Any]:
-        now = time.time()
+        now = self.clock()
         rec = copy.deepcopy(m.record)
         if not with_agent:
             rec.pop("agent", None)
@@ -527,7 +527,7 @@ class MissionRoutes(ParallelSlots):
             m.task.cancel()
 
     async def _running(self, request: Request, user: str) -> Response:
-        now = time.time()
+        now = self.clock()
         out: list[dict[str, Any]] = []
         with self._lock:
             for m in self._missions.values():

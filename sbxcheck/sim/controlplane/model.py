@@ -252,7 +252,8 @@ CONTROLPLANE_FAULTS: Final[dict[str, str]] = {
     "cp.workspace-busy": "target workspace already has another session's live mission: creates into it "
     "are refused 409 workspace_occupied",
     "cp.clock-behind": f"the control plane's clock runs {CLOCK_BEHIND_S / 60:g} minutes behind this machine's: "
-    "its Date header and every node's last_seen are written on it",
+    "its Date header and every stamp it keeps (missions' created_at/updated_at, events, nodes' last_seen) "
+    "are written on it",
     "cp.slot-held": "a long mission of the operator's own runs all session; where a release runs one "
     "mission at a time (v0.7) it holds the only slot",
 }

@@ -90,7 +90,7 @@ def ignores_key(double: DoubleBase, body: dict[str, Any]) -> bool:
 
 def integrity_report(double: DoubleBase, user: str) -> dict[str, Any]:
     """``GET /missions/integrity`` for ``user``'s missions, now."""
-    now = time.time()
+    now = double.clock()
     groups: dict[str, list[dict[str, Any]]] = {
         "orphaned_pending": [],
         "scheduled_waiting": [],
@@ -227,7 +227,7 @@ def seed_mission(
     live: bool = False,
 ) -> MissionState:
     """A mission some earlier work left on the host workspace, last updated ``age_s`` ago (no agent runs it)."""
-    now = time.time()
+    now = double.clock()
     then = now - age_s
     mid = str(uuid.uuid4())
     record: dict[str, Any] = {
@@ -284,7 +284,7 @@ def _event(
     metadata: dict[str, Any] | None = None,
 ) -> None:
     """Append a stored event dated ``age_s`` ago (the mission's idle clock follows it, as upstream)."""
-    stamp_epoch = time.time() - age_s
+    stamp_epoch = double.clock() - age_s
     with double._lock:
         m.events.append(
             {
