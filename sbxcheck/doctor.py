@@ -380,6 +380,7 @@ def _check_control_plane(inv: Inventory, emit: Callable[[Finding], None]) -> Non
             )
         )
         _check_release(client, emit)
+        _check_mission_slots(client, emit)
     finally:
         client.close()
 
@@ -402,6 +403,32 @@ def _check_release(client: SandboxedClient, emit: Callable[[Finding], None]) -> 
             + " (creates, event cursors and list queries are learned in a run)",
         )
     )
+
+
+def _check_mission_slots(client: SandboxedClient, emit: Callable[[Finding], None]) -> None:
+    """How many missions the control plane runs at once, where it says so (a fact, never a failure)."""
+    from sbxcheck.clients.sandboxed import NotFound
+    from sbxcheck.errors import NotServed, SbxError
+
+    try:
+        config = client.parallel_config()
+    except (NotFound, NotServed):
+        return  # a release without the route: the release line above already names what is skipped
+    except SbxError as exc:
+        emit(Finding(True, "missions at once", f"not read: {exc.message}", note=True))
+        return
+    now = "" if config.running_count is None else f" ({config.running_count} running now)"
+    limit = config.max_parallel_missions
+    if limit == 0:
+        detail = f"the control plane sets no limit{now}"
+    elif limit == 1:
+        detail = (
+            f"one at a time{now}: a canary's missions wait for each other's slot "
+            "(MAX_PARALLEL_MISSIONS on the control plane runs more side by side)"
+        )
+    else:
+        detail = f"{limit} at a time{now}: more missions than that wait for a slot"
+    emit(Finding(True, "missions at once", detail, note=True))
 
 
 def _check_openrouter(inv: Inventory, emit: Callable[[Finding], None]) -> None:

@@ -15,6 +15,7 @@ from sbxcheck.clients.sandboxed_models import (
     Mission,
     MissionsIntegrity,
     MissionSpec,
+    ParallelConfig,
     RunningEntry,
     StoredEvent,
 )
@@ -248,6 +249,11 @@ class MissionCalls(SandboxedWire):
         path = "/api/control/running"
         resp = self._send("GET", path)
         return self._parse_list(f"GET {path}", resp, RunningEntry)
+
+    def parallel_config(self) -> ParallelConfig:
+        """``GET /api/control/parallel/config``: missions run at once (``MAX_PARALLEL_MISSIONS``), running now."""
+        path = "/api/control/parallel/config"
+        return self._parse(f"GET {path}", self._send("GET", path), ParallelConfig)
 
     def wait_for_mission(
         self,

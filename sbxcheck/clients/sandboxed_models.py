@@ -363,6 +363,13 @@ class RunningEntry(_Wire):
     health: dict[str, JsonValue] | None = None
 
 
+class ParallelConfig(_Wire):
+    """``GET /api/control/parallel/config``: how many missions the control plane runs at once."""
+
+    max_parallel_missions: int = Field(ge=0)
+    running_count: int | None = Field(default=None, ge=0)
+
+
 @dataclass(frozen=True)
 class EventPage:
     """A page of events plus the cursor headers (``X-Max-Sequence``, ``X-Total-Events``)."""

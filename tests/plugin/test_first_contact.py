@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.lifecycle_harness import child_argv, read_report, suites_dir
@@ -179,6 +180,7 @@ def test_doctor_on_a_healthy_fleet_passes(healthy_fleet: SimFleet) -> None:
         assert f"✓ {label}:" in out, label
     assert "✓ simulated fleet's recipes: stand-in" in out  # a --sssf-checkout fleet says real (<dir>)
     assert "✓ control plane release: version 0.9.0-sim: serves every route sbxcheck reads" in out
+    assert "· missions at once: the control plane sets no limit (0 running now)" in out
     assert "✗" not in out and out.rstrip().endswith("sbxcheck doctor: all preconditions met")
     password = (
         Path(healthy_fleet.inventory_path.parent / "secrets" / "controlplane_password").read_text().strip()
@@ -201,6 +203,8 @@ def test_doctor_names_an_older_control_plane_and_what_it_will_skip(tmp_path: Pat
         "creates, event cursors and list queries are learned in a run",
     ):
         assert said in line, said
+    # v0.7 runs one mission at a time (MAX_PARALLEL_MISSIONS' default): a fact, said once
+    assert "· missions at once: one at a time (0 running now): a canary's missions wait" in out, out
 
 
 def test_doctor_without_an_inventory_says_the_embedded_fleet_will_be_used_without_a_check_mark(
@@ -343,3 +347,30 @@ def test_the_suites_without_the_plugin_are_one_line_naming_it(suite: str) -> Non
     errors = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(errors) == 1 and "need the sbxcheck pytest plugin" in errors[0], errors
     assert "-p no:sbxcheck" in errors[0] and "not found" not in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "said"),
+    [
+        (200, {"max_parallel_missions": 4, "running_count": 3}, "· missions at once: 4 at a time (3 running now)"),
+        (200, {"max_parallel_missions": -1}, "· missions at once: not read: GET /api/control/parallel/config"),
+        (404, None, None),  # a release without the route: nothing more said
+    ],
+    ids=["four", "nonsense", "not-served"],
+)
+def test_doctor_says_how_many_missions_run_at_once(status: int, body: Any, said: str | None) -> None:
+    import httpx
+
+    from sbxcheck.clients.sandboxed import SandboxedClient
+    from sbxcheck.doctor import Finding, _check_mission_slots
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/api/control/parallel/config"
+        return httpx.Response(status, json=body) if body is not None else httpx.Response(status)
+
+    found: list[Finding] = []
+    with SandboxedClient("http://cp.test", token="t", transport=httpx.MockTransport(answer), retries=0) as client:
+        _check_mission_slots(client, found.append)
+    lines = [f.render() for f in found]
+    assert all(f.ok for f in found)  # a fact, never a failed precondition
+    assert (lines == []) if said is None else (len(lines) == 1 and lines[0].startswith(said)), lines
