@@ -58,7 +58,9 @@ from sbxcheck.sim.stream import StreamHub
 
 
 class _Recorder:
-    """ASGI middleware: remembers the server loop and logs method, path, query and status."""
+    """ASGI middleware: remembers the server loop, logs method, path, query and status, and dates every
+    answer on the control plane's own clock (:meth:`DoubleBase.clock`), as hyper sends ``Date``; the
+    server under it sends none of its own."""
 
     def __init__(self, app: ASGIApp, double: DoubleBase) -> None:
         self.app = app
@@ -75,6 +77,9 @@ class _Recorder:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = int(message["status"])
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"date"]
+                date = email.utils.formatdate(self.double.clock(), usegmt=True)
+                message = {**message, "headers": [*headers, (b"date", date.encode("latin-1"))]}
             await send(message)
 
         try:
@@ -82,29 +87,6 @@ class _Recorder:
         finally:
             query = scope.get("query_string", b"").decode("latin-1")
             self.double._record(RequestRecord(scope["method"], scope["path"], query, status))
-
-
-class _DateHeader:
-    """ASGI middleware: every answer's ``Date`` on the control plane's own clock (:meth:`DoubleBase.clock`),
-    as hyper sends it; the server under it sends none of its own."""
-
-    def __init__(self, app: ASGIApp, double: DoubleBase) -> None:
-        self.app = app
-        self.double = double
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def _send(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"date"]
-                date = email.utils.formatdate(self.double.clock(), usegmt=True)
-                message = {**message, "headers": [*headers, (b"date", date.encode("latin-1"))]}
-            await send(message)
-
-        await self.app(scope, receive, _send)
 
 
 async def _unmatched(request: Request, exc: Exception) -> Response:
@@ -189,7 +171,6 @@ class DoubleBase:
             routes=served(self.release, self._routes()),
             middleware=[
                 Middleware(_Recorder, double=self),
-                Middleware(_DateHeader, double=self),
                 Middleware(PushbackMiddleware, double=self),
             ],
             exception_handlers={404: _unmatched},
