@@ -77,9 +77,7 @@ class MissionIntents:
         listing, reason = None, "no way to list missions"
         if list_missions is not None:
             try:
-                listing = missions_since(
-                    list_missions.page, oldest_intent(open_), server_clock=list_missions.server_clock
-                )
+                listing = missions_since(list_missions, oldest_intent(open_))
             except SbxError as exc:
                 reason = exc.message
         for entry_id, run in list(self.unanswered.items()):

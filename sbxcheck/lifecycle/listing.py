@@ -14,10 +14,13 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sbxcheck.lifecycle.ledger import LedgerEntry
 from sbxcheck.lifecycle.reconcile import CLOCK_SLACK_S, Resolution, parse_ts, resolve_mission
+
+if TYPE_CHECKING:
+    from sbxcheck.clients.sandboxed import SandboxedClient
 
 LIST_PAGE = 200  # the list endpoint's largest page
 DEFAULT_PAGE = 50  # its default: answered exactly this many when more were asked, one more page decides
@@ -37,6 +40,16 @@ class MissionList:
 
     page: Page
     server_clock: ServerClock = _no_clock
+
+
+def every_owners_missions(client: SandboxedClient) -> MissionList:
+    """``client``'s mission list of every owner (``all=True``), and the server's clock as it last answered."""
+    return MissionList(
+        lambda limit, offset: [
+            m.model_dump(mode="json") for m in client.list_missions(all=True, limit=limit, offset=offset)
+        ],
+        lambda: client.server_ahead,
+    )
 
 
 @dataclass(frozen=True)
@@ -60,17 +73,16 @@ class Listing:
 
 
 def missions_since(
-    page: Page,
+    source: MissionList,
     since: dt.datetime | None,
     *,
     page_size: int = LIST_PAGE,
     max_pages: int = MAX_LIST_PAGES,
-    server_clock: ServerClock = _no_clock,
 ) -> Listing:
     """Pages of the list until a row last touched before ``since`` (less the slack) or a short page.
 
     ``since`` is this machine's time and the rows carry the server's: once the first page is in,
-    ``server_clock`` (read from that answer's ``Date``) moves the floor onto the server's clock.
+    ``source.server_clock`` (read from that answer's ``Date``) moves the floor onto the server's clock.
     """
     size = max(1, min(LIST_PAGE, page_size))
     floor: dt.datetime | None = None
@@ -81,10 +93,10 @@ def missions_since(
     reached = False
     offset = 0
     while pages < max_pages:
-        batch = page(size, offset)
+        batch = source.page(size, offset)
         pages += 1
         if pages == 1:
-            ahead = server_clock() or dt.timedelta(0)
+            ahead = source.server_clock() or dt.timedelta(0)
             floor = since + ahead - dt.timedelta(seconds=CLOCK_SLACK_S) if since is not None else None
         fresh = [r for r in batch if str(r.get("id")) not in seen]  # a list shifting under us repeats rows
         seen.update(str(r.get("id")) for r in fresh)

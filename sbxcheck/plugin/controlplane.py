@@ -197,7 +197,7 @@ class ControlPlane:
         dispatches on first use)."""
         if self._dispatcher is None:
             from sbxcheck.lifecycle import MissionDispatcher
-            from sbxcheck.lifecycle.listing import MissionList
+            from sbxcheck.lifecycle.listing import every_owners_missions
 
             section = self.fleet.inventory().sandboxed
             if section is None:
@@ -246,13 +246,7 @@ class ControlPlane:
                 workspace_ids=workspace_ids,
                 exec_sha256=exec_sha256,
                 ledger=self._ledger(),
-                list_missions=MissionList(  # paged back to the oldest unanswered create
-                    lambda limit, offset: [
-                        m.model_dump(mode="json")
-                        for m in client.list_missions(all=True, limit=limit, offset=offset)
-                    ],
-                    lambda: client.server_ahead,
-                ),
+                list_missions=every_owners_missions(client),  # paged back to the oldest unanswered create
                 preflight=self.route_preflight,  # a route that would fail readiness is not dispatched
                 max_spend_usd=self.max_spend_usd,
                 single_create=self.probe_route is not None,  # a probe: no idempotency retry

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from sbxcheck.errors import SbxError
 from sbxcheck.lifecycle.ledger import Ledger, LedgerEntry
-from sbxcheck.lifecycle.listing import missions_since, resolve_listed
+from sbxcheck.lifecycle.listing import every_owners_missions, missions_since, resolve_listed
 from sbxcheck.lifecycle.mounts import MountManager
 from sbxcheck.lifecycle.reconcile import RecordFact, Resolution, parse_ts, resolve_mission, resolve_mount
 from sbxcheck.plugin.interrupts import finish_before_interrupt
@@ -88,14 +88,8 @@ def reconcile(session: Reviewing, entry: LedgerEntry) -> Resolution:
         return resolve_mount(entry, _record_facts(session), claimed=claimed, max_duration_s=timeout)
     if entry.ident != entry.intended_ident or entry.state == "created":
         return resolve_mission(entry, [])
-    client = session.sandboxed_client()
-    listing = missions_since(  # newest first: paged back until the list reaches the intent
-        lambda limit, offset: [
-            m.model_dump(mode="json") for m in client.list_missions(all=True, limit=limit, offset=offset)
-        ],
-        parse_ts(entry.opened_at),
-        server_clock=lambda: client.server_ahead,
-    )
+    # newest first: paged back until the list reaches the intent
+    listing = missions_since(every_owners_missions(session.sandboxed_client()), parse_ts(entry.opened_at))
     return resolve_listed(entry, listing, claimed=claimed)
 
 def review_entry(session: Reviewing, entry: LedgerEntry) -> EntryReview:

@@ -16,7 +16,7 @@ from sbxcheck.clients.missionruns import new_events
 from sbxcheck.clients.sandboxed import NotFound, SandboxedClient, SlotsFull
 from sbxcheck.clients.sandboxed_models import MissionSpec
 from sbxcheck.errors import NotServed
-from sbxcheck.lifecycle.listing import missions_since
+from sbxcheck.lifecycle.listing import MissionList, missions_since
 from sbxcheck.results import CheckResult, Outcome
 from sbxcheck.spend import mission_cost_usd
 
@@ -204,13 +204,13 @@ def test_a_listing_of_an_unpaged_list_does_not_reach_back() -> None:
         {"id": f"00000000-0000-4000-8000-{i:012d}", "created_at": "2026-12-04T20:00:00Z", "title": "x"}
         for i in range(50)
     ]
-    listing = missions_since(lambda limit, offset: rows, dt.datetime(2026, 12, 1, tzinfo=dt.UTC))
+    listing = missions_since(MissionList(lambda limit, offset: rows), dt.datetime(2026, 12, 1, tzinfo=dt.UTC))
     assert not listing.reached and listing.pages == 2 and len(listing.missions) == 50
 
 
 def test_a_short_list_still_ends_after_one_page() -> None:
     rows = [{"id": f"00000000-0000-4000-8000-{i:012d}", "created_at": "2026-12-04T20:00:00Z"} for i in range(7)]
-    listing = missions_since(lambda limit, offset: rows if offset == 0 else [], None)
+    listing = missions_since(MissionList(lambda limit, offset: rows if offset == 0 else []), None)
     assert listing.reached and listing.pages == 1
 
 

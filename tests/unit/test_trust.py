@@ -16,7 +16,7 @@ from sbxcheck.errors import BadResponseError
 from sbxcheck.inventory import RouteSpec, SandboxedSection
 from sbxcheck.lifecycle import MissionDispatcher
 from sbxcheck.lifecycle.ledger import LedgerEntry
-from sbxcheck.lifecycle.listing import missions_since, resolve_listed
+from sbxcheck.lifecycle.listing import MissionList, missions_since, resolve_listed
 
 FOREIGN = "f0e1a2b3-0000-4000-8000-00000000c0a1"
 
@@ -105,12 +105,14 @@ def _rows(count: int, newest: dt.datetime) -> list[dict[str, Any]]:
     ]
 
 
-def _pager(rows: list[dict[str, Any]], calls: list[tuple[int, int]]) -> Any:
+def _pager(
+    rows: list[dict[str, Any]], calls: list[tuple[int, int]], server_ahead: dt.timedelta | None = None
+) -> MissionList:
     def page(limit: int, offset: int) -> list[dict[str, Any]]:
         calls.append((limit, offset))
         return rows[offset : offset + limit]
 
-    return page
+    return MissionList(page, lambda: server_ahead)
 
 
 def _intent(opened: dt.datetime, title: str) -> LedgerEntry:
@@ -168,7 +170,7 @@ def test_the_intent_is_matched_on_the_servers_clock(server_ahead_s: int) -> None
     rows = _rows(600, now + ahead)  # stamped on the server's clock, one a second, newest first
     target = rows[450]  # made 1 s after the intent, on the server's clock
     intent = _intent(now - dt.timedelta(seconds=451), target["title"])
-    listing = missions_since(_pager(rows, []), now - dt.timedelta(seconds=451), server_clock=lambda: ahead)
+    listing = missions_since(_pager(rows, [], ahead), now - dt.timedelta(seconds=451))
     found = resolve_listed(intent, listing)
     assert listing.reached and (found.status, found.ident) == ("resolved", target["id"])
     # on this machine's clock alone: a server behind hides the mission ("never created"); for one ahead
