@@ -258,13 +258,17 @@ def test_reap_dry_run_lists_orphans_and_deletes_nothing(fleet: SimFleet, just: R
 
 
 def test_mount_slow_knob_lets_the_runner_interrupt(fleet: SimFleet, just: Recipes) -> None:
-    fleet.set_knob("mount-slow", "30")
-    templates = RecipeTemplates(cwd=fleet.checkout, timeout_s=RecipeTimeouts(mount=8))
+    # The knob's sleep outlasts the runner's timeout by far; the timeout leaves a loaded CI machine
+    # (two cores, four workers) room to reach the sleep: an unloaded mount takes about 2 s.
+    (fleet.knobs_dir / "mount-started").unlink(missing_ok=True)
+    fleet.set_knob("mount-slow", "600")
+    templates = RecipeTemplates(cwd=fleet.checkout, timeout_s=RecipeTimeouts(mount=20))
     started = time.monotonic()
     result = run_recipe(templates, "mount", run_id="slow", env=just.env)
-    assert result.timed_out and time.monotonic() - started < 20
+    assert result.timed_out and time.monotonic() - started < 60
     info = parse_mount_output(result.stdout)
     assert not info.ok and info.run_id is not None and "mounted:" not in result.stdout
+    assert (fleet.knobs_dir / "mount-started").exists(), result.text  # cut in its sleep
     assert _observed(record(fleet, info.run_id)["ports"])  # observe had finished
 
 

@@ -48,18 +48,27 @@ class _Pool:
 
 
 class _Probe:
-    """Check functions that sleep and record how many ran at once."""
+    """Check functions that sleep and record how many ran at once.
 
-    def __init__(self, seconds: float = 0.2) -> None:
+    With ``await_peak`` each check, once started, waits (at most 10 s) until that many run at once
+    before it sleeps: concurrency is then proven on a loaded machine too, where threads can start
+    later than a fixed sleep lasts, and a serial fan-out still fails (its peak stays 1).
+    """
+
+    def __init__(self, seconds: float = 0.2, await_peak: int = 0) -> None:
         self.seconds = seconds
+        self.await_peak = await_peak
         self.running = 0
         self.peak = 0
-        self.lock = threading.Lock()
+        self.lock = threading.Condition()
 
     def check_a(self, host: Any, target: GateTarget) -> CheckResult:
         with self.lock:
             self.running += 1
             self.peak = max(self.peak, self.running)
+            self.lock.notify_all()
+            if not self.lock.wait_for(lambda: self.peak >= self.await_peak, timeout=10):
+                self.await_peak = 0  # not concurrent: the rest need not wait too
         time.sleep(self.seconds)
         with self.lock:
             self.running -= 1
@@ -84,14 +93,14 @@ def _plan(runs: list[GateRun], probe: _Probe) -> list[Planned]:
 
 
 def test_every_vm_at_once_one_connection_each_and_results_by_item() -> None:
-    probe, pool = _Probe(0.3), _Pool()
+    probe, pool = _Probe(0.3, await_peak=15), _Pool()
     runs = [_run(f"r{i}") for i in range(5)]
     fanout = GateFanout(pool, max_parallel=32)  # type: ignore[arg-type]
     assert fanout.start(_plan(runs, probe)) == 15
     assert fanout.start(_plan(runs, probe)) == 0  # idempotent: the next items find theirs started
     results = {p.nodeid: fanout.result(p.nodeid) for p in _plan(runs, probe)}
     assert pool.connects == {f"r{i}.vm": 1 for i in range(5)}
-    assert probe.peak == 15  # all fifteen in flight at once: concurrent, not one after another (no clock read)
+    assert probe.peak == 15  # all fifteen in flight at once: concurrent, not one after another
     c = results["C[r3-m2]"]
     assert (c.target, c.evidence["model"]) == ("r3-m2", "m2")
     assert c.duration_s == c.evidence["remote_s"] >= 0.29

@@ -51,7 +51,7 @@ class _FakeHost(SshHost):
         self.alias = "fake"
         self.in_flight = 0
         self.peak = 0
-        self._count = threading.Lock()
+        self._count = threading.Condition()
 
     def _transport(self) -> paramiko.Transport:  # type: ignore[override]
         return None  # type: ignore[return-value]
@@ -60,6 +60,10 @@ class _FakeHost(SshHost):
         with self._count:
             self.in_flight += 1
             self.peak = max(self.peak, self.in_flight)
+            self._count.notify_all()
+            # hold the slot until the bound is reached (at most 2 s): a loaded machine that starts the
+            # threads late still shows the bound, and a bound that does not hold still shows more
+            self._count.wait_for(lambda: self.peak >= self._settings.max_sessions, timeout=2)
         time.sleep(0.05)
         with self._count:
             self.in_flight -= 1
