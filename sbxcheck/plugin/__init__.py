@@ -211,8 +211,9 @@ def _add_shipped_suites(config: pytest.Config, settings: Settings) -> None:
     """Collect the installed package's suites where the run asks for a suite and has none of its own."""
     if getattr(config.option, "help", False):
         return
-    from sbxcheck.plugin.suites import ShippedSuites
+    from sbxcheck.plugin.suites import ShippedSuites, name_the_suite_packages
 
+    name_the_suite_packages(config)
     shipped = ShippedSuites.for_run(config, settings.shipped_suites)
     if shipped is not None:
         shipped.add_to(config)

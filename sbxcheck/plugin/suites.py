@@ -22,7 +22,8 @@ import pytest
 
 from sbxcheck.preflight import names_a_suite
 
-#: the subpackages of ``sbxcheck.suites``: the repository's gates/ and canaries/
+#: the package that holds the shipped suites, and its subpackages: the repository's gates/ and canaries/
+SUITES_PACKAGE = "sbxcheck.suites"
 SUITE_PACKAGES = ("gates", "canaries")
 
 
@@ -31,12 +32,33 @@ def shipped_dirs() -> dict[str, Path]:
     found: dict[str, Path] = {}
     for name in SUITE_PACKAGES:
         try:
-            module = importlib.import_module(f"sbxcheck.suites.{name}")  # only its docstring: cheap
+            module = importlib.import_module(f"{SUITES_PACKAGE}.{name}")  # only its docstring: cheap
         except ImportError:
             continue
         if module.__file__ is not None:
             found[name] = Path(module.__file__).resolve().parent
     return found
+
+
+def name_the_suite_packages(config: pytest.Config) -> None:
+    """Turn ``--pyargs sbxcheck.suites`` into its suite packages where they live outside that directory.
+
+    An install holds them in ``sbxcheck/suites/``; a checkout (or an editable install) maps the
+    repository's gates/ and canaries/ to them, and pytest, collecting the package's own directory,
+    would find no test there. The bare name is replaced by ``sbxcheck.suites.gates`` and
+    ``sbxcheck.suites.canaries``, which pytest resolves in either layout.
+    """
+    if not config.getoption("pyargs", False) or SUITES_PACKAGE not in config.args:
+        return
+    package_file = importlib.import_module(SUITES_PACKAGE).__file__
+    dirs = shipped_dirs()
+    if package_file is None or not dirs:
+        return
+    package_dir = Path(package_file).resolve().parent
+    if all(d.is_relative_to(package_dir) for d in dirs.values()):
+        return
+    at = config.args.index(SUITES_PACKAGE)
+    config.args[at : at + 1] = [f"{SUITES_PACKAGE}.{name}" for name in dirs]
 
 
 @dataclass(eq=False)  # a plugin object: pytest keeps it in sets, by identity

@@ -116,3 +116,15 @@ def test_a_run_for_a_fleet_that_collects_nothing_says_how_to_run_the_suites(
     assert deselected.ret == pytest.ExitCode.NO_TESTS_COLLECTED and "sbxcheck: no" not in deselected.stdout.str()
     unrelated = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-k", "nothing")  # no inventory, no suite
     assert unrelated.ret == pytest.ExitCode.NO_TESTS_COLLECTED and "sbxcheck: " not in unrelated.stdout.str()
+
+
+def test_the_pyargs_name_it_advises_collects_the_suites_in_a_checkout_too(
+    pytester: pytest.Pytester, healthy_fleet: SimFleet
+) -> None:
+    """``pytest --pyargs sbxcheck.suites -m gate`` (the no-tests advice): an editable install maps the
+    repository's gates/ and canaries/ to the package, whose own directory holds no test."""
+    for marker in ("gate", "canary"):
+        result = _collect(pytester, healthy_fleet, "--pyargs", "sbxcheck.suites", "-m", marker)
+        assert result.ret == pytest.ExitCode.OK, result.outlines[-10:]
+        tests = [i.split("::", 1)[1] for i in _ids(result)]
+        assert tests and tests == [i.split("::", 1)[1] for i in _checkout_ids(healthy_fleet, marker)]
