@@ -34,7 +34,8 @@ def pytest_runtest_call(item):
 def test_sigint_cancels_in_flight_checks_and_the_report_says_what_did_not_run(tmp_path: Path) -> None:
     with SimFleet(tmp_path / "fleet", runs=1) as fleet:
         hung = fleet.runs[0].home / "bin" / "pi"  # B and D hang in pi on this VM
-        hung.write_text("#!/bin/bash\nsleep 120\n")
+        pi_started = tmp_path / "pi-started"  # a line per hung pi: B, D (and the C models) in flight
+        hung.write_text(f"#!/bin/bash\necho $$ >> {pi_started}\nsleep 120\n")
         suites = tmp_path / "suites"
         suites.mkdir()
         shutil.copy(GATE_SUITE, suites / GATE_SUITE.name)
@@ -55,6 +56,8 @@ def test_sigint_cancels_in_flight_checks_and_the_report_says_what_did_not_run(tm
             while time.monotonic() < deadline and not marker.exists() and proc.poll() is None:
                 time.sleep(0.05)
             assert marker.exists(), "the child never started the fan-out"
+            while time.monotonic() < deadline and _lines(pi_started) < 2 and proc.poll() is None:
+                time.sleep(0.05)  # a loaded machine starts the VM's commands later than the fan-out
             time.sleep(1.0)  # B and D are now in flight (hung in pi)
             interrupted = time.monotonic()
             proc.send_signal(signal.SIGINT)
@@ -73,3 +76,7 @@ def test_sigint_cancels_in_flight_checks_and_the_report_says_what_did_not_run(tm
         assert checks[name]["evidence"]["not_run"] == "cancelled while in flight", checks[name]
         assert checks[name]["message"].startswith("not run: the session was interrupted")
     assert "selected item(s) did not run" in text
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0

@@ -149,7 +149,8 @@ def test_cancel_stops_queued_checks_and_cuts_in_flight_ones() -> None:
     fanout = GateFanout(pool, max_parallel=1)  # type: ignore[arg-type]
     fanout.start(_plan(runs, probe))
     fanout.host(runs[0])
-    time.sleep(0.1)
+    with probe.lock:  # A[r0] has started (a loaded machine starts its thread late)
+        assert probe.lock.wait_for(lambda: probe.running >= 1, timeout=10)
     fanout.cancel()
     states = {p.nodeid: fanout.state(p.nodeid) for p in _plan(runs, probe)}
     assert states["A[r0]"] == "cancelled while in flight"
