@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.in_flight import InFlight
 
 from sbxcheck.checks.gate import GateTarget
 from sbxcheck.clients.runrecords import RunEntry
@@ -48,30 +48,14 @@ class _Pool:
 
 
 class _Probe:
-    """Check functions that sleep and record how many ran at once.
-
-    With ``await_peak`` each check, once started, waits (at most 10 s) until that many run at once
-    before it sleeps: concurrency is then proven on a loaded machine too, where threads can start
-    later than a fixed sleep lasts, and a serial fan-out still fails (its peak stays 1).
-    """
+    """Check functions that sleep and count how many ran at once (``calls``, see :class:`InFlight`)."""
 
     def __init__(self, seconds: float = 0.2, await_peak: int = 0) -> None:
         self.seconds = seconds
-        self.await_peak = await_peak
-        self.running = 0
-        self.peak = 0
-        self.lock = threading.Condition()
+        self.calls = InFlight(await_peak)
 
     def check_a(self, host: Any, target: GateTarget) -> CheckResult:
-        with self.lock:
-            self.running += 1
-            self.peak = max(self.peak, self.running)
-            self.lock.notify_all()
-            if not self.lock.wait_for(lambda: self.peak >= self.await_peak, timeout=10):
-                self.await_peak = 0  # not concurrent: the rest need not wait too
-        time.sleep(self.seconds)
-        with self.lock:
-            self.running -= 1
+        self.calls.hold(self.seconds)
         return CheckResult.passed("A", target.run_id, f"ok on {host.alias}", {"host": host.alias})
 
     def check_c(self, host: Any, target: GateTarget, model: str) -> CheckResult:
@@ -100,7 +84,7 @@ def test_every_vm_at_once_one_connection_each_and_results_by_item() -> None:
     assert fanout.start(_plan(runs, probe)) == 0  # idempotent: the next items find theirs started
     results = {p.nodeid: fanout.result(p.nodeid) for p in _plan(runs, probe)}
     assert pool.connects == {f"r{i}.vm": 1 for i in range(5)}
-    assert probe.peak == 15  # all fifteen in flight at once: concurrent, not one after another
+    assert probe.calls.peak == 15  # all fifteen in flight at once: concurrent, not one after another
     c = results["C[r3-m2]"]
     assert (c.target, c.evidence["model"]) == ("r3-m2", "m2")
     assert c.duration_s == c.evidence["remote_s"] >= 0.29
@@ -116,7 +100,7 @@ def test_max_parallel_bounds_the_vms_in_flight() -> None:
     fanout.start(plan)
     for p in plan:
         fanout.result(p.nodeid)
-    assert probe.peak == 2
+    assert probe.calls.peak == 2
     fanout.close()
 
 
@@ -149,8 +133,7 @@ def test_cancel_stops_queued_checks_and_cuts_in_flight_ones() -> None:
     fanout = GateFanout(pool, max_parallel=1)  # type: ignore[arg-type]
     fanout.start(_plan(runs, probe))
     fanout.host(runs[0])
-    with probe.lock:  # A[r0] has started (a loaded machine starts its thread late)
-        assert probe.lock.wait_for(lambda: probe.running >= 1, timeout=10)
+    assert probe.calls.wait_running(1)  # A[r0] has started (a loaded machine starts its thread late)
     fanout.cancel()
     states = {p.nodeid: fanout.state(p.nodeid) for p in _plan(runs, probe)}
     assert states["A[r0]"] == "cancelled while in flight"

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import paramiko
 import pytest
+from support.in_flight import InFlight
 
 from sbxcheck.errors import CommandTimeout, HostUnreachable
 from sbxcheck.sim.ports import PortReservations
@@ -49,24 +49,15 @@ class _FakeHost(SshHost):
         self._settings = settings
         self._sessions = threading.BoundedSemaphore(settings.max_sessions)
         self.alias = "fake"
-        self.in_flight = 0
-        self.peak = 0
-        self._count = threading.Condition()
+        # each command holds its slot until the bound is reached (at most 2 s): a loaded machine that
+        # starts the threads late still shows the bound, and a bound that does not hold shows more
+        self.calls = InFlight(await_peak=settings.max_sessions, wait_s=2)
 
     def _transport(self) -> paramiko.Transport:  # type: ignore[override]
         return None  # type: ignore[return-value]
 
     def _run_in_slot(self, *args: object) -> CommandResult:  # type: ignore[override]
-        with self._count:
-            self.in_flight += 1
-            self.peak = max(self.peak, self.in_flight)
-            self._count.notify_all()
-            # hold the slot until the bound is reached (at most 2 s): a loaded machine that starts the
-            # threads late still shows the bound, and a bound that does not hold still shows more
-            self._count.wait_for(lambda: self.peak >= self._settings.max_sessions, timeout=2)
-        time.sleep(0.05)
-        with self._count:
-            self.in_flight -= 1
+        self.calls.hold(0.05)
         return CommandResult(0, "", "", 0.05)
 
     def _evidence(self, **extra: object) -> dict[str, object]:
@@ -80,7 +71,7 @@ def test_commands_in_flight_per_connection_are_bounded() -> None:
         t.start()
     for t in threads:
         t.join(5)
-    assert host.peak == 3
+    assert host.calls.peak == 3
 
 
 def test_waiting_for_a_session_slot_respects_the_deadline() -> None:
