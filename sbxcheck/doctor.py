@@ -14,12 +14,12 @@ import os
 import stat
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from sbxcheck.doctor_findings import Finding
+from sbxcheck.doctor_findings import Emit, Finding
 from sbxcheck.doctor_tools import check_tools, check_versions
 from sbxcheck.preflight import InventoryChoice, named_env_vars
 
@@ -70,7 +70,7 @@ def run_doctor(choice: InventoryChoice, out: TextIO | None = None) -> int:
 
 
 @contextmanager
-def _inventory_path(choice: InventoryChoice, emit: Callable[[Finding], None]) -> Iterator[Path | None]:
+def _inventory_path(choice: InventoryChoice, emit: Emit) -> Iterator[Path | None]:
     """The inventory file to check; for the embedded fleet, one started in a temp dir for the duration."""
     if choice.path is not None:
         emit(Finding(True, "inventory", f"{choice.path} (from {choice.source})"))
@@ -109,7 +109,7 @@ def _inventory_path(choice: InventoryChoice, emit: Callable[[Finding], None]) ->
 
 
 def _check_inventory(
-    path: Path, choice: InventoryChoice, emit: Callable[[Finding], None]
+    path: Path, choice: InventoryChoice, emit: Emit
 ) -> Inventory | None:
     from sbxcheck.errors import SbxError
     from sbxcheck.inventory import load_inventory
@@ -157,7 +157,7 @@ def _files(inv: Inventory) -> list[tuple[str, Path, bool]]:
     return files
 
 
-def _check_files(inv: Inventory, emit: Callable[[Finding], None]) -> None:
+def _check_files(inv: Inventory, emit: Emit) -> None:
     for field, path, secret in _files(inv):
         label = f"file {field}"
         try:
@@ -247,7 +247,7 @@ def _resolved_hosts(inv: Inventory) -> list[tuple[str, Any]]:
     return resolved
 
 
-def _check_known_hosts(inv: Inventory, emit: Callable[[Finding], None]) -> None:
+def _check_known_hosts(inv: Inventory, emit: Emit) -> None:
     from sbxcheck.transports.known_hosts import KnownHosts
     from sbxcheck.transports.ssh import DEFAULT_KNOWN_HOSTS
 
@@ -284,7 +284,7 @@ def _check_known_hosts(inv: Inventory, emit: Callable[[Finding], None]) -> None:
         )
 
 
-def _check_env_vars(inv: Inventory, emit: Callable[[Finding], None]) -> None:
+def _check_env_vars(inv: Inventory, emit: Emit) -> None:
     for field, name in named_env_vars(inv):
         if os.environ.get(name, "").strip():
             emit(Finding(True, f"env {name}", f"set ({field}; value not shown)"))
@@ -296,7 +296,7 @@ def _check_env_vars(inv: Inventory, emit: Callable[[Finding], None]) -> None:
             )
 
 
-def _check_control_plane(inv: Inventory, emit: Callable[[Finding], None]) -> None:
+def _check_control_plane(inv: Inventory, emit: Emit) -> None:
     """``/api/health`` (public), then one cheap authenticated GET with the credential [sandboxed] names."""
     section = inv.sandboxed
     if section is None:
@@ -363,7 +363,7 @@ def _check_control_plane(inv: Inventory, emit: Callable[[Finding], None]) -> Non
         client.close()
 
 
-def _check_release(client: SandboxedClient, emit: Callable[[Finding], None]) -> None:
+def _check_release(client: SandboxedClient, emit: Emit) -> None:
     """Which release the control plane runs and what of sbxcheck's asks it does not serve (skipped)."""
     from sbxcheck.clients.served import probe
 
@@ -383,7 +383,7 @@ def _check_release(client: SandboxedClient, emit: Callable[[Finding], None]) -> 
     )
 
 
-def _check_mission_slots(client: SandboxedClient, emit: Callable[[Finding], None]) -> None:
+def _check_mission_slots(client: SandboxedClient, emit: Emit) -> None:
     """How many missions the control plane runs at once, where it says so (a fact, never a failure)."""
     from sbxcheck.clients.sandboxed import NotFound
     from sbxcheck.errors import NotServed, SbxError
@@ -409,7 +409,7 @@ def _check_mission_slots(client: SandboxedClient, emit: Callable[[Finding], None
     emit(Finding(True, "missions at once", detail, note=True))
 
 
-def _check_openrouter(inv: Inventory, emit: Callable[[Finding], None]) -> None:
+def _check_openrouter(inv: Inventory, emit: Emit) -> None:
     sssf = inv.sssf
     if sssf is None:
         return

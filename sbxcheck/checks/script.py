@@ -85,11 +85,9 @@ def run_script(shell: RemoteShell, script: GateScript) -> ScriptRun:
     """
     frame = new_frame()
     result = shell.run(script.command, stdin=frame_command(script.script, frame), timeout=script.timeout_s)
-    stdout = unframe(result.stdout, frame, with_status=True)
-    stderr = unframe(result.stderr, frame)
-    if not stdout.framed:
-        return ScriptRun(shell.alias, result.exit_code, result.stdout, result.stderr)
-    return ScriptRun(shell.alias, result.exit_code, stdout.text, stderr.text if stderr.framed else result.stderr)
+    stdout = unframe(result.stdout, frame, with_status=True)  # an unframed stream comes back whole
+    stderr = unframe(result.stderr, frame).text if stdout.framed else result.stderr
+    return ScriptRun(shell.alias, result.exit_code, stdout.text, stderr)
 
 
 def base_evidence(run: ScriptRun, what: str) -> dict[str, Any]:
