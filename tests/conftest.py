@@ -33,7 +33,6 @@ def healthy_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimFleet
         yield fleet
 
 
-
 # A test that hangs (a blocking open() of a FIFO, a child that never exits) fails with its stack after
 # this long instead of holding CI to its own limit with no output. No test comes near it.
 TEST_TIMEOUT_S = 900
