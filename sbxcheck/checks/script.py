@@ -81,13 +81,15 @@ def run_script(shell: RemoteShell, script: GateScript) -> ScriptRun:
     The script is framed inside ``bash -s`` too (:mod:`sbxcheck.transports.framing`): where the VM
     exports ``BASH_ENV``, every bash reads that file first, the script's own included, and what it
     prints (and its ``EXIT`` trap) would otherwise read as the script's output, markers and all. The
-    judges see only what the script itself printed; a bash that printed no frame is taken as it came.
+    judges see only what the script itself printed, and its exit status is the one the script ended
+    with; a bash that printed no frame is taken as it came.
     """
     frame = new_frame()
     result = shell.run(script.command, stdin=frame_command(script.script, frame), timeout=script.timeout_s)
     stdout = unframe(result.stdout, frame, with_status=True)  # an unframed stream comes back whole
     stderr = unframe(result.stderr, frame).text if stdout.framed else result.stderr
-    return ScriptRun(shell.alias, result.exit_code, stdout.text, stderr)
+    own = stdout.exit_code if stdout.complete else None  # an EXIT trap may change bash's own status
+    return ScriptRun(shell.alias, result.exit_code if own is None else own, stdout.text, stderr)
 
 
 def base_evidence(run: ScriptRun, what: str) -> dict[str, Any]:

@@ -44,3 +44,11 @@ def test_a_script_that_dies_before_its_end_is_not_saved_by_a_trap_that_prints_th
     run = run_script(LocalBash(tmp_path / "bash_env"), GateScript(PRELUDE + "echo half\nexit 3\n", (), 10, "t"))
     assert run.stdout == "half\n" and run.exit_code == 3
     assert script_failure("c", "t", run, {}) is not None  # no end marker of its own: the check could not run
+
+
+def test_the_exit_status_is_the_scripts_own_not_the_one_an_exit_trap_leaves(tmp_path: Path) -> None:
+    (tmp_path / "bash_env").write_text("trap 'exit 7' EXIT\n")
+    passed = run_script(LocalBash(tmp_path / "bash_env"), GateScript(PRELUDE + f'echo "{END}"\n', (), 10, "t"))
+    assert (passed.stdout, passed.exit_code) == (f"{END}\n", 0)
+    died = run_script(LocalBash(tmp_path / "bash_env"), GateScript(PRELUDE + "exit 3\n", (), 10, "t"))
+    assert died.exit_code == 3
