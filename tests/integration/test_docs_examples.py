@@ -3,8 +3,9 @@
 Each case runs in a fresh directory laid out as a checkout is (the shipped suites, pyproject.toml,
 conftest.py), with the interpreter running this test first on PATH and this checkout's sbxcheck
 imported. Only what names this machine's world is resolved: a placeholder run id becomes a run id of
-the embedded fleet, ``/tmp/fleet`` a directory of the case, ``../shared/upstream/inkwell`` the
-checkout beside this one, node_exporter's textfile directory one under the case. A page's
+the embedded fleet, ``/tmp/fleet`` a directory of the case, ``~/src/inkwell`` the checkout
+``$SBXCHECK_TEST_INKWELL`` names (unset: those cases skip, saying so), node_exporter's textfile
+directory one under the case. A page's
 ``sim up`` … ``sim down`` sequence is one case; a command that reads what another documented
 command wrote (a report, a history, a ledger) runs in a copy of that command's directory. Each
 command must end with the exit code EXPECTED gives (reviewed against what the pages say it does)
@@ -25,13 +26,14 @@ from pathlib import Path
 import pytest
 from support.children import child_blocked_plugins
 from support.doc_commands import REPO, Shown, shown_commands
+from support.inkwell import inkwell_absent, inkwell_checkout
 
 from sbxcheck.sim.fleet import DEFAULT_SEED, plan_run_ids
 
 pytestmark = pytest.mark.slow  # every documented suite run, end to end
 
 RUN_ID = plan_run_ids(DEFAULT_SEED, 3)[0]
-INKWELL = REPO.parent / "shared" / "upstream" / "inkwell"
+INKWELL_SHOWN = "~/src/inkwell"  # the pages' name for the reader's own inkwell checkout
 CHECKOUT_FILES = ("gates", "canaries", "conftest.py", "pyproject.toml")
 COMMAND_TIMEOUT_S = 300.0
 TEST_BED_KNOBS = ("SBXCHECK_CACHE", "SBXCHECK_SIM_LATENCY_SCALE")
@@ -86,9 +88,9 @@ EXPECTED: dict[str, int | Skip] = {
     "sbxcheck history .sbxcheck/history": 0,
     "sbxcheck --version": 0,
     "sbxcheck ledger compact .sbxcheck/state": 0,
-    "sbxcheck sim up --dir /tmp/fleet --sssf-checkout ../shared/upstream/inkwell": 0,
+    "sbxcheck sim up --dir /tmp/fleet --sssf-checkout ~/src/inkwell": 0,
     "pytest -m gate --sbx-inventory=/tmp/fleet/sbxcheck.toml --sbx-mount demo --sbx-teardown on-pass": 0,
-    "pytest -m gate --sbx-mount demo --sbx-sim-sssf=../shared/upstream/inkwell": 0,
+    "pytest -m gate --sbx-mount demo --sbx-sim-sssf=~/src/inkwell": 0,
     "sbxcheck sim up --dir /tmp/fleet --cp-version v0.7": 0,  # stopped by the test afterwards
     "pytest -m canary --sbx-sim-cp-version v0.7": 0,  # what v0.7 does not serve is skipped, never an error
     # docs/gate.md
@@ -152,7 +154,7 @@ READS: dict[str, str] = {
 SEQUENCES = (
     ("docs/embedded-fleet.md", "sbxcheck sim up --dir /tmp/fleet [--fault NAME ...] [--runs N]",
      "sbxcheck report sbxcheck-report"),
-    ("docs/embedded-fleet.md", "sbxcheck sim up --dir /tmp/fleet --sssf-checkout ../shared/upstream/inkwell",
+    ("docs/embedded-fleet.md", "sbxcheck sim up --dir /tmp/fleet --sssf-checkout ~/src/inkwell",
      "sbxcheck sim down --dir /tmp/fleet"),
     ("docs/run-items.md", 'just sbx lifecycle execute RUN_ID "add a health endpoint"', "pytest -m run"),
 )  # fmt: skip
@@ -197,7 +199,7 @@ def resolve(command: str, case_dir: Path) -> str:
     resolved = re.sub(r"\s*\[[^\]]*\]", "", command)  # [--keep N]: optional parts left out
     resolved = resolved.replace("fix-login-20260301-9c04be", RUN_ID).replace("RUN_ID", RUN_ID)
     resolved = resolved.replace("/tmp/fleet", str(case_dir / "fleet"))
-    resolved = resolved.replace("../shared/upstream/inkwell", str(INKWELL))
+    resolved = resolved.replace(INKWELL_SHOWN, str(inkwell_checkout()))
     return resolved.replace("/var/lib/node_exporter/textfile", str(case_dir / "node_exporter" / "textfile"))
 
 
@@ -259,8 +261,8 @@ def skip_of(part: str) -> Skip | None:
     expected = EXPECTED[part]
     if isinstance(expected, Skip):
         return expected
-    if "../shared/upstream/inkwell" in part and not INKWELL.is_dir():
-        return Skip(f"the upstream inkwell checkout is not beside this checkout ({INKWELL})")
+    if INKWELL_SHOWN in part and (absent := inkwell_absent()):
+        return Skip(absent)
     if part.startswith("allure ") and not shutil.which("allure"):
         return Skip("the Allure CLI is not installed here")
     return None
@@ -268,11 +270,9 @@ def skip_of(part: str) -> Skip | None:
 
 def _skip_reason(case: list[Shown]) -> str | None:
     parts = [part for line in case for part in line.parts()]
-    if not INKWELL.is_dir() and any("../shared/upstream/inkwell" in part for part in parts):
-        # the fleet the case's other commands check is the one that part starts
-        if os.environ.get("CI"):
-            pytest.fail(f"CI: the upstream inkwell checkout is not beside this checkout ({INKWELL})", pytrace=False)
-        return f"the upstream inkwell checkout is not beside this checkout ({INKWELL})"
+    absent = inkwell_absent()
+    if absent and any(INKWELL_SHOWN in part for part in parts):
+        return absent  # the fleet the case's other commands check is the one that part starts
     skips = [skip_of(part) for part in parts]
     if not all(skips):
         return None
