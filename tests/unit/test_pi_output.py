@@ -119,8 +119,10 @@ def assistant_end(release: str, *, rates: dict[str, float] | None, billed: float
     parts = {k: (rates[k] * tokens[k] / 1e6 if rates else 0) for k in tokens}
     cost: dict[str, Any] = {**parts, "total": sum(parts.values())}
     usage: dict[str, Any] = {**tokens, "totalTokens": 591, "cost": cost}
-    message: dict[str, Any] = {"role": "assistant", "content": [{"type": "text", "text": "ok"}],
-                               "provider": "openrouter", "model": DEEPSEEK, "usage": usage, "stopReason": "stop"}  # fmt: skip
+    message: dict[str, Any] = {
+        "role": "assistant", "content": [{"type": "text", "text": "ok"}], "provider": "openrouter",
+        "model": DEEPSEEK, "usage": usage, "stopReason": "stop",
+    }  # fmt: skip
     if release != "0.73.1":
         usage["reasoning"] = 0
         message["rawStopReason"] = "stop"
