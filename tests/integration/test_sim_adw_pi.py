@@ -146,3 +146,19 @@ def test_the_real_agent_pi_runs_its_agent_on_a_vm(default_fleet: SimFleet) -> No
     assert first["returncode"] == 0 and first["session_id"] == SESSION_ID + "-real" and first["cost"] > 0
     assert first["text"].strip() and second["returncode"] == 0
     assert second["context_tokens"] > first["context_tokens"]  # the same session continued
+
+
+@pytest.mark.skipif(inkwell_absent() is not None, reason=inkwell_absent() or "")
+def test_a_fleet_on_the_real_recipes_says_when_its_pi_cannot_run_the_adws(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    checkout = inkwell_checkout()
+    with SimFleet(tmp_path / "fleet", runs=1, sssf_checkout=checkout, pi_version="0.73.1"):
+        said = capfd.readouterr().err
+    assert (
+        "sbxcheck sim: pi 0.73.1 has no --session-id (pi has it from 0.76.0), which the SSSF ADWs pass: their pi "
+        "calls fail 'Unknown option: --session-id' on these VMs (--sbx-sim-pi-version 0.83.0 is the exe.dev "
+        "image's); adws/adw_modules/agent_pi.py passes it\n"
+    ) in said
+    with SimFleet(tmp_path / "default", runs=1, sssf_checkout=checkout):
+        assert "--session-id" not in capfd.readouterr().err
