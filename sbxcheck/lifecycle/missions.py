@@ -23,6 +23,7 @@ from typing import Any
 
 from sbxcheck.clients.channels import Created, MissionChannel
 from sbxcheck.clients.missionruns import (
+    RETRY_TITLE_SUFFIX,
     TERMINAL,
     CanaryRun,
     RouteRun,
@@ -412,7 +413,7 @@ class MissionDispatcher:
         """
         retry_spec = replace(
             spec,
-            title=f"{spec.title} (idempotency retry)",
+            title=f"{spec.title}{RETRY_TITLE_SUFFIX}",
             prompt=f"{spec.prompt}\n\n(sbxcheck idempotency retry: same key, different title)",
         )
         entry = self.intents.intent(run)  # the retry may create a mission: the ledger knows before the request
