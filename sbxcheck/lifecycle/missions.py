@@ -376,7 +376,7 @@ class MissionDispatcher:
                 self.intents.release(entry, f"never created: {clip(exc.reason, 120)}")
                 return
             run.effort_attempts.append({"effort": effort, "accepted": True})
-            if self.owned.joined_foreign(created, run, entry):
+            if self.owned.joined_foreign(created, run, entry, channel):
                 raise self.owned.foreign_error(created, run)
             run.created = created
             self.owned.claim(str(created.mission["id"]), route.via, run)
@@ -428,7 +428,7 @@ class MissionDispatcher:
             run.retry_rejection = exc
             self.intents.release(entry, f"retry refused: {exc.reason[:120]}")
             return
-        if self.owned.joined_foreign(retry, run, entry):
+        if self.owned.joined_foreign(retry, run, entry, channel):
             run.retry_joined = str(retry.mission.get("id"))  # reported; never followed or cancelled
             return
         run.retry = retry
