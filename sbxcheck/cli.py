@@ -65,6 +65,10 @@ def _parser() -> argparse.ArgumentParser:
             "--cp-version", default=None, metavar="PROFILE",
             help="the control plane serves this release's API: current (default) or v0.7 (Feb 2026)",
         )  # fmt: skip
+        command.add_argument(
+            "--pi-version", default=None, metavar="VERSION",
+            help="the pi release the VMs run (npm): 0.83.0, the exe.dev image's (default); 0.73.1, 1.6.0, ...",
+        )  # fmt: skip
     down = sim.add_parser("down", help="stop a fleet started with `up`")
     down.add_argument("--dir", required=True, type=Path, help="the directory given to `sim up`")
     sim.add_parser("faults", help="list every fault name with one line each")
@@ -141,9 +145,13 @@ def _command(args: argparse.Namespace) -> int:
             print(describe_faults())
             return 0
         if args.sim_command == "serve":
-            return _serve(args.dir, args.fault, args.seed, args.runs, args.sssf_checkout, args.cp_version)
+            return _serve(
+                args.dir, args.fault, args.seed, args.runs, args.sssf_checkout, args.cp_version, pi=args.pi_version
+            )
         if args.sim_command == "up":
-            return _up(args.dir, args.fault, args.seed, args.runs, args.sssf_checkout, args.cp_version)
+            return _up(
+                args.dir, args.fault, args.seed, args.runs, args.sssf_checkout, args.cp_version, pi=args.pi_version
+            )
         return _down(args.dir)
     except SbxError as exc:
         print(f"sbxcheck: {for_display(exc.message)}", file=sys.stderr)
@@ -151,11 +159,20 @@ def _command(args: argparse.Namespace) -> int:
 
 
 def _serve(
-    root: Path, faults: list[str], seed: int | None, runs: int = 3, sssf: Path | None = None, cp: str | None = None
+    root: Path,
+    faults: list[str],
+    seed: int | None,
+    runs: int = 3,
+    sssf: Path | None = None,
+    cp: str | None = None,
+    *,
+    pi: str | None = None,
 ) -> int:
     from sbxcheck.fleetsource import open_embedded
 
-    fleet = open_embedded(root, faults, seed=seed, runs=runs, embedded=False, sssf_checkout=sssf, cp_version=cp)
+    fleet = open_embedded(
+        root, faults, seed=seed, runs=runs, embedded=False, sssf_checkout=sssf, cp_version=cp, pi_version=pi
+    )
     root.mkdir(parents=True, exist_ok=True)
     (root / READY_FILE).unlink(missing_ok=True)
     stop = threading.Event()
@@ -169,6 +186,8 @@ def _serve(
         print(
             f"sbxcheck sim: serving {len(fleet.run_ids)} runs; inventory {fleet.inventory_path}", flush=True
         )
+        if fleet.pi is not None:
+            print(f"sbxcheck sim: the VMs run {fleet.pi.describe()}", flush=True)
         while not stop.wait(1.0):
             pass
     finally:
@@ -179,14 +198,23 @@ def _serve(
 
 
 def _up(
-    root: Path, faults: list[str], seed: int | None, runs: int = 3, sssf: Path | None = None, cp: str | None = None
+    root: Path,
+    faults: list[str],
+    seed: int | None,
+    runs: int = 3,
+    sssf: Path | None = None,
+    cp: str | None = None,
+    *,
+    pi: str | None = None,
 ) -> int:
-    from sbxcheck.fleetsource import check_cp_version, check_fault, check_sssf_checkout
+    from sbxcheck.fleetsource import check_cp_version, check_fault, check_pi_version, check_sssf_checkout
 
     for fault in faults:
         check_fault(fault)  # a bad name fails here, before anything starts
     if cp is not None:
         check_cp_version(cp)
+    if pi is not None:
+        check_pi_version(pi)
     if sssf is not None:
         sssf = sssf.resolve()
         check_sssf_checkout(sssf)
@@ -206,6 +234,8 @@ def _up(
         cmd += ["--sssf-checkout", str(sssf)]
     if cp is not None:
         cmd += ["--cp-version", cp]
+    if pi is not None:
+        cmd += ["--pi-version", pi]
     with open(root / LOG_FILE, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + UP_DEADLINE_S

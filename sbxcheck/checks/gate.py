@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec
 
 from sbxcheck.checks.base import RemoteShell, trim
+from sbxcheck.checks.pi_output import read_model_table
 from sbxcheck.checks.script import (
     END,
     PRELUDE,
@@ -49,8 +50,6 @@ PING_BODY: dict[str, Any] = {
     "messages": [{"role": "user", "content": "ping - respond with pong"}],
 }
 COST_PROBE_PROMPT = "Write one sentence about sandboxes."
-NO_MODELS_RE = re.compile(r"no models available", re.IGNORECASE)
-COST_FIELDS = ("input", "output", "cacheRead", "cacheWrite")
 CURL_TIMEOUT_EXIT = 28
 
 
@@ -96,7 +95,8 @@ echo "SBX_END"
 """
 )
 
-# pi 0.73.1 prints its table on stderr without a TTY: both streams are read; markers go to stdout.
+# pi up to 0.79.0 prints its table on stderr without a TTY, later releases on stdout: both streams are
+# read (checks/pi_output.py takes the table from the one with its header); markers go to stdout.
 _LIST_SCRIPT = (
     PRELUDE
     + r"""
@@ -292,47 +292,6 @@ def check_git_integrity(shell: RemoteShell, target: GateTarget) -> CheckResult:
 # ---------------------------------------------------------------- B
 
 
-@dataclass(frozen=True)
-class ListedModel:
-    provider: str
-    model: str
-    context: str
-    max_out: str
-
-
-_COUNT_RE = re.compile(r"^\d+(\.\d+)?[KM]?$")
-LIST_HEADER_RE = re.compile(r"provider\s+model\s+context\s+max-out\s+thinking\s+images\s*$")
-_YES_NO = ("yes", "no")
-
-
-def parse_list_models(text: str) -> tuple[bool, list[ListedModel], list[str]]:
-    """(header seen, model rows, other non-empty lines) from ``pi --list-models`` output.
-
-    A row has six columns: provider, model, context, max-out, thinking, images. Anything else
-    (extension noise such as ``reflection fetch failed: …``) is returned separately.
-    """
-    header = False
-    rows: list[ListedModel] = []
-    other: list[str] = []
-    for line in text.splitlines():
-        fields = line.split()
-        if not fields:
-            continue
-        if LIST_HEADER_RE.search(line) and (fields[0] == "provider" or not header):
-            header = True  # the first line may follow noise that did not end its own line
-        elif (
-            len(fields) == 6
-            and _COUNT_RE.match(fields[2])
-            and _COUNT_RE.match(fields[3])
-            and fields[4] in _YES_NO
-            and fields[5] in _YES_NO
-        ):
-            rows.append(ListedModel(fields[0], fields[1], fields[2], fields[3]))
-        else:
-            other.append(line)
-    return header, rows, other
-
-
 def pi_models_script(target: GateTarget) -> GateScript:
     return GateScript(
         _LIST_SCRIPT, (), target.command_timeout_s, "command -v pi && pi --list-models </dev/null"
@@ -352,17 +311,30 @@ def judge_pi_models(target: GateTarget, run: ScriptRun) -> CheckResult:
     pi_exit = next((ln.split()[1] for ln in out_lines if re.fullmatch(r"SBX_PI_EXIT \d+", ln)), None)
     ev["pi_exit"] = int(pi_exit) if pi_exit is not None else None
     printed = [ln for ln in out_lines if not ln.startswith(("SBX_PI ", "SBX_PI_EXIT ")) and ln != END]
-    text = "\n".join([*printed, run.stderr])
-    header, rows, other = parse_list_models(text)
-    ev["header_seen"], ev["rows"], ev["other_lines"] = header, len(rows), len(other)
+    table = read_model_table("\n".join(printed), run.stderr)
+    rows, other = table.rows, table.other
+    ev["table_stream"], ev["header_seen"] = table.stream, table.stream is not None
+    ev["rows"], ev["other_lines"] = len(rows), len(other)
     ev["other_sample"] = [trim(ln, 200) for ln in other[:5]]
+    if table.models_json_errors:
+        ev["models_json_errors"] = table.models_json_errors
     if not rows and not other:
         return CheckResult.failed(check, tgt, "pi --list-models printed nothing", ev)
-    if NO_MODELS_RE.search(text):
+    if table.no_models:
         return CheckResult.failed(
             check, tgt, "pi says: No models available — ~/.pi/agent/models.json did not load", ev
         )
-    if not header or not rows:
+    if table.models_json_errors:  # every release then drops the custom roster; its built-in catalog stays
+        reason = next((ln for ln in table.models_json_errors if ln.startswith("- ")), table.models_json_errors[0])
+        built_in = sum(1 for r in rows if r.provider == "openrouter" and r.model in target.roster)
+        return CheckResult.failed(
+            check,
+            tgt,
+            f"pi rejected ~/.pi/agent/models.json ({reason.removeprefix('- ')}): none of its models loaded"
+            + (f"; {built_in} roster model(s) listed only from pi's built-in catalog" if built_in else ""),
+            ev,
+        )
+    if table.stream is None or not rows:
         return CheckResult.failed(
             check, tgt, f"pi --list-models printed no model table ({len(other)} other lines)", ev
         )

@@ -331,7 +331,7 @@ def pytest_report_collectionfinish(
     if session.uses_sim:
         from sbxcheck.fleetsource import pi_status
 
-        lines.append(f"sbxcheck: simulated VMs run {pi_status()}")
+        lines.append(f"sbxcheck: simulated VMs run {pi_status(version=session.settings.sim_pi_version)}")
     if simulated_fleet(session):
         lines.append(
             "sbxcheck: SIMULATED RUN: these verdicts are about a simulated fleet, not yours "

@@ -19,6 +19,7 @@ PUBLISHED = {
     "sim_seed": (None, "SBXCHECK_SIM_SEED", None, None),
     "sim_sssf": ("--sbx-sim-sssf", "SBXCHECK_SIM_SSSF", "sbx_sim_sssf", None),
     "sim_cp_version": ("--sbx-sim-cp-version", "SBXCHECK_SIM_CP_VERSION", "sbx_sim_cp_version", None),
+    "sim_pi_version": ("--sbx-sim-pi-version", "SBXCHECK_SIM_PI_VERSION", "sbx_sim_pi_version", None),
     "run_ids": ("--sbx-run-id", None, None, ()),
     "remediate": ("--sbx-remediate", None, None, False),
     "mounts": ("--sbx-mount", None, None, ()),
