@@ -37,6 +37,7 @@ CORE = {
     "sbxcheck.secrets",
     "sbxcheck.spend",
     "sbxcheck.tools",
+    "sbxcheck.waivers",
 }
 
 
