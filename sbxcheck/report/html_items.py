@@ -165,7 +165,9 @@ def render_items(ctx: PageContext) -> str:
     """The filters, then one card per item, failed and errored first."""
     ordered = sorted(ctx.report.checks, key=lambda r: (_ORDER.get(r.outcome.value, 9), r.nodeid))
     problems = sum(1 for r in ordered if r.outcome in (Outcome.FAILED, Outcome.ERROR))
-    note = f"{problems} not passed, listed first" if problems else "all passed"
+    waived = sum(1 for r in ordered if r.outcome is Outcome.WAIVED)
+    note = f"{problems} not passed, listed first" if problems else "none failed" if waived else "all passed"
+    note += f"; {waived} waived" if waived else ""
     return (
         f'<h2 id="items">Items ({len(ordered)}; {note})</h2>{_filters(ctx.report)}'
         f'<div id="item-list">{"".join(_item(ctx, r) for r in ordered)}</div>'
