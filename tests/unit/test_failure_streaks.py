@@ -41,7 +41,11 @@ def test_an_item_failing_for_the_same_cause_says_for_how_many_runs_since_when() 
     previous += [_run(5, Outcome.FAILED)]
     streak = failure_streaks(previous, _run(6, Outcome.WAIVED))[GLM]
     # a waived night still failed underneath; a night without the item is passed over
-    assert (streak.runs, streak.since, streak.last_passed) == (4, "2026-12-02T01:00:00Z", "2026-12-01T01:00:00Z")
+    assert (streak.runs, streak.since, streak.last_passed) == (
+        4,
+        "2026-12-02T01:00:00Z",
+        "2026-12-01T01:00:00Z",
+    )
     assert streak.text() == "failing for 4 runs since 2026-12-02"
 
 
@@ -72,7 +76,9 @@ def test_each_written_failure_carries_its_streak(tmp_path: Path) -> None:
     assert "failing for at least 3 runs" in (tmp_path / "r3" / "junit.xml").read_text(encoding="utf-8")
     assert "failing for at least 3 runs" in (tmp_path / "r3" / "report.html").read_text(encoding="utf-8")
     without = write_artifacts(_run(3, Outcome.FAILED), tmp_path / "r4", Redactor())
-    assert without.report is not None and without.report.checks[0].failing_for is None  # no history: nothing said
+    assert (
+        without.report is not None and without.report.checks[0].failing_for is None
+    )  # no history: nothing said
 
 
 def _waiver(status: str, until: str = "2026-12-09") -> dict[str, object]:

@@ -71,7 +71,11 @@ def test_each_bad_waiver_is_one_line_naming_file_and_waiver(table: str, problem:
 
 @pytest.mark.parametrize(
     "match",
-    ["canaries/test_routes.py", "test_route_reaches_execution[opencode-*]", "canaries/test_routes.py::*[opencode-glm]"],
+    [
+        "canaries/test_routes.py",
+        "test_route_reaches_execution[opencode-*]",
+        "canaries/test_routes.py::*[opencode-glm]",
+    ],
     ids=["no-test", "no-path", "no-test-name"],
 )
 def test_a_pattern_that_names_no_test_is_refused(match: str) -> None:
@@ -84,7 +88,10 @@ def test_a_pattern_that_names_no_test_is_refused(match: str) -> None:
 
 def test_the_same_match_twice_is_refused_naming_both() -> None:
     message = _one_line_error(f"[[waivers]]\n{GOOD}\n[[waivers]]\n{GOOD}")
-    assert message == f"w.toml: w.toml: waiver #2 (match '{ROUTE}'): the same match as #1; keep one waiver per pattern"
+    assert (
+        message
+        == f"w.toml: w.toml: waiver #2 (match '{ROUTE}'): the same match as #1; keep one waiver per pattern"
+    )
     inventory = read_waivers([tomllib.loads(GOOD)], "fleet.toml", now=NOW)
     file = read_waivers([tomllib.loads(GOOD)], "waivers.toml", now=NOW)
     assert duplicate_problems([*inventory, *file]) == [
@@ -101,7 +108,9 @@ def test_an_expired_waiver_is_no_error() -> None:
 def test_a_waivers_file_holds_only_waivers(tmp_path: Path) -> None:
     path = tmp_path / "w.toml"
     path.write_text(f"[sandboxed]\nurl = 'x'\n[[waivers]]\n{GOOD}", encoding="utf-8")
-    with pytest.raises(InventoryError, match=r"w.toml: unknown table or key 'sandboxed' \(a waivers file holds only"):
+    with pytest.raises(
+        InventoryError, match=r"w.toml: unknown table or key 'sandboxed' \(a waivers file holds only"
+    ):
         load_waivers_file(path, now=NOW)
     path.write_text("[[waivers]\n", encoding="utf-8")
     with pytest.raises(InventoryError, match=r"w.toml: not valid TOML"):
@@ -112,12 +121,16 @@ def test_a_waivers_file_holds_only_waivers(tmp_path: Path) -> None:
 
 def test_a_bad_waiver_in_the_inventory_names_the_inventory_file(tmp_path: Path) -> None:
     inventory = tmp_path / "fleet.toml"
-    good = GOOD.replace("2026-12-08", (dt.date.today() + dt.timedelta(days=7)).isoformat())  # read at the real now
+    good = GOOD.replace(
+        "2026-12-08", (dt.date.today() + dt.timedelta(days=7)).isoformat()
+    )  # read at the real now
     bad = f"match = '{ROUTE}x'\nuntil = 2026-12-08\n"
     inventory.write_text(f"[[waivers]]\n{good}\n[[waivers]]\n{bad}", encoding="utf-8")
     with pytest.raises(InventoryError) as caught:
         load_inventory(inventory)
-    assert caught.value.message.startswith(f"{inventory}: waiver #2 (match '{ROUTE}x'): missing required field 'reason")
+    assert caught.value.message.startswith(
+        f"{inventory}: waiver #2 (match '{ROUTE}x'): missing required field 'reason"
+    )
     inventory.write_text(f"[[waivers]]\n{GOOD.replace('2026-12-08', 'today')}", encoding="utf-8")
     with pytest.raises(InventoryError, match="not valid TOML"):
         load_inventory(inventory)
@@ -133,7 +146,10 @@ def test_brackets_are_literal_and_stars_are_any_text() -> None:
 
 def test_a_date_ends_at_midnight_utc_and_a_local_time_is_utc() -> None:
     [day, local] = read_waivers(
-        [tomllib.loads(GOOD), tomllib.loads(GOOD.replace(ROUTE, GLM).replace("2026-12-08", "2026-12-08T06:30:00"))],
+        [
+            tomllib.loads(GOOD),
+            tomllib.loads(GOOD.replace(ROUTE, GLM).replace("2026-12-08", "2026-12-08T06:30:00")),
+        ],
         "w.toml",
         now=NOW,
     )
@@ -144,7 +160,9 @@ def test_a_date_ends_at_midnight_utc_and_a_local_time_is_utc() -> None:
 
 
 def _placed(cause: str | None = None, until: str = "2026-12-08", match: str = ROUTE) -> PlacedWaiver:
-    table = {"match": match, "reason": "opencode adapter crash", "until": until} | ({"cause": cause} if cause else {})
+    table = {"match": match, "reason": "opencode adapter crash", "until": until} | (
+        {"cause": cause} if cause else {}
+    )
     return PlacedWaiver(Waiver.model_validate(table), "w.toml", 1)
 
 
@@ -197,16 +215,29 @@ def test_a_passing_item_says_the_waiver_is_no_longer_needed() -> None:
 
 
 def test_no_matching_waiver_decides_nothing_and_a_skip_learns_nothing() -> None:
-    assert decide([_placed()], ["canaries/test_routes.py::test_route_dispatched[opencode-glm]"], _record(), NOW) is None
+    assert (
+        decide([_placed()], ["canaries/test_routes.py::test_route_dispatched[opencode-glm]"], _record(), NOW)
+        is None
+    )
     skipped = decide([_placed()], [GLM], _record(Outcome.SKIPPED, None, None), NOW)
-    assert skipped is not None and skipped.status == "skipped" and skipped.message(_record()) == _record().message
+    assert (
+        skipped is not None
+        and skipped.status == "skipped"
+        and skipped.message(_record()) == _record().message
+    )
 
 
 def test_the_run_summary_gives_each_waiver_a_status() -> None:
     waived, passing, other, unmatched, expired = (
         PlacedWaiver(_placed(match=m).waiver, "w.toml", i)
         for i, m in enumerate(
-            [ROUTE, "c/test_r.py::test_ok", "c/test_r.py::test_other", "c/test_r.py::test_gone", "c/test_r.py::test_x"],
+            [
+                ROUTE,
+                "c/test_r.py::test_ok",
+                "c/test_r.py::test_other",
+                "c/test_r.py::test_gone",
+                "c/test_r.py::test_x",
+            ],
             start=1,
         )
     )
@@ -230,7 +261,9 @@ def test_the_run_summary_gives_each_waiver_a_status() -> None:
 
 def test_appending_keeps_the_file_and_validates_first(tmp_path: Path) -> None:
     path = tmp_path / "sbxcheck-waivers.toml"
-    original = f"# known failures of the prod fleet\n[[waivers]]\n{GOOD}owner = 'alice'  # on call this week\n"
+    original = (
+        f"# known failures of the prod fleet\n[[waivers]]\n{GOOD}owner = 'alice'  # on call this week\n"
+    )
     path.write_text(original, encoding="utf-8")
     path.chmod(0o640)
     added = Waiver.model_validate(
