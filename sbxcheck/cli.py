@@ -356,9 +356,15 @@ def _waive(args: argparse.Namespace) -> int:
     if waiver is None:
         print(f"sbxcheck waive: {for_display('; '.join(problems))}; {path} not changed", file=sys.stderr)
         return 2
-    index = append_waiver(path, waiver, now=now)
-    days = (waiver.expires_at - now).total_seconds() / 86400
-    _say(f"sbxcheck waive: added waiver #{index} to {path}: {waiver.match} until {waiver.until_text} ({days:.1f} days)")
+    try:
+        index = append_waiver(path, waiver, now=now)
+    except SbxError as exc:
+        print(f"sbxcheck waive: {for_display(exc.message)}", file=sys.stderr)
+        return 2
+    from sbxcheck.report.waivers import days_left_text
+
+    left = days_left_text((waiver.expires_at - now).total_seconds() / 86400)
+    _say(f"sbxcheck waive: added waiver #{index} to {path}: {waiver.match} until {waiver.until_text} ({left})")
     _say(
         f"  a run reads it with --sbx-waivers={path.resolve()}"
         + (" (or as sbxcheck-waivers.toml in pytest's rootdir)" if path.name == WAIVERS_FILENAME else "")

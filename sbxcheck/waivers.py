@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -297,7 +297,7 @@ def read_waivers(tables: object, source: str, *, now: dt.datetime) -> list[Place
         match = table.get("match") if isinstance(table, dict) else None
         named = f"match '{match}'" if isinstance(match, str) else "no match"
         problems.append(f"waiver #{number} ({named}): {'; '.join(found)}")
-    problems.extend(duplicate_problems(placed))
+    problems.extend(p.removeprefix(f"{source}: ") for p in duplicate_problems(placed))
     if problems:
         shown = problems[:3] + ([f"and {len(problems) - 3} more"] if len(problems) > 3 else [])
         raise InventoryError(default_redactor().redact_text(f"{source}: " + "; ".join(shown)))
@@ -515,7 +515,7 @@ def append_waiver(path: Path, waiver: Waiver, *, now: dt.datetime) -> int:
             raise InventoryError(
                 f"{path}: cannot read the waivers file ({exc.strerror or exc}); not changed"
             ) from None
-        load_waivers_file(path, now=now)  # an existing bad file is named as it is, before anything is added
+        _unchanged(lambda: load_waivers_file(path, now=now))  # an existing bad file is named as it is
     separator = "" if not old else "\n" if old.endswith("\n") else "\n\n"
     text = old + separator + waiver_table(waiver)
     try:
@@ -524,7 +524,7 @@ def append_waiver(path: Path, waiver: Waiver, *, now: dt.datetime) -> int:
         raise InventoryError(
             f"{path}: the waiver would not be valid TOML here ({exc}); not changed"
         ) from None
-    placed = read_waivers(data.get("waivers", []), str(path), now=now)
+    placed = _unchanged(lambda: read_waivers(data.get("waivers", []), str(path), now=now))
     mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -539,3 +539,11 @@ def append_waiver(path: Path, waiver: Waiver, *, now: dt.datetime) -> int:
         Path(tmp).unlink(missing_ok=True)
         raise
     return placed[-1].index
+
+
+def _unchanged(read: Callable[[], list[PlacedWaiver]]) -> list[PlacedWaiver]:
+    """``read()``, its InventoryError saying that the file was not changed."""
+    try:
+        return read()
+    except InventoryError as exc:
+        raise InventoryError(f"{exc.message}; not changed") from None

@@ -90,7 +90,7 @@ def test_the_same_match_twice_is_refused_naming_both() -> None:
     message = _one_line_error(f"[[waivers]]\n{GOOD}\n[[waivers]]\n{GOOD}")
     assert (
         message
-        == f"w.toml: w.toml: waiver #2 (match '{ROUTE}'): the same match as #1; keep one waiver per pattern"
+        == f"w.toml: waiver #2 (match '{ROUTE}'): the same match as #1; keep one waiver per pattern"
     )
     inventory = read_waivers([tomllib.loads(GOOD)], "fleet.toml", now=NOW)
     file = read_waivers([tomllib.loads(GOOD)], "waivers.toml", now=NOW)
