@@ -215,6 +215,11 @@ class PlacedWaiver:
         return f"{self.source}: waiver #{self.index} (match '{self.waiver.match}')"
 
     @property
+    def short_label(self) -> str:
+        """``waiver #2 of <file name>``: how an item's message names it (the run's list has the rest)."""
+        return f"waiver #{self.index} of {Path(self.source).name}"
+
+    @property
     def key(self) -> str:
         return f"{self.source}#{self.index}"
 
@@ -373,13 +378,13 @@ class Decision:
             return f"waived until {w.until_text} ({w.reason}); {record.outcome.value} for {had}: {record.message}"
         if self.status == "not covering":
             return (
-                f"not covered by the waiver {self.placed.label}: it waives cause {w.cause}, this is {had}: "
+                f"not covered by {self.placed.short_label}: it waives cause {w.cause}, this is {had}: "
                 f"{record.message}"
             )
         if self.status == "expired" and record.outcome in _FAILING:
-            return f"the waiver {self.placed.label} expired on {w.until_text}: {record.message}"
+            return f"{self.placed.short_label} expired on {w.until_text}: {record.message}"
         if self.status == "not needed":
-            return f"{record.message} — waiver no longer needed ({self.placed.label}, until {w.until_text})"
+            return f"{record.message} — waiver no longer needed ({self.placed.short_label}, until {w.until_text})"
         return record.message
 
     def pytest_reason(self) -> str:

@@ -92,7 +92,7 @@ def test_an_expired_or_other_cause_waiver_lets_the_crash_fail(pytester: pytest.P
     assert expired.ret == 1  # the run went on: an expired waiver is no usage error
     failed = [c for c in results["checks"] if c["outcome"] == "failed"]
     assert {c["nodeid"] for c in failed} == ITEMS
-    assert all(f"expired on {_day(-1)}: " in c["message"] for c in failed)
+    assert all(c["message"].startswith(f"waiver #1 of w.toml expired on {_day(-1)}: ") for c in failed)
     expired.stdout.fnmatch_lines([f"waiver expired on {_day(-1)}: *"])
 
     other, results, _ = _canary(
@@ -102,7 +102,7 @@ def test_an_expired_or_other_cause_waiver_lets_the_crash_fail(pytester: pytest.P
     failed = [c for c in results["checks"] if c["outcome"] == "failed"]
     assert {c["nodeid"] for c in failed} == ITEMS
     assert all(
-        "not covered by the waiver" in c["message"] and "it waives cause timeout" in c["message"]
+        "not covered by waiver #1 of w.toml" in c["message"] and "it waives cause timeout" in c["message"]
         for c in failed
     )
 

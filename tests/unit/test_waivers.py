@@ -89,8 +89,7 @@ def test_a_pattern_that_names_no_test_is_refused(match: str) -> None:
 def test_the_same_match_twice_is_refused_naming_both() -> None:
     message = _one_line_error(f"[[waivers]]\n{GOOD}\n[[waivers]]\n{GOOD}")
     assert (
-        message
-        == f"w.toml: waiver #2 (match '{ROUTE}'): the same match as #1; keep one waiver per pattern"
+        message == f"w.toml: waiver #2 (match '{ROUTE}'): the same match as #1; keep one waiver per pattern"
     )
     inventory = read_waivers([tomllib.loads(GOOD)], "fleet.toml", now=NOW)
     file = read_waivers([tomllib.loads(GOOD)], "waivers.toml", now=NOW)
@@ -193,7 +192,7 @@ def test_a_failure_for_another_cause_stays_failed_naming_both_causes(cause: str)
     decision = decide([_placed(cause)], [GLM], _record(), NOW)
     assert decision is not None and decision.status == "not covering" and decision.outcome is None
     assert decision.message(_record()) == (
-        f"not covered by the waiver w.toml: waiver #1 (match '{ROUTE}'): it waives cause {cause}, this is "
+        f"not covered by waiver #1 of w.toml: it waives cause {cause}, this is "
         "infrastructure (cause adapter-crash:opencode:fn3 is not a function): failed before any tool call"
     )
 
@@ -202,7 +201,7 @@ def test_an_expired_waiver_stops_applying_and_the_failure_names_the_date() -> No
     decision = decide([_placed(until="2026-11-30")], [GLM], _record(), NOW)
     assert decision is not None and decision.status == "expired" and decision.outcome is None
     assert decision.message(_record()) == (
-        f"the waiver w.toml: waiver #1 (match '{ROUTE}') expired on 2026-11-30: failed before any tool call"
+        "waiver #1 of w.toml expired on 2026-11-30: failed before any tool call"
     )
 
 
