@@ -56,26 +56,34 @@ class RunWaivers:
 WAIVERS_KEY = pytest.StashKey[RunWaivers]()
 
 
+#: The waivers file a run reads from its rootdir when no setting names one (``sbxcheck.waivers.WAIVERS_FILENAME``,
+#: spelled here so that a run without waivers imports nothing of them).
+DEFAULT_FILE = "sbxcheck-waivers.toml"
+
+
 def load_run_waivers(settings: Settings, source: FleetSource) -> RunWaivers | None:
     """The inventory's ``[[waivers]]`` and the waivers file's, together (None when there are none).
 
     A bad waiver, a missing waivers file or one ``match`` in both is a UsageError (exit 4) naming the
     file and the waiver.
     """
+    file = settings.waivers
+    default = settings.rootdir / DEFAULT_FILE
+    if file is None and default.is_file():
+        file = default
+    inventory_path = source.path if not source.simulated else None
+    if file is None and inventory_path is None:
+        return None  # an unrelated run (or the embedded fleet without a waivers file) reads nothing
     from sbxcheck.errors import SbxError
-    from sbxcheck.waivers import WAIVERS_FILENAME, PlacedWaiver, duplicate_problems, load_waivers_file
+    from sbxcheck.waivers import PlacedWaiver, duplicate_problems, load_waivers_file
 
     now = dt.datetime.now(dt.UTC).replace(microsecond=0)
     placed: list[PlacedWaiver] = []
-    file = settings.waivers
-    default = settings.rootdir / WAIVERS_FILENAME
-    if file is None and default.is_file():
-        file = default
     try:
-        if source.path is not None and not source.simulated:
+        if inventory_path is not None:
             from sbxcheck.inventory import load_inventory
 
-            inventory = load_inventory(source.path)
+            inventory = load_inventory(inventory_path)
             placed += [PlacedWaiver(w, inventory.source, i) for i, w in enumerate(inventory.waivers, start=1)]
         if file is not None:
             placed += load_waivers_file(file, now=now)

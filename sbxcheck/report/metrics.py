@@ -210,8 +210,6 @@ def _waiver_series(report: RunReport, registry: CollectorRegistry, r: Callable[[
     per_suite = Counter(rec.suite for rec in report.checks if rec.outcome is Outcome.WAIVED)
     for suite in sorted({rec.suite for rec in report.checks}):
         waived.labels(r(suite), fleet).set(per_suite.get(suite, 0))
-    if not report.waivers:
-        return
     ends = Gauge(
         "sbxcheck_waiver_expiry_timestamp_seconds",
         "when the waiver stops applying (unix time); status: waiving, not needed, not covering, unmatched, "

@@ -281,3 +281,10 @@ def test_appending_keeps_the_file_and_validates_first(tmp_path: Path) -> None:
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
     fresh = tmp_path / "new" / "w.toml"
     assert append_waiver(fresh, added, now=NOW) == 1 and load_waivers_file(fresh, now=NOW)[0].waiver == added
+
+
+def test_the_plugin_looks_for_the_same_default_file_the_command_writes() -> None:
+    from sbxcheck.plugin.waiving import DEFAULT_FILE
+    from sbxcheck.waivers import WAIVERS_FILENAME
+
+    assert DEFAULT_FILE == WAIVERS_FILENAME == "sbxcheck-waivers.toml"
