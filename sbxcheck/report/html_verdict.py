@@ -142,5 +142,5 @@ def _not_run_banner(report: RunReport) -> str:
 
 
 def pills_text(tally: Mapping[str, int]) -> str:
-    """The banner's count line from :func:`outcome_counts` (not run only when there were such items)."""
-    return ", ".join(f"{n} {OUTCOME_LABEL[o].lower()}" for o, n in tally.items() if n or o != "not run")
+    """The banner's count line from :func:`outcome_counts` (not run and waived only when there were such items)."""
+    return ", ".join(f"{n} {OUTCOME_LABEL[o].lower()}" for o, n in tally.items() if n or o not in ("not run", "waived"))
