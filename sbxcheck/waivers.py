@@ -16,6 +16,7 @@ summarising a run's waivers. The plugin applies the decisions; the reports show 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -70,6 +71,7 @@ def glob_match(pattern: str, text: str) -> bool:
     return _compiled(pattern).fullmatch(text) is not None
 
 
+@functools.lru_cache(maxsize=1024)
 def _compiled(pattern: str) -> re.Pattern[str]:
     parts = (".*" if ch == "*" else "." if ch == "?" else re.escape(ch) for ch in pattern)
     return re.compile("".join(parts), re.DOTALL)

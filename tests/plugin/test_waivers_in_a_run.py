@@ -73,12 +73,21 @@ def test_a_waived_failure_is_an_xfail_left_out_of_the_verdict(pytester: pytest.P
         encoding="utf-8",
     )
     result = _run(
-        pytester, "-k", "ok or crash", "--sbx-waivers=w.toml", "--junitxml=pytest-junit.xml", "--alluredir=allure"
+        pytester,
+        "-k",
+        "ok or crash",
+        "--sbx-waivers=w.toml",
+        "--junitxml=pytest-junit.xml",
+        "--alluredir=allure",
     )
     assert result.ret == 0, result.stdout.str()
-    allure = {(d := json.loads(p.read_text()))["name"]: d for p in (pytester.path / "allure").glob("*-result.json")}
+    allure = {
+        (d := json.loads(p.read_text()))["name"]: d for p in (pytester.path / "allure").glob("*-result.json")
+    }
     assert allure["test_crash"]["status"] == "skipped"  # Allure's own reading of an xfail
-    assert allure["test_crash"]["statusDetails"]["message"].startswith(f"XFAIL waived until {_day(7)}: {REASON}\n")
+    assert allure["test_crash"]["statusDetails"]["message"].startswith(
+        f"XFAIL waived until {_day(7)}: {REASON}\n"
+    )
     result.stdout.fnmatch_lines(
         [
             "verdict: HEALTHY — 1 passed, 1 waived (known failures)",
@@ -272,3 +281,26 @@ def test_xdist_workers_apply_the_controllers_waivers_and_judge_the_patterns(
         "matches no item of test_suite.py (closest: test_suite.py::test_crash)"
         in bad.stdout.str() + bad.stderr.str()
     )
+
+
+def test_a_teardown_error_after_a_waived_failure_is_never_waived(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_suite=SUITE
+        + """
+
+@pytest.fixture
+def leaves_a_mess():
+    yield
+    raise RuntimeError("could not release the VM")
+
+
+def test_crash_then_mess(sbx_verdict, leaves_a_mess):
+    sbx_verdict(CheckResult.failed("crash", "vm-3", "failed before any tool call", {}, Classification.INFRASTRUCTURE))
+"""
+    )
+    pytester.path.joinpath("w.toml").write_text(_waiver("test_suite.py::test_crash_then_mess", _day(5)))
+    result = _run(pytester, "-k", "then_mess", "--sbx-waivers=w.toml")
+    assert result.ret == 1
+    check = _check(_results(pytester), "test_crash_then_mess")
+    assert check["outcome"] == "error" and "could not release the VM" in check["message"]
+    result.stdout.fnmatch_lines(["*1 xfailed, 1 error*"])
