@@ -136,6 +136,8 @@ class Waiver(StrictSection):
     def _text(cls, value: str | None) -> str | None:
         if value is not None and not value.strip():
             raise ValueError("must not be empty")
+        if value is not None and any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+            raise ValueError("must be one line of text (it is shown beside every waived item)")
         return value.strip() if value is not None else None
 
     @field_validator("until", mode="before")
@@ -165,6 +167,8 @@ class Waiver(StrictSection):
             )
         if not value:
             raise ValueError("must not be empty (leave it out to waive any cause)")
+        if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+            raise ValueError("must be one line")
         return value
 
     @field_validator("link")

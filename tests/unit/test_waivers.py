@@ -54,11 +54,12 @@ def _one_line_error(text: str, source: str = "w.toml") -> str:
         (f'match = "{ROUTE}"\nreason = "r"\nuntil = 06:00:00', "field 'until': expected a TOML date"),
         (GOOD + 'cause = "infrastucture"', "field 'cause': 'infrastucture' is no classification"),
         (GOOD + 'link = "javascript:alert(1)"', "field 'link': expected an http:// or https:// URL"),
+        (f'match = "{ROUTE}"\nreason = "two\\nlines"\nuntil = 2026-12-08', "field 'reason': must be one line of text"),
         (GOOD + 'link = "https://u:pw@example.com/797"', "field 'link': must not carry a user name or password"),
     ],
     ids=[
         "no-reason", "no-until", "empty-reason", "unknown-field", "until-past-limit", "until-a-number",
-        "until-a-time", "cause-no-classification", "link-not-web", "link-with-password",
+        "until-a-time", "cause-no-classification", "link-not-web", "reason-two-lines", "link-with-password",
     ],
 )  # fmt: skip
 def test_each_bad_waiver_is_one_line_naming_file_and_waiver(table: str, problem: str) -> None:
@@ -266,7 +267,7 @@ def test_appending_keeps_the_file_and_validates_first(tmp_path: Path) -> None:
     path.write_text(original, encoding="utf-8")
     path.chmod(0o640)
     added = Waiver.model_validate(
-        {"match": "gates/test_gate.py::test_gate_B_pi_models[alpha-*]", "reason": 'a "quoted"\tneed\x7f',
+        {"match": "gates/test_gate.py::test_gate_B_pi_models[alpha-*]", "reason": 'a "quoted" \\ need, ünïcode',
          "until": dt.date(2026, 12, 20), "cause": "check_failed", "link": "https://example.com/1"}
     )  # fmt: skip
     assert append_waiver(path, added, now=NOW) == 2
