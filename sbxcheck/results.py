@@ -65,6 +65,9 @@ class CheckResult(BaseModel):
     attempts: int = 1
     cause: str | None = None  # a short signature; failures sharing one form an incident
     recommendation: str | None = None
+    # what to type for the recommendation: built by sbxcheck's templates (sbxcheck.commands), never
+    # taken from text a server, a VM or an agent wrote; report.html offers these (and the re-run) to copy
+    commands: list[str] = Field(default_factory=list)
 
     @classmethod
     def passed(cls, check: str, target: str, message: str, evidence: Evidence) -> CheckResult:
@@ -141,6 +144,7 @@ class Incident(BaseModel):
     summary: str
     checks: list[str]
     recommendation: str
+    commands: list[str] = Field(default_factory=list)  # the recommendation's own commands (sbxcheck's)
 
 
 class InventoryInfo(BaseModel):

@@ -38,6 +38,7 @@ from sbxcheck.checks.script import (
     section,
 )
 from sbxcheck.clients.roster import parse_roster
+from sbxcheck.commands import commands, filled, on_host, shell_command
 from sbxcheck.results import CheckResult, Classification, Outcome
 
 P = ParamSpec("P")
@@ -124,10 +125,20 @@ echo "SBX_END"
 )
 
 
+def ssh_login_words(target: GateTarget) -> list[str]:
+    """``ssh [-F CONFIG] HOST``, word by word: the login that resolves the alias as the gate's own
+    connection did."""
+    return ["ssh", *(["-F", target.ssh_config] if target.ssh_config else []), target.host]
+
+
 def ssh_login(target: GateTarget) -> str:
-    """``ssh [-F CONFIG] HOST``: the login that resolves the alias as the gate's own connection did."""
-    config = f"-F {shlex.quote(target.ssh_config)} " if target.ssh_config else ""
-    return f"ssh {config}{shlex.quote(target.host)}"
+    """:func:`ssh_login_words` as one command line."""
+    return shlex.join(ssh_login_words(target))
+
+
+def lifecycle_command(verb: str, run_id: str) -> str | None:
+    """``just sbx lifecycle VERB RUN_ID`` (run in the SSSF checkout)."""
+    return shell_command("just", "sbx", "lifecycle", verb, run_id)
 
 
 def gate_advice(target: GateTarget) -> str:
@@ -138,14 +149,18 @@ def gate_advice(target: GateTarget) -> str:
     )
 
 
-def runtime_key_rejected_advice(run_id: str) -> str:
-    """Next step when OpenRouter refuses the VM's runtime key (not the harness's credentials)."""
-    return (
-        f"OpenRouter refused the VM's runtime key (OPENROUTER_API_KEY in ~/app/.env of {run_id}), not a "
-        f"credential of the inventory. If .sandbox/runs/{run_id}.key still holds a live key, rewrite "
-        f"~/app/.env with `just sbx lifecycle fill {run_id}`; if the key was revoked, mount a fresh run "
-        "(`just sbx mount <task>`), which mints a new one — sbxcheck mints nothing; nothing was changed"
-    )
+def runtime_key_rejected_next(run_id: str) -> dict[str, Any]:
+    """The next step (recommendation and commands) when OpenRouter refuses the VM's runtime key (not the
+    harness's credentials)."""
+    return {
+        "recommendation": (
+            f"OpenRouter refused the VM's runtime key (OPENROUTER_API_KEY in ~/app/.env of {run_id}), not a "
+            f"credential of the inventory. If .sandbox/runs/{run_id}.key still holds a live key, rewrite "
+            f"~/app/.env with `just sbx lifecycle fill {run_id}`; if the key was revoked, mount a fresh run "
+            "(`just sbx mount <task>`), which mints a new one — sbxcheck mints nothing; nothing was changed"
+        ),
+        "commands": commands(lifecycle_command("fill", run_id)),
+    }
 
 
 def credit_exhausted_advice(run_id: str) -> str:
@@ -170,7 +185,8 @@ def advised(
 def with_advice(result: CheckResult, target: GateTarget) -> CheckResult:
     """``result`` with the keep-the-VM advice when it did not pass and has no next step of its own."""
     if result.outcome is not Outcome.PASSED and result.recommendation is None:
-        return result.model_copy(update={"recommendation": gate_advice(target)})
+        typed = commands(shell_command(*ssh_login_words(target)), lifecycle_command("setup", target.run_id))
+        return result.model_copy(update={"recommendation": gate_advice(target), "commands": typed})
     return result
 
 
@@ -245,6 +261,11 @@ def git_refusal(check: str, tgt: str, output: str, ev: dict[str, Any], target: G
             recommendation=f"on {target.host}: `chown -R {user} ~/app` if the clone should be this user's, "
             'or trust it as it is: `git config --global --add safe.directory "$HOME/app"`; then re-run '
             f"`just sbx lifecycle setup {target.run_id}`. Nothing was changed",
+            commands=commands(
+                on_host(ssh_login_words(target), filled("chown -R {user} ~/app", user=str(user))),
+                on_host(ssh_login_words(target), 'git config --global --add safe.directory "$HOME/app"'),
+                lifecycle_command("setup", target.run_id),
+            ),
         )
     if "not a git repository" in text:
         ev["git_refusal"] = "not_a_repository"
@@ -255,6 +276,9 @@ def git_refusal(check: str, tgt: str, output: str, ev: dict[str, Any], target: G
             ev,
             recommendation=f"re-clone with `just sbx lifecycle fill {target.run_id}`, then re-run "
             f"`just sbx lifecycle setup {target.run_id}`. Nothing was changed",
+            commands=commands(
+                lifecycle_command("fill", target.run_id), lifecycle_command("setup", target.run_id)
+            ),
         )
     return CheckResult.failed(check, tgt, "git rev-parse failed — .git is damaged", ev)
 

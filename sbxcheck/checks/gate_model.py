@@ -20,7 +20,8 @@ from sbxcheck.checks.gate import (
     GateTarget,
     advised,
     credit_exhausted_advice,
-    runtime_key_rejected_advice,
+    lifecycle_command,
+    runtime_key_rejected_next,
 )
 from sbxcheck.checks.script import (
     END,
@@ -35,6 +36,7 @@ from sbxcheck.checks.script import (
     script_failure,
     section,
 )
+from sbxcheck.commands import commands
 from sbxcheck.results import CheckResult, Classification
 from sbxcheck.safeio import loads_bounded
 
@@ -144,13 +146,16 @@ def _precondition(
     if not markers:
         return None
     ev["precondition"] = markers[0]
-    advice = None
     if markers[0] in ("SBX_NOAPP", "SBX_NOKEY"):
         advice = (
             f"the run cannot get its runtime key on the VM: `just sbx lifecycle fill {run_id}` clones ~/app and "
             f"writes ~/app/.env from .sandbox/runs/{run_id}.key; then re-run the gate. Nothing was changed"
         )
-    return CheckResult.failed(check, tgt, _PRECONDITION_MESSAGES[markers[0]], ev, recommendation=advice)
+        return CheckResult.failed(
+            check, tgt, _PRECONDITION_MESSAGES[markers[0]], ev,
+            recommendation=advice, commands=commands(lifecycle_command("fill", run_id)),
+        )  # fmt: skip
+    return CheckResult.failed(check, tgt, _PRECONDITION_MESSAGES[markers[0]], ev)
 
 
 def _curl_answer(
@@ -266,7 +271,7 @@ def judge_model_answers(target: GateTarget, model: str, run: ScriptRun) -> Check
     elif status == 401:
         classification = Classification.AUTH_FAILED
         extra["cause"] = f"runtime-key-rejected:{target.run_id}"
-        extra["recommendation"] = runtime_key_rejected_advice(target.run_id)
+        extra.update(runtime_key_rejected_next(target.run_id))
     return CheckResult.failed(
         check,
         tgt,
@@ -368,7 +373,7 @@ def judge_cost_reported(target: GateTarget, run: ScriptRun) -> CheckResult:
         elif call.http_status == 401:
             classification = Classification.AUTH_FAILED
             extra["cause"] = f"runtime-key-rejected:{target.run_id}"
-            extra["recommendation"] = runtime_key_rejected_advice(target.run_id)
+            extra.update(runtime_key_rejected_next(target.run_id))
     if problems:
         return CheckResult.failed(
             check,
@@ -548,7 +553,7 @@ def judge_credit_remaining(target: GateTarget, run: ScriptRun) -> CheckResult:
                 ev,
                 Classification.AUTH_FAILED,
                 cause=f"runtime-key-rejected:{target.run_id}",
-                recommendation=runtime_key_rejected_advice(target.run_id),
+                **runtime_key_rejected_next(target.run_id),
             )
         return CheckResult.failed(
             check,

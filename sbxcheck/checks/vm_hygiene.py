@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from sbxcheck.checks.base import RemoteShell, trim
-from sbxcheck.checks.gate import GateTarget, with_advice
+from sbxcheck.checks.gate import GateTarget, ssh_login_words, with_advice
 from sbxcheck.checks.script import END, GateScript, ScriptRun, run_script, script_failure, section
+from sbxcheck.commands import commands, on_host, shell_command
 from sbxcheck.results import CheckResult, Classification, Outcome
 
 __all__ = [
@@ -206,6 +207,7 @@ def judge_hygiene(
     tokens: list[tuple[str, list[str]]] = scan.evidence.get("_tokens", [])
     problems: list[str] = []
     fixes: list[str] = []
+    typed: list[str | None] = []
     wide = [
         f"~/{rel} is {mode}"
         for rel, mode in ev["vm_modes"].items()
@@ -214,11 +216,13 @@ def judge_hygiene(
     if wide:
         problems.append("readable beyond its owner on the VM: " + ", ".join(wide))
         fixes.append(f"on {target.host}: `chmod 600 ~/app/.env ~/.pi/agent/models.json`")
+        typed.append(on_host(ssh_login_words(target), "chmod 600 ~/app/.env ~/.pi/agent/models.json"))
     ev["host_key_file"] = str(host.key_file)
     ev["host_key_mode"] = key_mode = _host_key_mode(host.key_file)
     if key_mode is not None and int(key_mode, 8) & 0o077:
         problems.append(f"the runtime key file {host.key_file} is {key_mode} on this host")
         fixes.append(f"here: `chmod 600 {shlex.quote(str(host.key_file))}`")
+        typed.append(shell_command("chmod", "600", str(host.key_file)))
     ev["provisioning_key_from"] = host.provisioning_source
     ev["key_shaped_tokens"] = len(tokens)
     own = [paths for digest, paths in tokens if runtime_key_hash and digest == runtime_key_hash]
@@ -255,6 +259,7 @@ def judge_hygiene(
             ev,
             Classification.SECURITY_EXPOSURE,
             recommendation="; ".join(fixes) + ". The VM is left up; nothing was changed",
+            commands=commands(*typed),
         )
     checked = f"compared sha256 of {len(tokens)} key-shaped token(s) in {ev['files_scanned']} file(s)"
     if host.provisioning_sha256 is None:

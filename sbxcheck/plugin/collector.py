@@ -175,6 +175,11 @@ class ResultCollector:
         sbx, state = get_session(self.config), run_state(self.config)
         mounts = sbx.ledger_mounts.finish_mounts(state, settings.teardown, self._gate_outcomes())
         sbx.control_plane.close_missions(state)
+        if state.interrupted_during:  # the run ends as interrupted (exit 2): every artifact says so
+            interrupted = True
+            self.interrupted_reason = self.interrupted_reason or (
+                "interrupted during cleanup: " + "; ".join(state.interrupted_during)
+            )
         cleanup = list(state.cleanup) + [mount_cleanup(m) for m in mounts if m.action != "pending"]
         left = left_open(sbx)
         if not (self.records or mounts or cleanup or left or stale):
@@ -367,7 +372,11 @@ class ResultCollector:
                 tr.write_line(f"    not run (spend cap): {nodeid}")
         if document.get("interrupted"):
             not_run = document.get("not_run") or []
-            tr.write_line(f"interrupted: {len(not_run)} selected item(s) did not run{why}", bold=True)
+            ran = f"{len(not_run)} selected item(s) did not run" if not_run else "every selected item ran, "
+            tr.write_line(
+                f"interrupted: {ran}" + ("" if not_run else "but the run was stopped before it finished") + why,
+                bold=True,
+            )
             for nodeid in not_run[:NOT_RUN_SHOWN]:
                 tr.write_line(f"    not run: {nodeid}")
             if len(not_run) > NOT_RUN_SHOWN:

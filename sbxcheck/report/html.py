@@ -31,7 +31,7 @@ from sbxcheck.report.html_incidents import render_incidents
 from sbxcheck.report.html_items import render_items
 from sbxcheck.report.html_verdict import page_title, render_verdict, verdict_headline
 from sbxcheck.report.html_waivers import render_waivers
-from sbxcheck.report.nextsteps import extract_commands, next_step_commands, not_run_command, rerun_command
+from sbxcheck.report.nextsteps import next_step_commands, not_run_command, record_commands, rerun_command
 from sbxcheck.results import Incident, RunReport
 
 
@@ -43,10 +43,10 @@ _CSS = _asset("report.css")
 _SCRIPT = _asset("report.js")
 
 __all__ = [
-    "extract_commands",
     "item_anchor",
     "next_step_commands",
     "not_run_command",
+    "record_commands",
     "render_html",
     "rerun_command",
     "verdict_headline",

@@ -19,7 +19,7 @@ from sbxcheck.report.html_base import (
     shorten,
 )
 from sbxcheck.report.incidents import default_recommendation
-from sbxcheck.report.nextsteps import next_step_commands, probe_command
+from sbxcheck.report.nextsteps import next_step_commands, probe_command, record_commands
 from sbxcheck.results import CheckRecord, Classification, Outcome, RunReport
 
 __all__ = ["render_items"]
@@ -146,7 +146,8 @@ def _item(ctx: PageContext, record: CheckRecord) -> str:
                 probe=probe_command(record.evidence),
             )
             body += next_step_html(
-                recommendation, next_step_commands([record], recommendation, ctx.inventory_flag)
+                recommendation,
+                next_step_commands([record], record_commands(record, recommendation), ctx.inventory_flag),
             )
     facts = f"attempts: {record.attempts}" + (f" · cause: {record.cause}" if record.cause else "")
     evidence = json.dumps(record.evidence, indent=2, ensure_ascii=False, sort_keys=True)

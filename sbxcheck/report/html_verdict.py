@@ -27,7 +27,7 @@ _HEADLINE = {
     "error": "COULD NOT TELL — some checks could not reach a verdict",
     "passed": "HEALTHY — every check passed",
     "empty": "NO CHECKS RAN",
-    "interrupted": "INTERRUPTED — the run stopped before every check ran",
+    "interrupted": "INTERRUPTED — the run was stopped before it finished",
 }
 #: How many not-run items the banner names (the items list has every one).
 _BANNER_NOT_RUN = 20
@@ -133,9 +133,19 @@ def _not_run_banner(report: RunReport) -> str:
     if more > 0:
         names += f"<li>… and {more} more (see the items below)</li>"
     rerun = not_run_command(report)
+    left = "".join(
+        f"<li>{esc(str(e.get('kind')))} <code>{esc(str(e.get('ident')))}</code> ({esc(str(e.get('state')))}) "
+        f"{esc(str(e.get('why') or ''))}</li>"
+        for e in report.left
+    )
+    ran = (
+        f"{len(report.not_run)} selected item(s) did not run{esc(why)}; re-run them for a verdict"
+        if report.not_run
+        else f"every selected item ran, but the run was stopped before it finished{esc(why)}"
+    )
     return (
-        f'<p class="not-run">{len(report.not_run)} selected item(s) did not run{esc(why)}; '
-        "re-run them for a verdict</p>"
+        f'<p class="not-run">{ran}</p>'
+        + (f'<p class="not-run">left open (the ledger keeps them):</p><ul class="not-run">{left}</ul>' if left else "")
         + (next_step_html("", [rerun], title="Re-run what did not run") if rerun else "")
         + (f'<ul class="not-run">{names}</ul>' if names else "")
     )

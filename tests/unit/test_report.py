@@ -256,7 +256,7 @@ def test_results_json_shape_and_round_trip(written: dict[str, Path]) -> None:
         assert check["outcome"] in {"passed", "failed", "error", "skipped"}
     assert list(data["checks"][0])[:2] == ["nodeid", "suite"]
     for inc in data["incidents"]:
-        assert set(inc) == {"id", "classification", "summary", "checks", "recommendation"}
+        assert set(inc) == {"id", "classification", "summary", "checks", "recommendation", "commands"}
 
     loaded = load_report(path)
     original = make_report()
