@@ -214,6 +214,7 @@ class ResultCollector:
         machines = [r.evidence["machine_inventory"] for r in records if "machine_inventory" in r.evidence]
         if machines and isinstance(machines[0], list):
             report = report.model_copy(update={"machine_inventory": machines[0]})
+        from sbxcheck.plugin.waiving import waivers_of_run
         from sbxcheck.spend import summarize_spend
 
         report = report.model_copy(
@@ -225,6 +226,7 @@ class ResultCollector:
                 "cleanup": cleanup,
                 "left": left,
                 "report_url": settings.report_url or "",
+                "waivers": waivers_of_run(self.config, records),
             }
         )
         for incident in report.incidents:
@@ -238,7 +240,7 @@ class ResultCollector:
             metrics_path=settings.metrics,
         )
         self.written, self.history_warnings = written.paths, written.warnings
-        self.report = report
+        self.report = written.report or report  # with history, each failure says how long it has failed
         self.not_written = written.problem()
         if self.not_written:  # a full or broken disk: one line, and the terminal summary still follows
             with contextlib.suppress(OSError):
@@ -343,6 +345,10 @@ class ResultCollector:
                 block = detail_block(check).split("\n") if details else []
                 for line in block[3:]:  # outcome, classification and message are in the headline
                     tr.write_line(f"    {line}")
+        from sbxcheck.report.waivers import waiver_lines
+
+        for line, style in waiver_lines(document) if verbosity > -2 else []:
+            tr.write_line(line, **style)
         for mount in document["mounts"]:
             where = f" — {mount['ssh']}" if mount.get("ssh") else ""
             tr.write_line(

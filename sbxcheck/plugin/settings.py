@@ -268,6 +268,12 @@ OPTIONS: tuple[Option, ...] = (
         metavar="FILE",
     ),
     Option(
+        "waivers", "--sbx-waivers", "SBXCHECK_WAIVERS", "sbx_waivers", None, path,
+        "a file of [[waivers]] tables (known failures that expire), added to the inventory's own (default: "
+        "sbxcheck-waivers.toml in the rootdir when it exists)",
+        metavar="PATH",
+    ),
+    Option(
         "report_url", "--sbx-report-url", "SBXCHECK_REPORT_URL", "sbx_report_url", None, web_url,
         "where this run's report.html will be published (e.g. the CI job's artifact URL): printed in the "
         "terminal summary and written to junit.xml, results.json and the metrics, so an alert links to the page",
@@ -322,6 +328,7 @@ class Settings:
     history: Path | None = None
     history_keep: int = HISTORY_KEEP_DEFAULT
     metrics: Path | None = None
+    waivers: Path | None = None
     report_url: str | None = None
     require_inventory: bool = False
     shipped_suites: str = "auto"

@@ -38,6 +38,7 @@ CORE = {
     "sbxcheck.secrets",
     "sbxcheck.spend",
     "sbxcheck.tools",
+    "sbxcheck.waivers",
 }
 
 

@@ -225,7 +225,7 @@ def test_assemble_sorts_and_counts() -> None:
     report = make_report()
     nodeids = [c.nodeid for c in report.checks]
     assert nodeids == sorted(nodeids)
-    assert report.summary == {"passed": 3, "failed": 4, "error": 4, "skipped": 1, "total": 12}
+    assert report.summary == {"passed": 3, "failed": 4, "error": 4, "skipped": 1, "waived": 0, "total": 12}
     assert len(report.incidents) == 2
 
 

@@ -33,6 +33,7 @@ PUBLISHED = {
     "history": ("--sbx-history", None, "sbx_history", None),
     "history_keep": ("--sbx-history-keep", None, "sbx_history_keep", 30),
     "metrics": ("--sbx-metrics", None, "sbx_metrics", None),
+    "waivers": ("--sbx-waivers", "SBXCHECK_WAIVERS", "sbx_waivers", None),
     "report_url": ("--sbx-report-url", "SBXCHECK_REPORT_URL", "sbx_report_url", None),
     "require_inventory": (
         "--sbx-require-inventory",
