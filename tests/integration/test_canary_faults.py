@@ -261,3 +261,18 @@ def test_every_canary_absorbs_pushback_relayed_by_mcp(pytester: pytest.Pytester,
     classes = {c["classification"] for c in outcome.report["checks"] if c["outcome"] != "passed"}
     assert outcome.ret == 0 and classes == set(), (classes, outcome.stdout[-3000:])
     assert {r.path for r in pushed_back} - {"/api/control/missions"}, "no tool call met pushback"
+
+
+def test_a_shared_crash_reads_the_same_whichever_route_settles_first(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    """Only the two opencode routes selected: neither waits on other items, and the first one judged
+    still sees that both crashed alike (one shared adapter crash, one incident), never a lone
+    failed dispatch."""
+    with SimFleet(tmp_path / "fleet", ["cp.backend-crash"]) as fleet:
+        outcome = run_canary(pytester, fleet, "-k", "route_reaches_execution and opencode")
+    verdicts = {c["target"]: (c["outcome"], c["classification"], c["cause"]) for c in outcome.report["checks"]}
+    assert set(verdicts) == {"opencode-glm", "opencode-minimax"}, verdicts
+    causes = {cause for _, _, cause in verdicts.values()}
+    assert all(v[:2] == ("failed", "infrastructure") for v in verdicts.values()) and len(causes) == 1, verdicts
+    assert len(outcome.report["incidents"]) == 1
