@@ -26,9 +26,10 @@ from sbxcheck.clients.sandboxed_errors import (
 from sbxcheck.clients.sandboxed_models import HealthInfo
 from sbxcheck.clients.served import ServedApi, unmatched_route
 from sbxcheck.clients.validation import validation_summary
-from sbxcheck.errors import AuthFailed, BadResponseError
+from sbxcheck.errors import AuthFailed, BadResponseError, SbxError
 from sbxcheck.safeio import UnsafeInput, loads_bounded
-from sbxcheck.transports.http import RetryPolicy, http_date, send, service_of
+from sbxcheck.transports.cookies import refused_cookies
+from sbxcheck.transports.http import RetryPolicy, http_date, new_client, send, service_of
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -54,7 +55,7 @@ class SandboxedWire(BearerAuth):
         self.timeout_s = timeout_s
         self.retries = retries
         self._init_auth(token, password, username)
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, transport=transport)
+        self._http = new_client(base_url=self.base_url, timeout=timeout_s, transport=transport)
         self.served = ServedApi(lambda: self.health().version)  # what this release serves, as learned
         # the server's clock less this machine's, from the last answer's Date (None: none said)
         self.server_ahead: dt.timedelta | None = None
@@ -111,15 +112,19 @@ class SandboxedWire(BearerAuth):
                 headers=headers,
             )
 
-        headers = self._headers(auth)
-        used = self._token
-        resp = once(headers)
-        if resp.status_code == 401 and auth and used is not None and self.renew(used):
-            resp = once(self._headers(auth))  # a refused request did nothing: sent once more, renewed
-        said = http_date(resp.headers.get("date"))  # to the second: within the ledger's clock slack
-        if said is not None:
-            self.server_ahead = said - dt.datetime.now(dt.UTC)
-        self._raise_for_status(endpoint, resp, rejection)
+        try:
+            headers = self._headers(auth)
+            used = self._token
+            resp = once(headers)
+            if resp.status_code == 401 and auth and used is not None and self.renew(used):
+                resp = once(self._headers(auth))  # a refused request did nothing: sent once more, renewed
+            said = http_date(resp.headers.get("date"))  # to the second: within the ledger's clock slack
+            if said is not None:
+                self.server_ahead = said - dt.datetime.now(dt.UTC)
+            self._raise_for_status(endpoint, resp, rejection)
+        except SbxError as exc:
+            exc.evidence.update(refused_cookies(self._http.cookies.jar))  # a server that sets ever more
+            raise
         return resp
 
     def _raise_for_status(self, endpoint: str, resp: httpx.Response, rejection: type[ApiRejected]) -> None:
