@@ -184,3 +184,13 @@ def test_an_untrusted_certificate_says_so_in_the_message(tmp_path: Path) -> None
     assert "cannot connect" not in message
     assert refused.value.evidence["request_sent"] is False
     assert "CA" in (refused.value.recommendation or "")
+
+
+def test_the_app_probe_reports_a_page_in_an_encoding_not_read() -> None:
+    """A page the VM's app compressed with brotli is named as such, never judged as its raw bytes."""
+    from sbxcheck.checks.observe import probe_https
+
+    page = {"/": Answer(200, {"content-type": "text/html", "content-encoding": "br"}, lambda: [b"\x1b\x03\x00\xf8"])}
+    with HostileServer(page) as server:
+        probe = probe_https(server.url + "/", 30.0)
+    assert probe.status == 0 and "Content-Encoding 'br' is not one sbxcheck reads" in probe.error, probe
