@@ -240,6 +240,11 @@ FAULTS: dict[str, Fault] = {
             "every mission reports two assistant messages of cost_cents 1.7e308 each (their sum is inf)",
         ),
         Fault("cp.cost-negative", "every mission reports two assistant messages of cost_cents -1e9 each"),
+        Fault(
+            "cp.deep-json",
+            "every mission's first assistant message carries, as its content, JSON nested 5,000 deep "
+            "(its metadata reports no cost)",
+        ),
         # a run that has executed or been observed (sim/run_services.py; the gate never sees them)
         Fault("run.sdlc-credits", "the SDLC dies right after spawn: run.log ends with OpenRouter's 402 (credits)"),
         Fault("run.sdlc-key-dead", "the SDLC dies right after spawn: run.log ends with a 401 (the key is revoked)"),
@@ -289,6 +294,7 @@ CONTROLPLANE_TARGETS: dict[str, str] = {
     "cp.record-id-mismatch": "opencode",
     "cp.cost-nonfinite": "*",
     "cp.cost-negative": "*",
+    "cp.deep-json": "*",
 }
 
 

@@ -271,6 +271,8 @@ LIES_FAULTS: Final = (
 CONTROLPLANE_FAULTS.update({n: ALL_FAULTS[n].summary for n in LIES_FAULTS})
 COST_FAULTS: Final = ("cp.cost-nonfinite", "cp.cost-negative")  # the costs the agent reports
 CONTROLPLANE_FAULTS.update({n: ALL_FAULTS[n].summary for n in COST_FAULTS})
+DEEP_JSON_FAULT: Final = "cp.deep-json"  # what the agent says: JSON nested past any parser's stack
+CONTROLPLANE_FAULTS[DEEP_JSON_FAULT] = ALL_FAULTS[DEEP_JSON_FAULT].summary
 DEFAULT_FAULT_TARGETS: Final[dict[str, str]] = {
     "cp.path-shaped-id": "gemini",
     "cp.control-chars": "opencode",
