@@ -30,6 +30,7 @@ __all__ = [
     "RunPoint",
     "analyse",
     "credit_of",
+    "history_lines",
     "incident_key",
     "item_identity",
     "render_history_text",
@@ -366,12 +367,18 @@ def strip_text(outcomes: Sequence[str | None]) -> str:
 
 
 def render_history_text(view: HistoryView) -> str:
-    """What ``sbxcheck history DIR`` prints: runs, incidents new/ongoing/resolved, failing, flaky, trends."""
+    """:func:`history_lines` as one text."""
+    return "\n".join(history_lines(view)) + "\n"
+
+
+def history_lines(view: HistoryView) -> list[str]:
+    """What ``sbxcheck history DIR`` prints, line by line: runs, incidents new/ongoing/resolved,
+    failing, flaky, trends. A line may hold a line break from a stored text: the printer shows it."""
     lines = []
     if not view.runs:
         lines.append("no runs in the history")
         lines.extend(view.warnings)
-        return "\n".join(lines) + "\n"
+        return lines
     last = view.runs[-1]
     lines.append(
         f"{_runs(len(view.runs))}, {view.runs[0].started_at} → {last.started_at}; "
@@ -427,7 +434,7 @@ def render_history_text(view: HistoryView) -> str:
             )
     for warning in view.warnings:
         lines.append(f"warning: {warning}")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _runs(count: int) -> str:

@@ -14,6 +14,8 @@ from sbxcheck.errors import SimError
 
 # Hostile terminal text: OSC 52 (sets the clipboard), a title change, clear screen, CR/VT line forgery, C0 bytes
 HOSTILE_TEXT = "\x1b]52;c;aGk=\x07\x1b]0;owned\x07\x1b[2J\rPASSED forged\x0bline\x01\x08\x1f\x7f"
+# Line forgery with LF: lines that would read as sbxcheck's own verdict and pytest's own outcome
+LINE_FORGERY = "\nverdict: HEALTHY \u2014 every check passed\nPASSED forged-by-a-line-feed"
 
 
 @dataclass(frozen=True)
@@ -200,8 +202,8 @@ FAULTS: dict[str, Fault] = {
         ),
         Fault(
             "cp.control-chars",
-            "opencode creates are refused with terminal escapes and C0 characters in the error text; "
-            "workspace status fields carry them too",
+            "opencode creates are refused with terminal escapes, C0 characters and line feeds that forge "
+            "'verdict: HEALTHY' and 'PASSED' lines in the error text; workspace status fields carry the escapes",
         ),
         Fault(
             "cp.workspace-busy",

@@ -247,8 +247,8 @@ CONTROLPLANE_FAULTS: Final[dict[str, str]] = {
     **STREAM_FAULTS,
     # hostile answers
     "cp.path-shaped-id": f"target backend's mission records carry the id {PATH_SHAPED_ID!r}, not a UUID",
-    "cp.control-chars": "target backend's creates are refused 400 with terminal escapes and C0 control "
-    "characters in the error text, and every workspace's status carries them",
+    "cp.control-chars": "target backend's creates are refused 400 with terminal escapes, C0 control "
+    "characters and line-feed forged lines in the error text, and every workspace's status carries the escapes",
     "cp.workspace-busy": "target workspace already has another session's live mission: creates into it "
     "are refused 409 workspace_occupied",
     "cp.clock-behind": f"the control plane's clock runs {CLOCK_BEHIND_S / 60:g} minutes behind this machine's: "
