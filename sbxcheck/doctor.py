@@ -302,6 +302,7 @@ def _check_control_plane(inv: Inventory, emit: Emit) -> None:
     if section is None:
         return
     from sbxcheck.clients.sandboxed import SandboxedClient
+    from sbxcheck.clients.sandboxed_auth import cleartext_refusal
     from sbxcheck.errors import SbxError
 
     url = section.url.rstrip("/")
@@ -309,12 +310,16 @@ def _check_control_plane(inv: Inventory, emit: Emit) -> None:
     password = _env_value(section.password_env)
     if password is None and section.password_file is not None:
         password = _file_secret(section.password_file, "")
+    cleartext = cleartext_refusal(url, allowed=section.allow_cleartext_password)
+    if password is not None and cleartext is not None:  # said before anything is sent, reachable or not
+        emit(Finding(False, "control plane login", cleartext.message, cleartext.recommendation or ""))
     client = SandboxedClient(
         section.url,
         token=token,
         password=password,
         username=section.username,
         timeout_s=section.request_timeout_s,
+        allow_cleartext_password=section.allow_cleartext_password,
     )
     try:
         try:
@@ -342,13 +347,13 @@ def _check_control_plane(inv: Inventory, emit: Emit) -> None:
             return
         try:
             workspaces = client.list_workspaces()
-        except SbxError as exc:
+        except SbxError as exc:  # refused, a login page, or a password it would not send in cleartext
             emit(
                 Finding(
                     False,
                     "control plane auth",
                     f"GET /api/workspaces refused: {exc.message}",
-                    "renew the token (or password) that [sandboxed] names",
+                    exc.recommendation or "renew the token (or password) that [sandboxed] names",
                 )
             )
             return

@@ -88,6 +88,17 @@ FAULTS: dict[str, Fault] = {
         ),
         Fault("cp.auth-expired", "every bearer token is refused: 401 Invalid or expired token"),
         Fault(
+            "cp.expiry-redirect",
+            "an SSO proxy in front: a token is spent after 12 requests (as cp.token-expires) and a request "
+            "with a spent or refused token is answered 302 to the SSO's login page, not 401",
+        ),
+        Fault(
+            "cp.expiry-html",
+            "an SSO proxy in front: a token is spent after 12 requests (as cp.token-expires) and a request "
+            "with a spent or refused token is answered 200 text/html (the SSO's login page), not 401",
+        ),
+        Fault("cp.login-empty", "POST /api/auth/login answers 200 with an empty body"),
+        Fault(
             "cp.token-expires",
             "every token the control plane issues expires after 12 requests, during the run (401 Invalid "
             "or expired token); logging in again issues a new one",
@@ -277,6 +288,9 @@ CONTROLPLANE_TARGETS: dict[str, str] = {
     "cp.create-500": "gemini",
     "cp.cancel-slow": "*",
     "cp.auth-expired": "*",
+    "cp.expiry-redirect": "*",
+    "cp.expiry-html": "*",
+    "cp.login-empty": "*",
     "cp.token-expires": "*",
     "cp.env-values-exposed": "verity",
     "fleet.node-offline": "dgx-spark",

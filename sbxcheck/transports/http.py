@@ -18,13 +18,14 @@ import contextlib
 import contextvars
 import datetime as dt
 import email.utils
+import ipaddress
 import math
 import re
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
 import httpx
@@ -79,6 +80,24 @@ def map_httpx_error(
 def _sent(base_url: str, sent: bool, reason: str) -> dict[str, Any]:
     """Evidence of a failed request: the service, why, and whether it can have had an effect."""
     return {"service": service_of(base_url), "request_sent": sent, "reason": reason}
+
+
+def cleartext_to_network(url: str) -> bool:
+    """Whether ``url`` is plain ``http://`` to a host other than this machine's loopback (what is sent
+    there crosses a network unencrypted). A name is judged as written, never resolved."""
+    try:
+        parsed = urlsplit(url)
+        host = (parsed.hostname or "").rstrip(".").lower()
+    except ValueError:
+        return False
+    if parsed.scheme.lower() != "http":
+        return False
+    if host == "localhost" or host.endswith(".localhost"):
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return True
 
 
 def service_of(url: str) -> str:
@@ -335,6 +354,7 @@ def send(
     retry: bool = True,
     deadline_s: float | None = None,
     max_bytes: int = MAX_BODY_BYTES,
+    redirects: Literal["refuse", "return"] = "refuse",
     **kwargs: Any,
 ) -> httpx.Response:
     """Send one request with a whole-request deadline and a body cap, retried by ``policy``.
@@ -344,6 +364,8 @@ def send(
     attempt as a whole, so a server that dribbles a byte at a time cannot outlast it; a body
     above ``max_bytes`` is refused, never parsed. Pushback (429, 503 + Retry-After) is waited out
     for every method until the :func:`pushback_until` deadline (or ``policy.pushback_budget_s``).
+    A 3xx is never followed: it is refused (:func:`redirect_error`), or with ``redirects="return"``
+    returned for the caller to judge (a login page a proxy sends an expired session to).
     """
     attempts = 1 + (policy.retries if retry else 0)
     per_attempt = timeout_s if deadline_s is None else deadline_s
@@ -387,8 +409,8 @@ def send(
             time.sleep(policy.wait_s(attempt, resp))
             attempt += 1
             continue
-        if 300 <= resp.status_code < 400:  # never followed: a server never picks where the token goes
-            raise _redirect_error(label, resp)
+        if 300 <= resp.status_code < 400 and redirects == "refuse":  # never followed: a server never
+            raise redirect_error(label, resp)  # picks where the token goes
         return resp
 
 
@@ -397,10 +419,19 @@ def _size(n: int) -> str:
     return f"{n / (1 << 20):g} MiB" if n >= 1 << 20 else f"{n / 1024:g} KiB"
 
 
-def _redirect_error(label: str, resp: httpx.Response) -> BadResponseError:
+def location_host(resp: httpx.Response) -> str | None:
+    """The host a 3xx's Location names (never its path or query: they may hold a token), or None."""
+    location = resp.headers.get("location", "")
+    try:
+        return urlsplit(location).hostname if location else None
+    except ValueError:
+        return None
+
+
+def redirect_error(label: str, resp: httpx.Response) -> BadResponseError:
     """A 3xx: an unexpected redirect, naming only its Location's host (a query may hold a token)."""
     location = resp.headers.get("location", "")
-    host = urlsplit(location).hostname if location else None
+    host = location_host(resp)
     where = f"to host {host}" if host else ("to the same host" if location else "without a Location")
     return BadResponseError(
         f"{label}: unexpected redirect {resp.status_code} {where}; redirects are not followed "

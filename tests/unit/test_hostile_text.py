@@ -140,7 +140,7 @@ def test_a_url_with_userinfo_is_refused_at_load_without_showing_it(tmp_path: Pat
 
 def test_a_redirect_is_named_with_its_host_only() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(302, headers={"location": "https://evil.example/login?token=abc123secret"})
+        return httpx.Response(302, headers={"location": "https://evil.example/elsewhere?token=abc123secret"})
 
     client = SandboxedClient("http://cp.test", token="t0ken-abcdef", transport=httpx.MockTransport(handler))
     with pytest.raises(BadResponseError) as info:

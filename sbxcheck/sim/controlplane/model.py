@@ -212,6 +212,11 @@ BUSY_HOLDER_ID: Final = "0b5e55ed-0000-4000-8000-000000000020"  # the other sess
 BUSY_HOLDER_TAG: Final = "0ther5e5"
 
 TOKEN_EXPIRES_FAULT: Final = "cp.token-expires"
+# an SSO proxy in front: an expired or refused token meets its login page (a redirect, or the page itself)
+EXPIRY_REDIRECT_FAULT: Final = "cp.expiry-redirect"
+EXPIRY_HTML_FAULT: Final = "cp.expiry-html"
+LOGIN_EMPTY_FAULT: Final = "cp.login-empty"
+SSO_LOGIN_URL: Final = "https://sso.example.invalid/oauth2/login"
 TOKEN_REQUESTS: Final = 12  # requests a token authorizes under cp.token-expires: fewer than any run makes
 
 CONTROLPLANE_FAULTS: Final[dict[str, str]] = {
@@ -231,6 +236,11 @@ CONTROLPLANE_FAULTS: Final[dict[str, str]] = {
     "cp.idempotency-ignored": "create ignores idempotency_key (title coalescing stays on, as upstream): a "
     "retry with the same key and a new title is a new mission",
     "cp.auth-expired": "every bearer token is refused: 401 `Invalid or expired token`",
+    EXPIRY_REDIRECT_FAULT: f"a token is spent after {TOKEN_REQUESTS} requests; a spent or refused token is "
+    f"answered 302 to {SSO_LOGIN_URL} (an SSO proxy's login page), not 401",
+    EXPIRY_HTML_FAULT: f"a token is spent after {TOKEN_REQUESTS} requests; a spent or refused token is "
+    "answered 200 text/html with an SSO proxy's login page, not 401",
+    LOGIN_EMPTY_FAULT: "POST /api/auth/login answers 200 with an empty body",
     TOKEN_EXPIRES_FAULT: f"every token login issues expires after it has authorized {TOKEN_REQUESTS} requests "
     "(later ones with it: 401 `Invalid or expired token`); a new login issues a new one",
     "cp.cancel-slow": f"every cancel waits {CANCEL_SLOW_S:g}s before it acts (for interrupt tests)",
