@@ -244,3 +244,17 @@ def test_doctor_says_a_password_would_cross_the_network_in_cleartext(tmp_path: P
     assert "✗ control plane login: [sandboxed] url http://cp.invalid:3000 is plain http://" in lines[False]
     assert "allow_cleartext_password = true" in lines[False] and PASSWORD not in lines[False]
     assert "control plane login" not in lines[True]
+
+
+def test_an_unauthenticated_request_sent_to_a_login_page_is_auth_failed_naming_its_host_only() -> None:
+    """/api/health behind an SSO proxy: not an 'unexpected redirect' to check the URL for, but a login
+    the proxy asks for, which sbxcheck cannot give."""
+
+    def proxy(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(302, headers={"location": "https://sso.example.com/login?token=abc123secret"})
+
+    client = SandboxedClient(BASE, token=TOKEN, transport=httpx.MockTransport(proxy), retries=0)
+    with client, pytest.raises(AuthFailed) as refused:
+        client.health()
+    assert "GET /api/health: answered 302 to a login page on host sso.example.com" in refused.value.message
+    assert "abc123secret" not in json.dumps([refused.value.message, refused.value.evidence])
