@@ -364,7 +364,7 @@ class MissionDispatcher:
                 created = channel.create(spec)
             except SbxError as exc:
                 if not isinstance(exc, MissionRejected):
-                    self.intents.release_if_never_sent(entry, exc)
+                    self.intents.release_if_made_nothing(entry, exc)
                     raise
                 effort_error = "model_effort" in exc.reason
                 run.effort_attempts.append(
@@ -421,7 +421,7 @@ class MissionDispatcher:
             retry = channel.create(retry_spec)
         except SbxError as exc:
             if not isinstance(exc, MissionRejected):
-                self.intents.release_if_never_sent(entry, exc)
+                self.intents.release_if_made_nothing(entry, exc)
                 raise
             # the key lookup comes before every refusal but prompt validation (spec 3.4 step 5): a refused
             # retry means the key did not match

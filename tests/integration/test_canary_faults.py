@@ -105,7 +105,9 @@ def test_every_controlplane_fault_is_in_the_matrix() -> None:
     # a control plane that lies in well-formed answers: tests/integration/test_lying_control_plane.py
     lies = ("cp.coalesce-foreign", "cp.stream-lies", "cp.stream-endless-line", "cp.list-flood")
     lies += ("cp.record-id-mismatch", "cp.cost-nonfinite", "cp.cost-negative")
-    lies += ("cp.token-expires",)  # tests/integration/test_token_expiry.py
+    lies += ("cp.deep-json",)  # tests/integration/test_lying_control_plane.py
+    # a session's expiry in any form, a login that answers nothing: tests/integration/test_token_expiry.py
+    lies += ("cp.token-expires", "cp.expiry-redirect", "cp.expiry-html", "cp.login-empty")
     # a release's own limits and clock: tests/integration/test_cp_releases.py, test_fleet_canaries.py
     lies += ("cp.slot-held", "cp.clock-behind")
     cp_faults = {
