@@ -78,6 +78,7 @@ ALLOWED = {
     ("sbxcheck.safeio", "loads_bounded"),  # the bounded reader itself
     ("sbxcheck.lifecycle.ledger_format", "_loads_short"),  # a ledger status line under 256 bytes
     ("sbxcheck.plugin.xdist", "read_groups"),  # the groups file this run's own worker wrote
+    ("sbxcheck.plugin.waiving", "pytest_xdist_node_collection_finished"),  # this run's worker's problems file
     ("sbxcheck.plugin.collector", "pytest_runtest_logreport"),  # this run's own worker's record
     # McpToolResult.json(): itself loads_bounded
     ("sbxcheck.plugin.suitework", "health"),  # (in mission_signal_scan)
