@@ -27,7 +27,7 @@ from sbxcheck.checks.gate_model import (
     model_answers_script,
     parse_pi_events,
 )
-from sbxcheck.checks.script import GateScript
+from sbxcheck.checks.script import NEUTRAL_BASH, GateScript
 from sbxcheck.errors import CommandTimeout
 from sbxcheck.results import Outcome
 from sbxcheck.transports.ssh import CommandResult
@@ -223,7 +223,7 @@ def test_c_never_puts_the_key_on_a_command_line() -> None:
     shell = FakeShell(http_out(200, answer("pong")))
     check_model_answers(shell, TARGET, "google/gemini-3.6-flash")
     command, script = shell.sent[0]
-    assert command.startswith("bash -s -- ")
+    assert command.startswith(NEUTRAL_BASH + " -- ")
     assert "OPENROUTER_API_KEY" not in command and "Authorization" not in command
     assert "-H @-" in script  # the header travels on curl's stdin, not its argv
 
