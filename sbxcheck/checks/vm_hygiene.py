@@ -94,7 +94,7 @@ _SCRIPT = (
     + r"""
 command -v python3 >/dev/null 2>&1 || { echo "SBX_SCRIPT_ERROR python3 is not on the VM's PATH"; exit 0; }
 echo "SBX_SCAN_BEGIN"
-python3 -c "$SCAN_PY" "$@" 2>&1
+python3 -I -c "$SCAN_PY" "$@"
 echo "SBX_SCAN_END $?"
 echo "SBX_END"
 """

@@ -13,6 +13,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sbxcheck.checks.curl_answer import split_http
 from sbxcheck.checks.gate import (
     GateTarget,
     judge_git_integrity,
@@ -24,7 +25,6 @@ from sbxcheck.checks.gate_model import (
     judge_credit_remaining,
     judge_model_answers,
     parse_pi_events,
-    split_http,
 )
 from sbxcheck.checks.script import ScriptRun
 from sbxcheck.clients.runrecords import RECORD_FIELDS, parse_run_record
