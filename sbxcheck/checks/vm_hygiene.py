@@ -13,8 +13,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shlex
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from sbxcheck.checks.base import RemoteShell, trim
 from sbxcheck.checks.gate import GateTarget, with_advice
 from sbxcheck.checks.script import END, GateScript, ScriptRun, run_script, script_failure, section
 from sbxcheck.results import CheckResult, Classification, Outcome
+from sbxcheck.safeio import path_state
 
 __all__ = [
     "HostSecrets",
@@ -47,13 +48,22 @@ home = os.path.expanduser("~")
 pattern = re.compile(sys.argv[1].encode())
 max_files, max_bytes = int(sys.argv[2]), int(sys.argv[3])
 skipped = set(sys.argv[4].split(","))
-modes = {}
+modes, links, odd = {}, {}, {}
 for rel in ("app/.env", ".pi/agent/models.json"):
+    modes[rel] = None
     try:
         st = os.lstat(os.path.join(home, rel))
-        modes[rel] = "%04o" % stat.S_IMODE(st.st_mode)
     except OSError:
-        modes[rel] = None
+        continue
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            links[rel] = os.readlink(os.path.join(home, rel))
+        except OSError:
+            links[rel] = "?"
+    elif not stat.S_ISREG(st.st_mode):
+        odd[rel] = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+    else:
+        modes[rel] = "%04o" % stat.S_IMODE(st.st_mode)
 found, files, big, capped = {}, 0, 0, False
 for top, dirs, names in os.walk(home, followlinks=False):
     dirs[:] = sorted(d for d in dirs if d not in skipped)
@@ -82,8 +92,8 @@ for top, dirs, names in os.walk(home, followlinks=False):
             found.setdefault(digest, set()).add(os.path.relpath(path, home))
     if capped:
         break
-print(json.dumps({"modes": modes, "files_scanned": files, "files_too_big": big, "capped": capped,
-                  "tokens": [{"sha256": h, "paths": sorted(p)} for h, p in sorted(found.items())]}))
+print(json.dumps({"modes": modes, "links": links, "odd": odd, "files_scanned": files, "files_too_big": big,
+                  "capped": capped, "tokens": [{"sha256": h, "paths": sorted(p)} for h, p in sorted(found.items())]}))
 """
 
 _SCRIPT = (
@@ -133,6 +143,8 @@ def judge_vm_scan(target: GateTarget, run: ScriptRun) -> CheckResult:
             CHECK, target.run_id, "unexpected output from the hygiene scan", Classification.BAD_RESPONSE, ev
         )
     ev["vm_modes"] = doc["modes"]
+    ev["vm_links"] = _strings(doc.get("links"))  # secret files that are symlinks: judged as links
+    ev["vm_not_regular"] = _strings(doc.get("odd"))
     ev["files_scanned"] = doc.get("files_scanned")
     ev["files_too_big"] = doc.get("files_too_big")
     ev["scan_capped"] = bool(doc.get("capped"))
@@ -143,6 +155,10 @@ def judge_vm_scan(target: GateTarget, run: ScriptRun) -> CheckResult:
         if isinstance(t, dict)
     ]
     return CheckResult.passed(CHECK, target.run_id, "scanned", ev)
+
+
+def _strings(value: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
 
 def check_vm_hygiene(shell: RemoteShell, target: GateTarget) -> CheckResult:
@@ -189,13 +205,6 @@ def _dotenv_value(text: str, name: str) -> str:
     return lines[0] if len(lines) == 1 and "=" not in lines[0] else ""
 
 
-def _host_key_mode(path: Path) -> str | None:
-    try:
-        return f"{stat.S_IMODE(path.stat().st_mode):04o}"
-    except OSError:
-        return None
-
-
 def judge_hygiene(
     target: GateTarget, scan: CheckResult, host: HostSecrets, runtime_key_hash: str
 ) -> CheckResult:
@@ -206,19 +215,45 @@ def judge_hygiene(
     tokens: list[tuple[str, list[str]]] = scan.evidence.get("_tokens", [])
     problems: list[str] = []
     fixes: list[str] = []
-    wide = [
-        f"~/{rel} is {mode}"
+    wide = {
+        rel: mode
         for rel, mode in ev["vm_modes"].items()
-        if mode is not None and int(mode, 8) & 0o077
-    ]
+        if isinstance(mode, str) and re.fullmatch(r"[0-7]{3,4}", mode) and int(mode, 8) & 0o077
+    }
     if wide:
-        problems.append("readable beyond its owner on the VM: " + ", ".join(wide))
-        fixes.append(f"on {target.host}: `chmod 600 ~/app/.env ~/.pi/agent/models.json`")
+        problems.append("readable beyond its owner on the VM: " + ", ".join(f"~/{r} is {m}" for r, m in wide.items()))
+        fixes.append(f"on {target.host}: `chmod 600 {' '.join(f'~/{shlex.quote(r)}' for r in wide)}`")
+    linked = {**ev.get("vm_links", {}), **ev.get("vm_not_regular", {})}
+    for rel, where in ev.get("vm_links", {}).items():
+        problems.append(f"~/{rel} is a symlink to {where} on the VM (a secret file is judged as itself)")
+    for rel, what in ev.get("vm_not_regular", {}).items():
+        problems.append(f"~/{rel} is {what} on the VM, not a secret file")
+    if linked:
+        fixes.append(
+            f"on {target.host}: look with `ls -l {' '.join(f'~/{shlex.quote(r)}' for r in linked)}` and make each "
+            "a regular file of mode 0600 in its place (chmod on a link changes what it points to)"
+        )
+    key = path_state(host.key_file)
     ev["host_key_file"] = str(host.key_file)
-    ev["host_key_mode"] = key_mode = _host_key_mode(host.key_file)
-    if key_mode is not None and int(key_mode, 8) & 0o077:
-        problems.append(f"the runtime key file {host.key_file} is {key_mode} on this host")
-        fixes.append(f"here: `chmod 600 {shlex.quote(str(host.key_file))}`")
+    ev["host_key_kind"] = key.kind
+    ev["host_key_mode"] = f"{key.mode:04o}" if key.kind == "file" and key.mode is not None else None
+    quoted = shlex.quote(str(host.key_file))
+    if key.kind == "symlink":
+        ev["host_key_target"] = key.target
+        problems.append(
+            f"the runtime key file {host.key_file} is {key.describe()} on this host (judged as a link, not "
+            "through it)"
+        )
+        fixes.append(
+            f"here: look with `ls -l {quoted}`, then put the key file itself in its place, mode 0600 (chmod "
+            f"on the link would change {key.target})"
+        )
+    elif key.kind not in ("file", "missing"):
+        problems.append(f"the runtime key file {host.key_file} is {key.describe()} on this host, not a key file")
+        fixes.append(f"here: look with `ls -ld {quoted}`")
+    elif key.mode is not None and key.mode & 0o077:
+        problems.append(f"the runtime key file {host.key_file} is {key.mode:04o} on this host")
+        fixes.append(f"here: `chmod 600 {quoted}`")
     ev["provisioning_key_from"] = host.provisioning_source
     ev["key_shaped_tokens"] = len(tokens)
     own = [paths for digest, paths in tokens if runtime_key_hash and digest == runtime_key_hash]
@@ -248,12 +283,13 @@ def judge_hygiene(
             f"{', '.join(exposed)} on {target.host}, and find what copied it there",
         )
     if problems:
+        exposed_or_wide = bool(exposed or wide) or (key.kind == "file" and key.mode is not None and key.mode & 0o077)
         return CheckResult.failed(
             CHECK,
             target.run_id,
             "; ".join(problems),
             ev,
-            Classification.SECURITY_EXPOSURE,
+            Classification.SECURITY_EXPOSURE if exposed_or_wide else Classification.CONFIG_DEFECT,
             recommendation="; ".join(fixes) + ". The VM is left up; nothing was changed",
         )
     checked = f"compared sha256 of {len(tokens)} key-shaped token(s) in {ev['files_scanned']} file(s)"
