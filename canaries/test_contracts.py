@@ -19,4 +19,4 @@ def test_dispatch_contract(
 ) -> None:
     """The route's mission honours its roadmap or conversational dispatch contract."""
     run = sbx_missions.route(sbx_contract, sbx_missions.section.execution_deadline_s + 90)
-    sbx_verdict(check_dispatch_contract(run, sbx_session.sandboxed_client().tracks))
+    sbx_verdict(check_dispatch_contract(run, sbx_session.sandboxed_client()))

@@ -4,7 +4,9 @@ sbxcheck sim up --dir DIR [--fault NAME ...]   start the fleet, write DIR/sbxche
 sbxcheck sim down --dir DIR                    stop it
 sbxcheck sim faults                            every fault name, one line each
 sbxcheck report [DIR]                          summarise DIR/results.json
-sbxcheck history DIR [--keep N]                flaky items, since-when failing, incidents new/ongoing/resolved
+sbxcheck history DIR [--keep N]                flaky items, since-when failing, incidents new/ongoing/resolved,
+                                               the waivers and their remaining days
+sbxcheck waive NODEID --reason R --until DATE  append a waiver (a known failure that expires) to the waivers file
 sbxcheck doctor [--inventory PATH]             every precondition of a run, one line each (exit 0/1)
 sbxcheck version (or sbxcheck --version)
 """
@@ -12,7 +14,9 @@ sbxcheck version (or sbxcheck --version)
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -65,6 +69,10 @@ def _parser() -> argparse.ArgumentParser:
             "--cp-version", default=None, metavar="PROFILE",
             help="the control plane serves this release's API: current (default) or v0.7 (Feb 2026)",
         )  # fmt: skip
+        command.add_argument(
+            "--pi-version", default=None, metavar="VERSION",
+            help="the pi release the VMs run (npm): 0.83.0, the exe.dev image's (default); 0.73.1, 1.6.0, ...",
+        )  # fmt: skip
     down = sim.add_parser("down", help="stop a fleet started with `up`")
     down.add_argument("--dir", required=True, type=Path, help="the directory given to `sim up`")
     sim.add_parser("faults", help="list every fault name with one line each")
@@ -81,6 +89,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     history.add_argument("dir", type=Path, help="the --sbx-history directory")
     history.add_argument("--keep", type=int, default=None, metavar="N", help="only the last N runs")
+    waive = sub.add_parser(
+        "waive", help="append a waiver (a known failure that expires) for NODEID to the waivers file"
+    )
+    waive.add_argument("nodeid", metavar="NODEID", help="the node id or pattern (* and ? allowed) it waives")
+    waive.add_argument("--reason", required=True, help="why the failure is accepted")
+    waive.add_argument(
+        "--until", required=True, metavar="DATE",
+        help="when it stops applying: YYYY-MM-DD (00:00 UTC), a date-time, or +Nd (N days from now); at most 90 days",
+    )  # fmt: skip
+    waive.add_argument("--cause", default=None, help="waive only this classification or cause key")
+    waive.add_argument("--owner", default=None, help="who follows it up")
+    waive.add_argument("--link", default=None, help="the upstream issue or ticket (http(s) URL)")
+    waive.add_argument(
+        "--file", type=Path, default=None, metavar="PATH",
+        help="the waivers file (default: $SBXCHECK_WAIVERS, else ./sbxcheck-waivers.toml)",
+    )  # fmt: skip
     doctor = sub.add_parser(
         "doctor", help="check every precondition of a run (inventory, files, known_hosts, env, services, tools)"
     )
@@ -130,6 +154,8 @@ def _command(args: argparse.Namespace) -> int:
             return _report(args.dir)
         if args.command == "history":
             return _history(args.dir, args.keep)
+        if args.command == "waive":
+            return _waive(args)
         if args.command == "ledger":
             from sbxcheck.lifecycle.ledger import Ledger
 
@@ -141,9 +167,13 @@ def _command(args: argparse.Namespace) -> int:
             print(describe_faults())
             return 0
         if args.sim_command == "serve":
-            return _serve(args.dir, args.fault, args.seed, args.runs, args.sssf_checkout, args.cp_version)
+            return _serve(
+                args.dir, args.fault, args.seed, args.runs, args.sssf_checkout, args.cp_version, pi=args.pi_version
+            )
         if args.sim_command == "up":
-            return _up(args.dir, args.fault, args.seed, args.runs, args.sssf_checkout, args.cp_version)
+            return _up(
+                args.dir, args.fault, args.seed, args.runs, args.sssf_checkout, args.cp_version, pi=args.pi_version
+            )
         return _down(args.dir)
     except SbxError as exc:
         print(f"sbxcheck: {for_display(exc.message)}", file=sys.stderr)
@@ -151,11 +181,20 @@ def _command(args: argparse.Namespace) -> int:
 
 
 def _serve(
-    root: Path, faults: list[str], seed: int | None, runs: int = 3, sssf: Path | None = None, cp: str | None = None
+    root: Path,
+    faults: list[str],
+    seed: int | None,
+    runs: int = 3,
+    sssf: Path | None = None,
+    cp: str | None = None,
+    *,
+    pi: str | None = None,
 ) -> int:
     from sbxcheck.fleetsource import open_embedded
 
-    fleet = open_embedded(root, faults, seed=seed, runs=runs, embedded=False, sssf_checkout=sssf, cp_version=cp)
+    fleet = open_embedded(
+        root, faults, seed=seed, runs=runs, embedded=False, sssf_checkout=sssf, cp_version=cp, pi_version=pi
+    )
     root.mkdir(parents=True, exist_ok=True)
     (root / READY_FILE).unlink(missing_ok=True)
     stop = threading.Event()
@@ -169,6 +208,8 @@ def _serve(
         print(
             f"sbxcheck sim: serving {len(fleet.run_ids)} runs; inventory {fleet.inventory_path}", flush=True
         )
+        if fleet.pi is not None:
+            print(f"sbxcheck sim: the VMs run {fleet.pi.describe()}", flush=True)
         while not stop.wait(1.0):
             pass
     finally:
@@ -179,14 +220,23 @@ def _serve(
 
 
 def _up(
-    root: Path, faults: list[str], seed: int | None, runs: int = 3, sssf: Path | None = None, cp: str | None = None
+    root: Path,
+    faults: list[str],
+    seed: int | None,
+    runs: int = 3,
+    sssf: Path | None = None,
+    cp: str | None = None,
+    *,
+    pi: str | None = None,
 ) -> int:
-    from sbxcheck.fleetsource import check_cp_version, check_fault, check_sssf_checkout
+    from sbxcheck.fleetsource import check_cp_version, check_fault, check_pi_version, check_sssf_checkout
 
     for fault in faults:
         check_fault(fault)  # a bad name fails here, before anything starts
     if cp is not None:
         check_cp_version(cp)
+    if pi is not None:
+        check_pi_version(pi)
     if sssf is not None:
         sssf = sssf.resolve()
         check_sssf_checkout(sssf)
@@ -206,6 +256,8 @@ def _up(
         cmd += ["--sssf-checkout", str(sssf)]
     if cp is not None:
         cmd += ["--cp-version", cp]
+    if pi is not None:
+        cmd += ["--pi-version", pi]
     with open(root / LOG_FILE, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + UP_DEADLINE_S
@@ -280,14 +332,18 @@ def _report(directory: Path) -> int:
     report = load_report(directory / "results.json" if directory.is_dir() else directory)
     _say(f"inventory: {report.inventory.source}  ({report.started_at} → {report.finished_at})")
     _say(counts_line(report.summary, len(report.not_run)))
-    first = {"failed": 0, "error": 1, "skipped": 2}  # what needs a look comes first, passed last
-    for rec in sorted(report.checks, key=lambda r: first.get(r.outcome.value, 3)):
+    first = {"failed": 0, "error": 1, "waived": 2, "skipped": 3}  # what needs a look comes first, passed last
+    for rec in sorted(report.checks, key=lambda r: first.get(r.outcome.value, 4)):
         cls = rec.classification.value if rec.classification else ""
         _say(f"  {rec.outcome.value:7} {cls:18} {rec.nodeid}")
     for inc in report.incidents:
         _say(
             f"incident {inc.id} [{inc.classification.value}] {inc.summary}\n  next step: {inc.recommendation}"
         )
+    from sbxcheck.report.waivers import waiver_lines
+
+    for line, _ in waiver_lines(report.model_dump(mode="json")):
+        _say(line)
     failing = report.summary.get("failed", 0) + report.summary.get("error", 0)
     return 1 if failing else 0
 
@@ -309,6 +365,41 @@ def _history(directory: Path, keep: int | None) -> int:
     if not view.runs:
         return 2
     return 0 if view.runs[-1].verdict == "passed" else 1
+
+
+def _until(text: str, now: dt.datetime) -> str:
+    """``--until``: a date or date-time as written, or ``+Nd`` (N days from now, as a date)."""
+    days = re.fullmatch(r"\+?(\d{1,3})d", text.strip())
+    return (now + dt.timedelta(days=int(days.group(1)))).date().isoformat() if days else text
+
+
+def _waive(args: argparse.Namespace) -> int:
+    """Append a waiver to the waivers file, validated first (exit 0), else one line saying why (exit 2)."""
+    from sbxcheck.waivers import WAIVERS_FILENAME, append_waiver, table_problems
+
+    now = dt.datetime.now(dt.UTC)
+    env = os.environ.get("SBXCHECK_WAIVERS", "").strip()
+    path = args.file or (Path(env).expanduser() if env else Path(WAIVERS_FILENAME))
+    table = {"match": args.nodeid, "reason": args.reason, "until": _until(args.until, now)}
+    table |= {k: v for k in ("cause", "owner", "link") if (v := getattr(args, k)) is not None}
+    waiver, problems = table_problems(table, now)
+    if waiver is None:
+        print(f"sbxcheck waive: {for_display('; '.join(problems))}; {path} not changed", file=sys.stderr)
+        return 2
+    try:
+        index = append_waiver(path, waiver, now=now)
+    except SbxError as exc:
+        print(f"sbxcheck waive: {for_display(exc.message)}", file=sys.stderr)
+        return 2
+    from sbxcheck.report.waivers import days_left_text
+
+    left = days_left_text((waiver.expires_at - now).total_seconds() / 86400)
+    _say(f"sbxcheck waive: added waiver #{index} to {path}: {waiver.match} until {waiver.until_text} ({left})")
+    _say(
+        f"  a run reads it with --sbx-waivers={path.resolve()}"
+        + (" (or as sbxcheck-waivers.toml in pytest's rootdir)" if path.name == WAIVERS_FILENAME else "")
+    )
+    return 0
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ time imports this module.
 
 from __future__ import annotations
 
+import datetime as dt
 import inspect
 import json
 import sys
@@ -26,7 +27,10 @@ from sbxcheck.inventory import Inventory
 
 COMMAND = "python -m sbxcheck.docs_inventory docs/inventory.md"
 
-_SCALARS: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean", Path: "path"}
+_SCALARS: dict[Any, str] = {
+    str: "string", int: "integer", float: "number", bool: "boolean", Path: "path",
+    dt.date: "date", dt.datetime: "date-time",
+}  # fmt: skip
 _BOUNDS: tuple[tuple[type[Any], str, str], ...] = (
     (annotated_types.Gt, "gt", ">"),
     (annotated_types.Ge, "ge", "≥"),

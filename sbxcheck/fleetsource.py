@@ -25,6 +25,7 @@ __all__ = [
     "FleetSource",
     "check_cp_version",
     "check_fault",
+    "check_pi_version",
     "check_sssf_checkout",
     "describe_faults",
     "node_toolchain",
@@ -104,12 +105,14 @@ def open_embedded(
     sssf_checkout: Path | None = None,
     install_attempt: str | None = None,
     cp_version: str | None = None,
+    pi_version: str | None = None,
 ) -> EmbeddedFleet:
     """The embedded simulated fleet in ``root`` (not yet materialized or serving).
 
     ``sssf_checkout``: a real SSSF checkout whose recipes the fleet runs instead of its stand-ins.
     ``install_attempt``: processes sharing one try at installing pi (a session's xdist workers).
     ``cp_version``: the release profile its control plane serves (``current``, ``v0.7``).
+    ``pi_version``: the pi release its VMs run (None: the exe.dev image's, 0.83.0).
     """
     _require_sim()
     from sbxcheck.sim.fleet import SimFleet
@@ -118,7 +121,7 @@ def open_embedded(
         check_sssf_checkout(sssf_checkout)
     return SimFleet(
         root, faults, seed=seed, runs=runs, embedded=embedded, sssf_checkout=sssf_checkout,
-        install_attempt=install_attempt, cp_version=cp_version,
+        install_attempt=install_attempt, cp_version=cp_version, pi_version=pi_version,
     )  # fmt: skip
 
 
@@ -140,6 +143,14 @@ def check_cp_version(name: str) -> None:
     from sbxcheck.sim.controlplane.releases import release_profile
 
     release_profile(name)
+
+
+def check_pi_version(version: str) -> None:
+    """Raise SbxError when ``version`` is not a pi release the simulator can install (``MAJOR.MINOR.PATCH``)."""
+    _require_sim()
+    from sbxcheck.sim.pi_releases import pi_release
+
+    pi_release(version)
 
 
 def check_sim_environment() -> None:
@@ -174,13 +185,16 @@ def describe_faults() -> str:
     return describe()
 
 
-def pi_status(attempt: str | None = None) -> str:
-    """Which pi the simulated VMs run (the real CLI, or why there is none); ``attempt``: a session tag."""
+def pi_status(attempt: str | None = None, version: str | None = None) -> str:
+    """Which pi the simulated VMs run (the real CLI, or why there is none); ``attempt``: a session tag.
+
+    ``version``: the ``--sbx-sim-pi-version`` setting (None: the exe.dev image's release).
+    """
     if not sim_installed():
         return "not installed (" + SIM_EXTRA + ")"
     from sbxcheck.sim.pi import pi_status as status
 
-    return status(attempt=attempt)
+    return status(attempt=attempt, version=version)
 
 
 def node_toolchain() -> NodeToolchain:

@@ -37,6 +37,7 @@ from sbxcheck.inventory_sandboxed import (
 )
 from sbxcheck.redact import default_redactor
 from sbxcheck.safeio import UnsafeInput, read_regular_file
+from sbxcheck.waivers import Waiver, read_waivers
 
 _HOST_LABEL_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 INVENTORY_FILENAME = "sbxcheck.toml"
@@ -69,6 +70,7 @@ __all__ = [
     "SshSection",
     "SssfSection",
     "StateSection",
+    "Waiver",
     "WorkspaceCanarySpec",
     "WorkspaceExpectation",
     "credential_free_remote",
@@ -284,6 +286,11 @@ class Inventory(StrictSection):
     dgx: DgxSection | None = Field(default=None, description="the DGX items and their triage")
     state: StateSection = Field(default_factory=StateSection, description="the ledger")
     sim: SimSection | None = Field(default=None, description="written by `sbxcheck sim up`; never write it")
+    waivers: list[Waiver] = Field(
+        default_factory=list,
+        description="known failures that expire: matching items still run, and failing for the waived cause "
+        "they are left out of the verdict until the waiver's date",
+    )
 
     source: str = Field(default="", exclude=True)
 
@@ -344,6 +351,10 @@ def load_inventory(path: Path) -> Inventory:
     except RecursionError:
         raise InventoryError(f"{source}: TOML nested too deeply; expected a TOML inventory") from None
     data = _resolve_paths(data, path.resolve().parent)
+    if "waivers" in data:  # validated on their own: one line names the file and each bad waiver
+        import datetime as dt
+
+        data["waivers"] = [p.waiver for p in read_waivers(data["waivers"], source, now=dt.datetime.now(dt.UTC))]
     try:
         inv = Inventory.model_validate(data)
     except ValidationError as exc:

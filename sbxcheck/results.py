@@ -22,6 +22,7 @@ class Outcome(enum.StrEnum):
     FAILED = "failed"  # the system is wrong
     ERROR = "error"  # we could not tell: unreachable, timed out, bad response
     SKIPPED = "skipped"  # a stated precondition is absent
+    WAIVED = "waived"  # failed for a cause a waiver accepts until a date: left out of the verdict
 
 
 class Classification(enum.StrEnum):
@@ -64,6 +65,9 @@ class CheckResult(BaseModel):
     attempts: int = 1
     cause: str | None = None  # a short signature; failures sharing one form an incident
     recommendation: str | None = None
+    # what to type for the recommendation: built by sbxcheck's templates (sbxcheck.commands), never
+    # taken from text a server, a VM or an agent wrote; report.html offers these (and the re-run) to copy
+    commands: list[str] = Field(default_factory=list)
 
     @classmethod
     def passed(cls, check: str, target: str, message: str, evidence: Evidence) -> CheckResult:
@@ -120,6 +124,10 @@ class CheckRecord(CheckResult):
     next_step: str | None = None  # the recommendation as shown to people (or the classification's default)
     key_evidence: list[str] = Field(default_factory=list)  # the evidence lines a person needs to act
     wait_s: float | None = None  # share of duration_s spent waiting (e.g. for a shared connection)
+    # the waiver that matched the item: what it says, what it did (status) and what the item had
+    waiver: dict[str, Any] | None = None
+    # with --sbx-history, a failing or waived item: "new in this run", "failing for 6 runs since 2026-12-01"
+    failing_for: str | None = None
 
 
 def incident_id(classification: Classification, key: str, *, kind: str = "cause") -> str:
@@ -136,6 +144,7 @@ class Incident(BaseModel):
     summary: str
     checks: list[str]
     recommendation: str
+    commands: list[str] = Field(default_factory=list)  # the recommendation's own commands (sbxcheck's)
 
 
 class InventoryInfo(BaseModel):
@@ -168,6 +177,8 @@ class RunReport(BaseModel):
     spend: dict[str, Any] = Field(default_factory=dict)
     # where the run's report.html is published (--sbx-report-url), so a page or alert can link to it
     report_url: str = ""
+    # every waiver of the run (inventory and waivers file): what it says, its status, the items per status
+    waivers: list[dict[str, Any]] = Field(default_factory=list)
 
     model_config = ConfigDict(populate_by_name=True)
 

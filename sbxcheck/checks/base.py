@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from sbxcheck.errors import NotServed, SbxError, service_cause
 from sbxcheck.redact import default_redactor
 from sbxcheck.results import CheckResult, Classification, Outcome
+from sbxcheck.safeio import loads_bounded
 from sbxcheck.transports.ssh import CommandResult
 
 TRIM_CHARS = 2000
@@ -33,6 +34,18 @@ def trim(text: str, limit: int = TRIM_CHARS) -> str:
     if len(text) <= limit:
         return text
     return text[:limit] + f"\n... [{len(text) - limit} more characters trimmed]"
+
+
+def json_or_none(text: str) -> Any:
+    """The parsed document, or None for anything that is not strict JSON (NaN/Infinity included)."""
+    try:
+        return loads_bounded(text, parse_constant=_reject_constant)
+    except ValueError:  # not JSON, a NaN/Infinity, or refused as too deep or large
+        return None
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-standard JSON constant {name}")
 
 
 def run_check(check: str, target: str, body: Callable[[], CheckResult]) -> CheckResult:

@@ -6,18 +6,20 @@ retry-safe ``idempotency_key`` is the session's) or ``contract = "conversational
 
 * roadmap: the record echoes project and track; the keyed retry (different title and prompt)
   returned the original mission, never a second one; ``GET /api/control/tracks?project=`` shows
-  the track reserved; and the evidence says that completion is not acceptance;
+  the track reserved, and the track's missions listed (``GET /api/control/missions?project=&track=``)
+  hold one for this session's intent (its create's title or its retry's: earlier nights' missions in
+  the same track are theirs); and the evidence says that completion is not acceptance;
 * conversational: the record carries the session's ``origin_session_id``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, Final
+from collections.abc import Sequence
+from typing import Any, Final, Protocol
 
 from sbxcheck.checks.base import run_check
-from sbxcheck.clients.missionruns import RouteRun
-from sbxcheck.clients.sandboxed_models import TrackRow
+from sbxcheck.clients.missionruns import RETRY_TITLE_SUFFIX, RouteRun
+from sbxcheck.clients.sandboxed_models import Mission, TrackRow
 from sbxcheck.results import CheckResult, Classification, Outcome
 
 CHECK_CONTRACT: Final = "dispatch_contract"
@@ -25,9 +27,29 @@ NOT_ACCEPTANCE: Final = (
     "mission completion alone does not satisfy the track: accepted criterion evidence at the governed "
     "artifact version must be recorded separately (this item never marks a track done)"
 )
+INTENT_PAGE: Final = 200  # the track's newest missions read for this session's intent (newest first)
 
 
-def check_dispatch_contract(run: RouteRun, tracks: Callable[[str], Sequence[TrackRow]]) -> CheckResult:
+class TrackReader(Protocol):
+    """The two reads a roadmap contract makes of the control plane."""
+
+    def tracks(self, project: str) -> Sequence[TrackRow]: ...
+
+    def list_missions(
+        self, *, all: bool = False, project: str | None = None, track: str | None = None, limit: int | None = None
+    ) -> Sequence[Mission]: ...
+
+
+def intent_missions(reader: TrackReader, run: RouteRun) -> list[Mission]:
+    """The track's missions made for this run's intent: its create's title or its keyed retry's (every
+    title carries the session's tag), from the track's newest ``INTENT_PAGE`` missions."""
+    route = run.route
+    titles = {run.title, run.title + RETRY_TITLE_SUFFIX}
+    listed = reader.list_missions(all=True, project=route.project, track=route.track, limit=INTENT_PAGE)
+    return [m for m in listed if m.title in titles and m.track in (None, route.track)]
+
+
+def check_dispatch_contract(run: RouteRun, reader: TrackReader) -> CheckResult:
     """The route's mission honours its dispatch contract (see the module docstring)."""
     route = run.route
     target = route.label
@@ -96,14 +118,20 @@ def check_dispatch_contract(run: RouteRun, tracks: Callable[[str], Sequence[Trac
                 if retry_id != mission_id:
                     problems.append(f"reusing the idempotency key made a second mission {retry_id[:8]}")
             assert route.project is not None
-            rows = [r for r in tracks(route.project) if r.track == route.track]
+            rows = [r for r in reader.tracks(route.project) if r.track == route.track]
             evidence["track_row"] = rows[0].model_dump() if rows else None
             if not rows or rows[0].total < 1:
                 problems.append(
                     f"GET /api/control/tracks?project={route.project} shows no track {route.track!r}"
                 )
-            elif rows[0].total > 1:
-                problems.append(f"track {route.track!r} holds {rows[0].total} missions for one intent")
+            else:
+                ours = intent_missions(reader, run)
+                evidence["intent_missions"] = [m.id for m in ours]
+                if len(ours) > 1:
+                    problems.append(
+                        f"track {route.track!r} holds {len(ours)} missions for one intent "
+                        f"({', '.join(m.id[:8] for m in ours)})"
+                    )
         if problems:
             return CheckResult.failed(
                 CHECK_CONTRACT,

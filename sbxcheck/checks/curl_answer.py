@@ -12,7 +12,9 @@ import re
 from typing import Any
 
 from sbxcheck.checks.base import trim
+from sbxcheck.checks.gate import lifecycle_command
 from sbxcheck.checks.script import END, ScriptRun, content_lines, script_failure, section
+from sbxcheck.commands import commands
 from sbxcheck.results import CheckResult, Classification
 
 __all__ = ["CURL_TAIL", "PRECONDITION_MESSAGES", "curl_answer", "curl_stderr", "precondition", "split_http"]
@@ -72,13 +74,16 @@ def precondition(
     if not markers:
         return None
     ev["precondition"] = markers[0]
-    advice = None
     if markers[0] in ("SBX_NOAPP", "SBX_NOKEY"):
         advice = (
             f"the run cannot get its runtime key on the VM: `just sbx lifecycle fill {run_id}` clones ~/app and "
             f"writes ~/app/.env from .sandbox/runs/{run_id}.key; then re-run the gate. Nothing was changed"
         )
-    return CheckResult.failed(check, tgt, PRECONDITION_MESSAGES[markers[0]], ev, recommendation=advice)
+        return CheckResult.failed(
+            check, tgt, PRECONDITION_MESSAGES[markers[0]], ev,
+            recommendation=advice, commands=commands(lifecycle_command("fill", run_id)),
+        )  # fmt: skip
+    return CheckResult.failed(check, tgt, PRECONDITION_MESSAGES[markers[0]], ev)
 
 
 def curl_answer(

@@ -426,6 +426,7 @@ def triage_dgx(
         Classification.INFRASTRUCTURE,
         cause=DGX_CAUSE,
         recommendation=DGX_RECOVERY,
+        commands=[REMEDIATION_COMMAND],
     )
 
 

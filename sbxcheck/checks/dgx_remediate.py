@@ -182,6 +182,7 @@ def remediate_tailscaled(
                 ev,
                 recommendation="set [dgx] remediation_sudo to always or never, or run "
                 f"`{REMEDIATION_COMMAND}` on {host} by hand",
+                commands=[REMEDIATION_COMMAND],
             )
         res = shell.run(command, timeout=timeout_s)
         ev["command_run"] = True
@@ -200,6 +201,7 @@ def remediate_tailscaled(
                 ev,
                 recommendation=f"give the SSH user on {host} passwordless sudo for `{REMEDIATION_COMMAND}` "
                 "(or set [dgx] remediation_sudo), or run it there by hand",
+                commands=[REMEDIATION_COMMAND],
             )
         after = _states(shell, timeout_s)
         ev["after"] = _state_evidence(after)

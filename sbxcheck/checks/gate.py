@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec
 
 from sbxcheck.checks.base import RemoteShell, trim
+from sbxcheck.checks.pi_output import read_model_table
 from sbxcheck.checks.script import (
     END,
     PRELUDE,
@@ -39,6 +40,7 @@ from sbxcheck.checks.script import (
     section,
 )
 from sbxcheck.clients.roster import MAX_CONFIG_BYTES, RosterError, parse_roster
+from sbxcheck.commands import commands, filled, on_host, shell_command
 from sbxcheck.results import CheckResult, Classification, Outcome
 
 P = ParamSpec("P")
@@ -49,8 +51,6 @@ PING_BODY: dict[str, Any] = {
     "messages": [{"role": "user", "content": "ping - respond with pong"}],
 }
 COST_PROBE_PROMPT = "Write one sentence about sandboxes."
-NO_MODELS_RE = re.compile(r"no models available", re.IGNORECASE)
-COST_FIELDS = ("input", "output", "cacheRead", "cacheWrite")
 CURL_TIMEOUT_EXIT = 28
 
 
@@ -114,7 +114,8 @@ echo "SBX_END"
 """
 )
 
-# pi 0.73.1 prints its table on stderr without a TTY: both streams are read; markers go to stdout.
+# pi up to 0.79.0 prints its table on stderr without a TTY, later releases on stdout: both streams are
+# read (checks/pi_output.py takes the table from the one with its header); markers go to stdout.
 _LIST_SCRIPT = (
     PRELUDE
     + r"""
@@ -147,10 +148,20 @@ echo "SBX_END"
 )
 
 
+def ssh_login_words(target: GateTarget) -> list[str]:
+    """``ssh [-F CONFIG] HOST``, word by word: the login that resolves the alias as the gate's own
+    connection did."""
+    return ["ssh", *(["-F", target.ssh_config] if target.ssh_config else []), target.host]
+
+
 def ssh_login(target: GateTarget) -> str:
-    """``ssh [-F CONFIG] HOST``: the login that resolves the alias as the gate's own connection did."""
-    config = f"-F {shlex.quote(target.ssh_config)} " if target.ssh_config else ""
-    return f"ssh {config}{shlex.quote(target.host)}"
+    """:func:`ssh_login_words` as one command line."""
+    return shlex.join(ssh_login_words(target))
+
+
+def lifecycle_command(verb: str, run_id: str) -> str | None:
+    """``just sbx lifecycle VERB RUN_ID`` (run in the SSSF checkout)."""
+    return shell_command("just", "sbx", "lifecycle", verb, run_id)
 
 
 def gate_advice(target: GateTarget) -> str:
@@ -161,14 +172,18 @@ def gate_advice(target: GateTarget) -> str:
     )
 
 
-def runtime_key_rejected_advice(run_id: str) -> str:
-    """Next step when OpenRouter refuses the VM's runtime key (not the harness's credentials)."""
-    return (
-        f"OpenRouter refused the VM's runtime key (OPENROUTER_API_KEY in ~/app/.env of {run_id}), not a "
-        f"credential of the inventory. If .sandbox/runs/{run_id}.key still holds a live key, rewrite "
-        f"~/app/.env with `just sbx lifecycle fill {run_id}`; if the key was revoked, mount a fresh run "
-        "(`just sbx mount <task>`), which mints a new one — sbxcheck mints nothing; nothing was changed"
-    )
+def runtime_key_rejected_next(run_id: str) -> dict[str, Any]:
+    """The next step (recommendation and commands) when OpenRouter refuses the VM's runtime key (not the
+    harness's credentials)."""
+    return {
+        "recommendation": (
+            f"OpenRouter refused the VM's runtime key (OPENROUTER_API_KEY in ~/app/.env of {run_id}), not a "
+            f"credential of the inventory. If .sandbox/runs/{run_id}.key still holds a live key, rewrite "
+            f"~/app/.env with `just sbx lifecycle fill {run_id}`; if the key was revoked, mount a fresh run "
+            "(`just sbx mount <task>`), which mints a new one — sbxcheck mints nothing; nothing was changed"
+        ),
+        "commands": commands(lifecycle_command("fill", run_id)),
+    }
 
 
 def credit_exhausted_advice(run_id: str) -> str:
@@ -193,7 +208,8 @@ def advised(
 def with_advice(result: CheckResult, target: GateTarget) -> CheckResult:
     """``result`` with the keep-the-VM advice when it did not pass and has no next step of its own."""
     if result.outcome is not Outcome.PASSED and result.recommendation is None:
-        return result.model_copy(update={"recommendation": gate_advice(target)})
+        typed = commands(shell_command(*ssh_login_words(target)), lifecycle_command("setup", target.run_id))
+        return result.model_copy(update={"recommendation": gate_advice(target), "commands": typed})
     return result
 
 
@@ -274,6 +290,11 @@ def git_refusal(check: str, tgt: str, output: str, ev: dict[str, Any], target: G
             recommendation=f"on {target.host}: `chown -R {user} ~/app` if the clone should be this user's, "
             'or trust it as it is: `git config --global --add safe.directory "$HOME/app"`; then re-run '
             f"`just sbx lifecycle setup {target.run_id}`. Nothing was changed",
+            commands=commands(
+                on_host(ssh_login_words(target), filled("chown -R {user} ~/app", user=str(user))),
+                on_host(ssh_login_words(target), 'git config --global --add safe.directory "$HOME/app"'),
+                lifecycle_command("setup", target.run_id),
+            ),
         )
     if "not a git repository" in text:
         ev["git_refusal"] = "not_a_repository"
@@ -284,6 +305,9 @@ def git_refusal(check: str, tgt: str, output: str, ev: dict[str, Any], target: G
             ev,
             recommendation=f"re-clone with `just sbx lifecycle fill {target.run_id}`, then re-run "
             f"`just sbx lifecycle setup {target.run_id}`. Nothing was changed",
+            commands=commands(
+                lifecycle_command("fill", target.run_id), lifecycle_command("setup", target.run_id)
+            ),
         )
     return CheckResult.failed(check, tgt, "git rev-parse failed — .git is damaged", ev)
 
@@ -295,47 +319,6 @@ def check_git_integrity(shell: RemoteShell, target: GateTarget) -> CheckResult:
 
 
 # ---------------------------------------------------------------- B
-
-
-@dataclass(frozen=True)
-class ListedModel:
-    provider: str
-    model: str
-    context: str
-    max_out: str
-
-
-_COUNT_RE = re.compile(r"^\d+(\.\d+)?[KM]?$")
-LIST_HEADER_RE = re.compile(r"provider\s+model\s+context\s+max-out\s+thinking\s+images\s*$")
-_YES_NO = ("yes", "no")
-
-
-def parse_list_models(text: str) -> tuple[bool, list[ListedModel], list[str]]:
-    """(header seen, model rows, other non-empty lines) from ``pi --list-models`` output.
-
-    A row has six columns: provider, model, context, max-out, thinking, images. Anything else
-    (extension noise such as ``reflection fetch failed: …``) is returned separately.
-    """
-    header = False
-    rows: list[ListedModel] = []
-    other: list[str] = []
-    for line in text.splitlines():
-        fields = line.split()
-        if not fields:
-            continue
-        if LIST_HEADER_RE.search(line) and (fields[0] == "provider" or not header):
-            header = True  # the first line may follow noise that did not end its own line
-        elif (
-            len(fields) == 6
-            and _COUNT_RE.match(fields[2])
-            and _COUNT_RE.match(fields[3])
-            and fields[4] in _YES_NO
-            and fields[5] in _YES_NO
-        ):
-            rows.append(ListedModel(fields[0], fields[1], fields[2], fields[3]))
-        else:
-            other.append(line)
-    return header, rows, other
 
 
 def pi_models_script(target: GateTarget) -> GateScript:
@@ -357,17 +340,30 @@ def judge_pi_models(target: GateTarget, run: ScriptRun) -> CheckResult:
     pi_exit = next((ln.split()[1] for ln in out_lines if re.fullmatch(r"SBX_PI_EXIT \d+", ln)), None)
     ev["pi_exit"] = int(pi_exit) if pi_exit is not None else None
     printed = [ln for ln in out_lines if not ln.startswith(("SBX_PI ", "SBX_PI_EXIT ")) and ln != END]
-    text = "\n".join([*printed, run.stderr])
-    header, rows, other = parse_list_models(text)
-    ev["header_seen"], ev["rows"], ev["other_lines"] = header, len(rows), len(other)
+    table = read_model_table("\n".join(printed), run.stderr)
+    rows, other = table.rows, table.other
+    ev["table_stream"], ev["header_seen"] = table.stream, table.stream is not None
+    ev["rows"], ev["other_lines"] = len(rows), len(other)
     ev["other_sample"] = [trim(ln, 200) for ln in other[:5]]
+    if table.models_json_errors:
+        ev["models_json_errors"] = table.models_json_errors
     if not rows and not other:
         return CheckResult.failed(check, tgt, "pi --list-models printed nothing", ev)
-    if NO_MODELS_RE.search(text):
+    if table.no_models:
         return CheckResult.failed(
             check, tgt, "pi says: No models available — ~/.pi/agent/models.json did not load", ev
         )
-    if not header or not rows:
+    if table.models_json_errors:  # every release then drops the custom roster; its built-in catalog stays
+        reason = next((ln for ln in table.models_json_errors if ln.startswith("- ")), table.models_json_errors[0])
+        built_in = sum(1 for r in rows if r.provider == "openrouter" and r.model in target.roster)
+        return CheckResult.failed(
+            check,
+            tgt,
+            f"pi rejected ~/.pi/agent/models.json ({reason.removeprefix('- ')}): none of its models loaded"
+            + (f"; {built_in} roster model(s) listed only from pi's built-in catalog" if built_in else ""),
+            ev,
+        )
+    if table.stream is None or not rows:
         return CheckResult.failed(
             check, tgt, f"pi --list-models printed no model table ({len(other)} other lines)", ev
         )

@@ -8,10 +8,9 @@ import json
 import math
 import re
 import shlex
-from dataclasses import dataclass, field
 from typing import Any
 
-from sbxcheck.checks.base import RemoteShell, trim
+from sbxcheck.checks.base import RemoteShell, json_or_none, trim
 from sbxcheck.checks.curl_answer import (
     CURL_TAIL,
     PRECONDITION_MESSAGES,
@@ -20,15 +19,15 @@ from sbxcheck.checks.curl_answer import (
     precondition,
 )
 from sbxcheck.checks.gate import (
-    COST_FIELDS,
     COST_PROBE_PROMPT,
     CURL_TIMEOUT_EXIT,
     PING_BODY,
     GateTarget,
     advised,
     credit_exhausted_advice,
-    runtime_key_rejected_advice,
+    runtime_key_rejected_next,
 )
+from sbxcheck.checks.pi_output import COST_FIELDS, judge_pi_call, positive_finite
 from sbxcheck.checks.script import (
     MAKE_TMPDIR,
     NEED_CURL,
@@ -42,7 +41,6 @@ from sbxcheck.checks.script import (
     section,
 )
 from sbxcheck.results import CheckResult, Classification
-from sbxcheck.safeio import loads_bounded
 
 _PING_SCRIPT = (
     PRELUDE
@@ -129,18 +127,6 @@ def _error_text(doc: Any) -> str:
     return "no content and no error field"
 
 
-def _json_or_none(text: str) -> Any:
-    """The parsed document, or None for anything that is not strict JSON (NaN/Infinity included)."""
-    try:
-        return loads_bounded(text, parse_constant=_reject_constant)
-    except ValueError:  # not JSON, a NaN/Infinity, or refused as too deep or large
-        return None
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"non-standard JSON constant {name}")
-
-
 def model_answers_script(target: GateTarget, model: str) -> GateScript:
     body = json.dumps({"model": model, **PING_BODY}, separators=(",", ":"))
     return GateScript(
@@ -179,7 +165,7 @@ def judge_model_answers(target: GateTarget, model: str, run: ScriptRun) -> Check
             Classification.INFRA_UNREACHABLE,
             cause=f"openrouter-unreachable:{target.run_id}",
         )
-    doc = _json_or_none(text)
+    doc = json_or_none(text)
     if doc is None:
         ev["body_excerpt"] = trim(text, 300)
         return CheckResult.failed(
@@ -212,7 +198,7 @@ def judge_model_answers(target: GateTarget, model: str, run: ScriptRun) -> Check
     elif status == 401:
         classification = Classification.AUTH_FAILED
         extra["cause"] = f"runtime-key-rejected:{target.run_id}"
-        extra["recommendation"] = runtime_key_rejected_advice(target.run_id)
+        extra.update(runtime_key_rejected_next(target.run_id))
     return CheckResult.failed(
         check,
         tgt,
@@ -229,15 +215,9 @@ def check_model_answers(shell: RemoteShell, target: GateTarget, model: str) -> C
     return judge_model_answers(target, model, run_script(shell, model_answers_script(target, model)))
 
 
-def _positive_finite(value: Any) -> bool:
-    return (
-        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-    )
-
-
 def rate_problems(rates_text: str) -> tuple[int, list[str]]:
     """(models declared, problems) from the models.json summary printed by the VM."""
-    doc = _json_or_none(rates_text)
+    doc = json_or_none(rates_text)
     if not isinstance(doc, dict):
         return 0, [f"could not read models.json: {trim(rates_text, 200)}"]
     if doc.get("missing"):
@@ -263,9 +243,20 @@ def rate_problems(rates_text: str) -> tuple[int, list[str]]:
                 f"{name}: partial cost block, missing {', '.join(absent)} (pi drops the whole roster)"
             )
         value = cost.get("input", 0)
-        if not _positive_finite(value):
+        if not positive_finite(value):
             problems.append(f"{name}: cost.input is {value!r}, must be a finite number > 0")
     return len(models), problems
+
+
+def probe_rates(rates_text: str, model: str) -> dict[str, Any] | None:
+    """models.json's cost block for ``model`` under the openrouter provider (D's probe), or None."""
+    doc = json_or_none(rates_text)
+    models = doc.get("models") if isinstance(doc, dict) else None
+    for m in models if isinstance(models, list) else []:
+        if isinstance(m, dict) and m.get("id") == model and m.get("provider") in ("openrouter", None):
+            cost = m.get("cost")
+            return cost if isinstance(cost, dict) else None
+    return None
 
 
 def cost_script(target: GateTarget) -> GateScript:
@@ -279,7 +270,9 @@ def cost_script(target: GateTarget) -> GateScript:
 
 
 def judge_cost_reported(target: GateTarget, run: ScriptRun) -> CheckResult:
-    """D: a live pi call, run as the SDLC runs it, reports a non-zero cost AND models.json has full rates."""
+    """D: a live pi call, run as the SDLC runs it, costs more than 0 at models.json's rates AND models.json
+    has full rates. pi's total alone proves nothing from pi-ai 1.5.0 on: it is OpenRouter's bill
+    (``cost.totalFromProvider``) whatever models.json says; the per-component costs are rate × tokens."""
     check, tgt = "D_cost_reported", target.run_id
     ev = base_evidence(run, cost_script(target).ran)
     if (failure := script_failure(check, tgt, run, ev)) is not None:
@@ -297,7 +290,8 @@ def judge_cost_reported(target: GateTarget, run: ScriptRun) -> CheckResult:
         return CheckResult.errored(
             check, tgt, "unexpected output from the cost probe", Classification.BAD_RESPONSE, ev
         )
-    declared, problems = rate_problems("\n".join(rates).strip())
+    rates_text = "\n".join(rates).strip()
+    declared, problems = rate_problems(rates_text)
     ev["models_json_models"] = declared
     ev["rate_problems"] = problems[:20]
     extra: dict[str, Any] = {}
@@ -305,7 +299,14 @@ def judge_cost_reported(target: GateTarget, run: ScriptRun) -> CheckResult:
     if "SBX_NOPI" in lines:
         problems.insert(0, "pi is not on PATH")
     else:
-        call = judge_pi_call(lines, target)
+        end = next((ln for ln in lines if re.fullmatch(r"SBX_PI_END \d{1,3}", ln)), None)
+        call = judge_pi_call(
+            section(lines, "SBX_PI_BEGIN", "SBX_PI_END"),
+            int(end.split()[1]) if end is not None else None,
+            section(lines, "SBX_STDERR_BEGIN", "SBX_STDERR_END") or [],
+            target.pi_timeout_s,
+            probe_rates(rates_text, target.cost_probe_model),
+        )
         ev.update(call.evidence)
         problems[:0] = call.problems
         if call.http_status == 402:
@@ -314,7 +315,7 @@ def judge_cost_reported(target: GateTarget, run: ScriptRun) -> CheckResult:
         elif call.http_status == 401:
             classification = Classification.AUTH_FAILED
             extra["cause"] = f"runtime-key-rejected:{target.run_id}"
-            extra["recommendation"] = runtime_key_rejected_advice(target.run_id)
+            extra.update(runtime_key_rejected_next(target.run_id))
     if problems:
         return CheckResult.failed(
             check,
@@ -324,11 +325,13 @@ def judge_cost_reported(target: GateTarget, run: ScriptRun) -> CheckResult:
             classification,
             **extra,
         )
+    billed = " (OpenRouter's bill)" if ev.get("cost_from_provider") else ""
     return CheckResult.passed(
         check,
         tgt,
-        f"pi, run from ~/app with the key from ~/app/.env, reported cost ${ev['cost_total']:.6g} for "
-        f"{target.cost_probe_model}; all {declared} models.json models carry four-field rates",
+        f"pi, run from ~/app with the key from ~/app/.env, reported cost ${ev['cost_total']:.6g}{billed} for "
+        f"{target.cost_probe_model}, ${ev['cost_at_rates']:.6g} at models.json's rates; all {declared} "
+        "models.json models carry four-field rates",
         ev,
     )
 
@@ -337,108 +340,6 @@ def judge_cost_reported(target: GateTarget, run: ScriptRun) -> CheckResult:
 def check_cost_reported(shell: RemoteShell, target: GateTarget) -> CheckResult:
     """D: a live pi call reports a non-zero cost AND every models.json model has a full rate block."""
     return judge_cost_reported(target, run_script(shell, cost_script(target)))
-
-
-@dataclass
-class PiCall:
-    """What one ``pi --mode json`` call showed: problems, evidence, and the HTTP status its error names."""
-
-    problems: list[str] = field(default_factory=list)
-    evidence: dict[str, Any] = field(default_factory=dict)
-    http_status: int | None = None
-
-
-_HTTP_IN_ERROR_RE = re.compile(r"\b(40[0-9]|4[1-9][0-9]|5[0-9][0-9])\b")
-
-
-_CREDIT_RE = re.compile(r"insufficient credits|credit|payment required|key limit", re.IGNORECASE)
-
-
-def parse_pi_events(pi_lines: list[str]) -> tuple[int, int, list[float], str | None, str | None]:
-    """(JSON events, non-JSON lines, assistant costs, last stopReason, last errorMessage) of pi's output.
-
-    A cost that is missing, not a number, or not finite counts as 0: it never makes a pass.
-    """
-    events, non_json, costs = 0, 0, []
-    stop_reason: str | None = None
-    error_message: str | None = None
-    for ln in pi_lines:
-        if not ln.strip():
-            continue
-        doc = _json_or_none(ln)
-        if doc is None and "{" in ln:  # an event glued to noise that did not end its line
-            glued = _json_or_none(ln[ln.index("{") :])
-            doc = glued if isinstance(glued, dict) else None
-        if doc is None:
-            non_json += 1
-            continue
-        events += 1
-        if not (isinstance(doc, dict) and doc.get("type") == "message_end"):
-            continue
-        msg = doc.get("message")
-        if not isinstance(msg, dict) or msg.get("role") != "assistant":
-            continue
-        stop_reason = str(msg["stopReason"]) if msg.get("stopReason") is not None else None
-        error_message = str(msg["errorMessage"]) if msg.get("errorMessage") else None
-        usage = msg.get("usage")
-        cost = usage.get("cost") if isinstance(usage, dict) else None
-        total = cost.get("total", 0) if isinstance(cost, dict) else 0
-        costs.append(float(total) if _positive_finite(total) else 0.0)
-    return events, non_json, costs, stop_reason, error_message
-
-
-def judge_pi_call(lines: list[str], target: GateTarget) -> PiCall:
-    """Problems with pi's live call, from its JSON event lines (an error message naming 402/401 says so)."""
-    call = PiCall()
-    pi_lines = section(lines, "SBX_PI_BEGIN", "SBX_PI_END")
-    end = next((ln for ln in lines if re.fullmatch(r"SBX_PI_END \d{1,3}", ln)), None)
-    if pi_lines is None or end is None:
-        call.problems.append("the pi call produced no parseable run (output cut off)")
-        return call
-    rc = int(end.split()[1])
-    stderr_tail = section(lines, "SBX_STDERR_BEGIN", "SBX_STDERR_END") or []
-    events, non_json, costs, stop_reason, error_message = parse_pi_events(pi_lines)
-    call.evidence.update(
-        pi_exit=rc,
-        pi_events=events,
-        pi_non_json_lines=non_json,
-        assistant_messages=len(costs),
-        stop_reason=stop_reason,
-        cost_total=max(costs) if costs else 0.0,
-    )
-    if stderr_tail:
-        call.evidence["pi_stderr_tail"] = trim("\n".join(stderr_tail), 400)
-    said = " ".join(filter(None, [error_message, "\n".join(stderr_tail)]))
-    status_match = _HTTP_IN_ERROR_RE.search(error_message or "")
-    if status_match:
-        call.http_status = int(status_match.group(1))
-    elif _CREDIT_RE.search(said):
-        call.http_status = 402
-    if rc == 124:
-        call.problems.append(f"pi did not finish within {target.pi_timeout_s:.0f}s")
-    elif rc != 0:
-        call.problems.append(f"pi exited {rc}")
-    if error_message:
-        call.evidence["pi_error"] = trim(error_message, 300)
-    if call.http_status == 402:
-        call.problems.append(
-            "the runtime key is out of credit (HTTP 402): pi could not make the call, so no cost was reported"
-            + (f" — pi error: {trim(error_message, 120)}" if error_message else "")
-        )
-        return call
-    if call.http_status == 401:
-        call.problems.append(
-            "OpenRouter refused the runtime key from ~/app/.env (HTTP 401)"
-            + (f" — pi error: {trim(error_message, 120)}" if error_message else "")
-        )
-        return call
-    if error_message:
-        call.problems.append(f"pi error: {trim(error_message, 160)}")
-    if not costs:
-        call.problems.append("pi printed no assistant message_end")
-    elif max(costs) <= 0 and not error_message:
-        call.problems.append("pi reported cost 0 — models.json has no rate table for the probe model")
-    return call
 
 
 def credit_script(target: GateTarget) -> GateScript:
@@ -473,7 +374,7 @@ def judge_credit_remaining(target: GateTarget, run: ScriptRun) -> CheckResult:
             ev,
             cause=f"openrouter-unreachable:{target.run_id}",
         )
-    doc = _json_or_none(text)
+    doc = json_or_none(text)
     if doc is None:
         ev["body_excerpt"] = trim(text, 200)
         return CheckResult.errored(
@@ -494,7 +395,7 @@ def judge_credit_remaining(target: GateTarget, run: ScriptRun) -> CheckResult:
                 ev,
                 Classification.AUTH_FAILED,
                 cause=f"runtime-key-rejected:{target.run_id}",
-                recommendation=runtime_key_rejected_advice(target.run_id),
+                **runtime_key_rejected_next(target.run_id),
             )
         return CheckResult.failed(
             check,

@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sbxcheck.checks.base import RemoteShell, trim
-from sbxcheck.checks.gate import GateTarget, ssh_login
+from sbxcheck.checks.gate import GateTarget, lifecycle_command, ssh_login, ssh_login_words
 from sbxcheck.checks.script import (
     MAKE_TMPDIR,
     NEED_CURL,
@@ -28,6 +28,7 @@ from sbxcheck.checks.script import (
     script_failure,
     section,
 )
+from sbxcheck.commands import commands, on_host
 from sbxcheck.results import CheckResult, Classification, Outcome
 
 __all__ = [
@@ -170,11 +171,18 @@ def _probe_evidence(probe: HttpProbe, which: str, port: int) -> dict[str, Any]:
     return ev
 
 
-def _observe_again(target: GateTarget, what: str, log: str) -> str:
-    return (
-        f"{what}: `just sbx lifecycle observe {target.run_id}` starts it again if it is down (idempotent); if it "
-        f"stays down, read its log on the VM (`{ssh_login(target)} 'tail -n 50 {log}'`). Nothing was changed"
-    )
+def _observe_again(target: GateTarget, what: str, log: str) -> dict[str, Any]:
+    """The next step of a service that does not serve: observe again, else its log (``log``: one of
+    sbxcheck's own paths, a template word)."""
+    return {
+        "recommendation": (
+            f"{what}: `just sbx lifecycle observe {target.run_id}` starts it again if it is down (idempotent); if "
+            f"it stays down, read its log on the VM (`{ssh_login(target)} 'tail -n 50 {log}'`). Nothing was changed"
+        ),
+        "commands": commands(
+            lifecycle_command("observe", target.run_id), on_host(ssh_login_words(target), f"tail -n 50 {log}")
+        ),
+    }
 
 
 def judge_observe_app(target: GateTarget, probe: HttpProbe, port: int) -> CheckResult:
@@ -188,22 +196,22 @@ def judge_observe_app(target: GateTarget, probe: HttpProbe, port: int) -> CheckR
         why = probe.error or "no answer"
         return CheckResult.failed(
             check, tgt, f"the app does not answer at {shown}: {trim(why, 200)} (HTTP 000)", ev,
-            cause=cause, recommendation=advice,
+            cause=cause, **advice,
         )  # fmt: skip
     if probe.status != 200:
         where = f" (redirect to {trim(probe.location, 100)})" if probe.location else ""
         return CheckResult.failed(
             check, tgt, f"the app answered HTTP {probe.status} anonymously at {shown}{where}; it must be 200",
-            ev, cause=cause, recommendation=advice,
+            ev, cause=cause, **advice,
         )  # fmt: skip
     if not probe.body.strip():
         return CheckResult.failed(
-            check, tgt, f"the app answered 200 with an empty body at {shown}", ev, cause=cause, recommendation=advice
+            check, tgt, f"the app answered 200 with an empty body at {shown}", ev, cause=cause, **advice
         )
     if ERROR_PAGE_RE.search(probe.body[:BODY_CHARS]):
         return CheckResult.failed(
             check, tgt, f"the app answered 200 with an error page at {shown}: {trim(probe.body.strip(), 120)}",
-            ev, cause=cause, recommendation=advice,
+            ev, cause=cause, **advice,
         )  # fmt: skip
     return CheckResult.passed(check, tgt, f"the app answered 200 anonymously at {shown}", ev)
 
@@ -222,7 +230,7 @@ def judge_observe_obs(target: GateTarget, probe: HttpProbe, port: int) -> CheckR
         why = f": {trim(probe.error, 200)}" if probe.error else ""
         return CheckResult.failed(
             check, tgt, f"the trace UI answered HTTP {probe.status:03d} at {shown}{why}; anything but 000 or ≥ 500 "
-            "passes", ev, cause=f"obs-down:{target.run_id}", recommendation=advice,
+            "passes", ev, cause=f"obs-down:{target.run_id}", **advice,
         )  # fmt: skip
     note = ""
     if probe.status in (301, 302, 303, 307, 308, 401):
@@ -260,6 +268,7 @@ def _observe(shell: RemoteShell, target: GateTarget, which: str) -> CheckResult:
             check, target.run_id, f"{ports}: cannot tell which port is the {which}",
             Classification.BAD_RESPONSE, {"ports": trim(str(target.ports), 200)},
             recommendation=f"`just sbx lifecycle observe {target.run_id}` records ports as {{\"app\": N, \"obs\": M}}",
+            commands=commands(lifecycle_command("observe", target.run_id)),
         )  # fmt: skip
     port = ports[0] if which == "app" else ports[1]
     url = observe_url(target, which, port)

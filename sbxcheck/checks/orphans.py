@@ -24,6 +24,7 @@ from sbxcheck.checks.fleet import utc_now_iso
 from sbxcheck.clients.exedev import ExeVm
 from sbxcheck.clients.openrouter import OpenRouterKey
 from sbxcheck.clients.runrecords import RunEntry, discover_runs
+from sbxcheck.commands import commands, shell_command
 from sbxcheck.errors import SbxError
 from sbxcheck.results import CheckResult, Classification, Outcome
 
@@ -34,6 +35,7 @@ REAP_ADVICE: Final = (
     "just sbx manage reap — a dry run first (it only lists); revoking with --yes stays your decision. "
     "sbxcheck deleted nothing"
 )
+REAP_COMMANDS: Final = commands(shell_command("just", "sbx", "manage", "reap"))  # a dry run: it only lists
 UNREADABLE: Final = "unreadable-record"
 _INSPECT: Final = (
     "inspect the key by its hash in the OpenRouter dashboard and decide by hand; sbxcheck deleted nothing"
@@ -210,6 +212,7 @@ def _judge_key(
         ev,
         cause=CAUSE,
         recommendation=advice,
+        commands=REAP_COMMANDS if advice == REAP_ADVICE else [],
     )
 
 
@@ -229,5 +232,6 @@ def orphan_summary(results: Sequence[CheckResult]) -> CheckResult:
             "message": "; ".join(parts) + ": " + "; ".join(r.message for r in [*failed, *errors]),
             "evidence": {"items": [r.model_dump(mode="json") for r in results]},
             "recommendation": REAP_ADVICE if failed else worst.recommendation,
+            "commands": REAP_COMMANDS if failed else worst.commands,
         }
     )

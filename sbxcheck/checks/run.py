@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sbxcheck.checks.base import RemoteShell, trim
-from sbxcheck.checks.gate import GateTarget, ssh_login
+from sbxcheck.checks.gate import GateTarget, lifecycle_command, ssh_login, ssh_login_words
 from sbxcheck.checks.observe import (
     HttpProbe,
     check_observe_app,
@@ -34,6 +34,7 @@ from sbxcheck.checks.script import (
     script_failure,
     section,
 )
+from sbxcheck.commands import commands, on_host, shell_command
 from sbxcheck.results import CheckResult, Classification, Outcome
 
 __all__ = [
@@ -129,35 +130,49 @@ def classify_line(line: str) -> FatalClass | None:
     return next((c for c in FATAL_CLASSES if c.pattern.search(line)), None)
 
 
-def fatal_advice(fatal: FatalClass, target: GateTarget) -> str:
-    """The next step for a run.log fatal line: one per class, nothing done on anyone's behalf."""
+def fatal_advice(fatal: FatalClass, target: GateTarget) -> dict[str, Any]:
+    """The next step (recommendation and commands) for a run.log fatal line: one per class, nothing done on
+    anyone's behalf (a teardown is named as the person's decision, never offered to copy)."""
     run = target.run_id
     again = f'`just sbx lifecycle execute {run} "your prompt"`'
     if fatal.name == "credits":
-        return (
-            f"the runtime key sbx-{run} is out of credit: top up the OpenRouter account or raise the key's "
-            f"limit (openrouter.ai, Settings, Keys, sbx-{run}), then start the SDLC again ({again}). "
-            "Nothing was changed"
-        )
+        return {
+            "recommendation": (
+                f"the runtime key sbx-{run} is out of credit: top up the OpenRouter account or raise the key's "
+                f"limit (openrouter.ai, Settings, Keys, sbx-{run}), then start the SDLC again ({again}). "
+                "Nothing was changed"
+            )
+        }
     if fatal.name == "dead_key":
         task = re.sub(r"-\d{8}-[0-9a-f]{6}$", "", run) or run
-        return (
-            f"the runtime key of {run} is dead: re-mint it by ending this run and mounting a new one — "
-            f"`just sbx manage harvest {run}`, then `just sbx lifecycle teardown {run}` (your decision), then "
-            f"`just sbx mount {task}`, which mints a fresh key. sbxcheck mints nothing; nothing was changed"
-        )
+        return {
+            "recommendation": (
+                f"the runtime key of {run} is dead: re-mint it by ending this run and mounting a new one — "
+                f"`just sbx manage harvest {run}`, then `just sbx lifecycle teardown {run}` (your decision), "
+                f"then `just sbx mount {task}`, which mints a fresh key. sbxcheck mints nothing; nothing was changed"
+            ),
+            "commands": commands(
+                shell_command("just", "sbx", "manage", "harvest", run), shell_command("just", "sbx", "mount", task)
+            ),
+        }
     if fatal.name == "data_policy":
-        return (
-            "a model the SDLC called has no ZDR endpoint (the run.log line in the evidence names the call): pin "
-            f"roster models that have a zero-data-retention endpoint in {target.roster_config} on the VM's "
-            f"checkout, then start the SDLC again ({again}). Nothing was changed"
-        )
-    return (
-        f"config defect: the SDLC ran inference with the provisioning key, which never belongs on a VM. Point "
-        f"it at the runtime key in ~/app/.env (`just sbx lifecycle fill {run}` rewrites that file from the "
-        "run's key file on this host), remove the provisioning key from the VM (gate item test_vm_hygiene finds "
-        f"it by hash; get in with `{ssh_login(target)}`), then start the SDLC again. Nothing was changed"
-    )
+        return {
+            "recommendation": (
+                "a model the SDLC called has no ZDR endpoint (the run.log line in the evidence names the call): "
+                f"pin roster models that have a zero-data-retention endpoint in {target.roster_config} on the "
+                f"VM's checkout, then start the SDLC again ({again}). Nothing was changed"
+            )
+        }
+    return {
+        "recommendation": (
+            f"config defect: the SDLC ran inference with the provisioning key, which never belongs on a VM. "
+            f"Point it at the runtime key in ~/app/.env (`just sbx lifecycle fill {run}` rewrites that file from "
+            "the run's key file on this host), remove the provisioning key from the VM (gate item "
+            f"test_vm_hygiene finds it by hash; get in with `{ssh_login(target)}`), then start the SDLC again. "
+            "Nothing was changed"
+        ),
+        "commands": commands(lifecycle_command("fill", run), shell_command(*ssh_login_words(target))),
+    }
 
 
 def _fatal_cause(fatal: FatalClass, run_id: str) -> str:
@@ -315,11 +330,14 @@ def run_precondition(target: GateTarget, check: str) -> CheckResult | None:
     return observe_precondition(target, check)
 
 
-def _vm_advice(target: GateTarget, what: str) -> str:
-    return (
-        f"{what}; the VM is left up as evidence — read the log there "
-        f"(`{ssh_login(target)} 'tail -n 50 app/run.log'`). Nothing was torn down; that stays your decision"
-    )
+def _vm_advice(target: GateTarget, what: str) -> dict[str, Any]:
+    return {
+        "recommendation": (
+            f"{what}; the VM is left up as evidence — read the log there "
+            f"(`{ssh_login(target)} 'tail -n 50 app/run.log'`). Nothing was torn down; that stays your decision"
+        ),
+        "commands": commands(on_host(ssh_login_words(target), "tail -n 50 app/run.log")),
+    }
 
 
 def _log_evidence(ev: dict[str, Any], log: RunLog) -> None:
@@ -375,7 +393,7 @@ def judge_run_alive(target: GateTarget, run: ScriptRun) -> CheckResult:
     if not log.exists:
         return CheckResult.failed(
             check, tgt, f"{gone}, and ~/app/run.log does not exist: nothing says how it ended", ev,
-            recommendation=_vm_advice(target, "find out why the SDLC stopped"),
+            **_vm_advice(target, "find out why the SDLC stopped"),
         )  # fmt: skip
     fatal = last_fatal(log)
     if fatal is not None:
@@ -383,7 +401,7 @@ def judge_run_alive(target: GateTarget, run: ScriptRun) -> CheckResult:
         ev.update(fatal_class=cls.name, fatal_line_no=number, fatal_line=trim(text.strip(), 300))
         return CheckResult.failed(
             check, tgt, f"{gone}: the SDLC died — run.log line {number}: {trim(text.strip(), 200)} ({cls.meaning})",
-            ev, cls.classification, cause=_fatal_cause(cls, target.run_id), recommendation=fatal_advice(cls, target),
+            ev, cls.classification, cause=_fatal_cause(cls, target.run_id), **fatal_advice(cls, target),
         )  # fmt: skip
     outcome = finish_outcome(log.tail)
     if outcome is not None and outcome[0] == "finished":
@@ -393,12 +411,12 @@ def judge_run_alive(target: GateTarget, run: ScriptRun) -> CheckResult:
         ev["outcome_line"] = trim(outcome[1], 300)
         return CheckResult.failed(
             check, tgt, f"{gone}; the run ended: {trim(outcome[1], 200)}", ev,
-            recommendation=_vm_advice(target, "the SDLC reported a failure"),
+            **_vm_advice(target, "the SDLC reported a failure"),
         )  # fmt: skip
     last = next((t.strip() for t in reversed(log.tail) if t.strip()), "(empty)")
     return CheckResult.failed(
         check, tgt, f"{gone}, and run.log has no outcome (last line: {trim(last, 200)}): the SDLC died", ev,
-        recommendation=_vm_advice(target, "find out why the SDLC stopped"),
+        **_vm_advice(target, "find out why the SDLC stopped"),
     )  # fmt: skip
 
 
@@ -420,7 +438,7 @@ def judge_run_log_clean(target: GateTarget, run: ScriptRun) -> CheckResult:
         return CheckResult.failed(
             check, tgt, f"~/app/run.log does not exist on {run.host}, though execute recorded pid {target.pid} "
             "(execute truncates and writes it): nothing to judge", ev,
-            recommendation=_vm_advice(target, "find out what removed run.log"),
+            **_vm_advice(target, "find out what removed run.log"),
         )  # fmt: skip
     ev["classes_checked"] = [c.name for c in FATAL_CLASSES]
     fatal = last_fatal(log)
@@ -429,7 +447,7 @@ def judge_run_log_clean(target: GateTarget, run: ScriptRun) -> CheckResult:
         ev.update(fatal_class=cls.name, fatal_line_no=number, fatal_line=trim(text.strip(), 300), fatal_lines=count)
         return CheckResult.failed(
             check, tgt, f"run.log line {number}: {trim(text.strip(), 200)} — {cls.meaning}", ev,
-            cls.classification, cause=_fatal_cause(cls, target.run_id), recommendation=fatal_advice(cls, target),
+            cls.classification, cause=_fatal_cause(cls, target.run_id), **fatal_advice(cls, target),
         )  # fmt: skip
     note = " WARNING: run.log is empty" if not log.size else ""
     return CheckResult.passed(

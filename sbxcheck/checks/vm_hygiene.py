@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from sbxcheck.checks.base import RemoteShell, trim
-from sbxcheck.checks.gate import GateTarget, with_advice
+from sbxcheck.checks.gate import GateTarget, ssh_login_words, with_advice
 from sbxcheck.checks.script import END, GateScript, ScriptRun, run_script, script_failure, section
+from sbxcheck.commands import commands, on_host, shell_command
 from sbxcheck.results import CheckResult, Classification, Outcome
 from sbxcheck.safeio import path_state
 
@@ -38,6 +39,7 @@ CHECK = "vm_hygiene"
 TOKEN_PATTERN = r"sk-or-[A-Za-z0-9_-]{16,}"  # OpenRouter keys: sk-or-v1-<64 hex>; looser on purpose
 MAX_FILES = 20_000
 MAX_FILE_BYTES = 2_000_000
+SECRET_FILES = ("app/.env", ".pi/agent/models.json")  # under the VM user's home; the scan reports their modes
 SKIPPED_DIRS = (".git", "node_modules", ".npm", ".cache", ".bun", ".nvm", ".rustup", ".cargo")
 
 # Runs in the VM: stdlib only, bounded (files, bytes per file), symlinks never followed; prints one
@@ -215,24 +217,31 @@ def judge_hygiene(
     tokens: list[tuple[str, list[str]]] = scan.evidence.get("_tokens", [])
     problems: list[str] = []
     fixes: list[str] = []
-    wide = {
+    typed: list[str | None] = []
+    login = ssh_login_words(target)
+    wide = {  # only the two files the scan was asked about: a key the VM added names nothing here
         rel: mode
         for rel, mode in ev["vm_modes"].items()
-        if isinstance(mode, str) and re.fullmatch(r"[0-7]{3,4}", mode) and int(mode, 8) & 0o077
+        if rel in SECRET_FILES and isinstance(mode, str) and re.fullmatch(r"[0-7]{3,4}", mode) and int(mode, 8) & 0o077
     }
     if wide:
         problems.append("readable beyond its owner on the VM: " + ", ".join(f"~/{r} is {m}" for r, m in wide.items()))
-        fixes.append(f"on {target.host}: `chmod 600 {' '.join(f'~/{shlex.quote(r)}' for r in wide)}`")
-    linked = {**ev.get("vm_links", {}), **ev.get("vm_not_regular", {})}
-    for rel, where in ev.get("vm_links", {}).items():
+        chmod = "chmod 600 " + " ".join(f"~/{r}" for r in SECRET_FILES if r in wide)
+        fixes.append(f"on {target.host}: `{chmod}`")
+        typed.append(on_host(login, chmod))
+    links = {r: t for r, t in ev.get("vm_links", {}).items() if r in SECRET_FILES}
+    odd = {r: w for r, w in ev.get("vm_not_regular", {}).items() if r in SECRET_FILES}
+    for rel, where in links.items():
         problems.append(f"~/{rel} is a symlink to {where} on the VM (a secret file is judged as itself)")
-    for rel, what in ev.get("vm_not_regular", {}).items():
+    for rel, what in odd.items():
         problems.append(f"~/{rel} is {what} on the VM, not a secret file")
-    if linked:
+    if links or odd:
+        look = "ls -ld " + " ".join(f"~/{r}" for r in SECRET_FILES if r in links or r in odd)
         fixes.append(
-            f"on {target.host}: look with `ls -l {' '.join(f'~/{shlex.quote(r)}' for r in linked)}` and make each "
-            "a regular file of mode 0600 in its place (chmod on a link changes what it points to)"
+            f"on {target.host}: look with `{look}` and make each a regular file of mode 0600 in its place "
+            "(chmod on a link changes what it points to)"
         )
+        typed.append(on_host(login, look))
     key = path_state(host.key_file)
     ev["host_key_file"] = str(host.key_file)
     ev["host_key_kind"] = key.kind
@@ -248,12 +257,15 @@ def judge_hygiene(
             f"here: look with `ls -l {quoted}`, then put the key file itself in its place, mode 0600 (chmod "
             f"on the link would change {key.target})"
         )
+        typed.append(shell_command("ls", "-l", str(host.key_file)))
     elif key.kind not in ("file", "missing"):
         problems.append(f"the runtime key file {host.key_file} is {key.describe()} on this host, not a key file")
         fixes.append(f"here: look with `ls -ld {quoted}`")
+        typed.append(shell_command("ls", "-ld", str(host.key_file)))
     elif key.mode is not None and key.mode & 0o077:
         problems.append(f"the runtime key file {host.key_file} is {key.mode:04o} on this host")
         fixes.append(f"here: `chmod 600 {quoted}`")
+        typed.append(shell_command("chmod", "600", str(host.key_file)))
     ev["provisioning_key_from"] = host.provisioning_source
     ev["key_shaped_tokens"] = len(tokens)
     own = [paths for digest, paths in tokens if runtime_key_hash and digest == runtime_key_hash]
@@ -291,6 +303,7 @@ def judge_hygiene(
             ev,
             Classification.SECURITY_EXPOSURE if exposed_or_wide else Classification.CONFIG_DEFECT,
             recommendation="; ".join(fixes) + ". The VM is left up; nothing was changed",
+            commands=commands(*typed),
         )
     checked = f"compared sha256 of {len(tokens)} key-shaped token(s) in {ev['files_scanned']} file(s)"
     if host.provisioning_sha256 is None:

@@ -22,6 +22,7 @@ from sbxcheck.redact import clip
 from sbxcheck.results import CheckResult
 
 TERMINAL = frozenset({"completed", "failed", "blocked", "not_feasible", "interrupted"})
+RETRY_TITLE_SUFFIX = " (idempotency retry)"  # the keyed retry's title is its create's and this
 
 
 def _event_key(event: dict[str, Any]) -> object:

@@ -126,6 +126,7 @@ class MissionCalls(SandboxedWire):
         all: bool = False,
         workspace: str | None = None,
         project: str | None = None,
+        track: str | None = None,
         tag: str | None = None,
         limit: int | None = None,
         offset: int | None = None,
@@ -136,7 +137,7 @@ class MissionCalls(SandboxedWire):
             params["status"] = status if isinstance(status, str) else ",".join(status)
         if all:
             params["all"] = "true"
-        for key, value in (("workspace", workspace), ("project", project), ("tag", tag)):
+        for key, value in (("workspace", workspace), ("project", project), ("track", track), ("tag", tag)):
             if value is not None:
                 params[key] = value
         if limit is not None:

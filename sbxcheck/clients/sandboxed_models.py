@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -156,6 +156,54 @@ def is_credential_like(value: str, name: str | None = None) -> bool:
     return credential_class(value, name) is not None
 
 
+MAX_VALUE_DEPTH: Final = 16  # nesting read inside one env value; deeper parts count as a value, unread
+MAX_VALUE_LEAVES: Final = 256  # items read inside one env value (the rest count as one value, unread)
+
+
+def env_pairs(env: object) -> Iterator[tuple[str | None, object]]:
+    """(name, value) of each variable ``env_vars`` holds: an object of names, or a list of
+    ``{name|key, value}`` rows; anything else is one unnamed value."""
+    if isinstance(env, dict):
+        for name, value in env.items():
+            yield str(name), value
+    elif isinstance(env, list):
+        for row in env:
+            named = isinstance(row, dict) and isinstance(row.get("name", row.get("key")), str)
+            if named and isinstance(row, dict):
+                yield str(row.get("name", row.get("key"))), row.get("value")
+            else:
+                yield None, row
+    elif env is not None:
+        yield None, env
+
+
+def value_leaves(value: object) -> Iterator[str]:
+    """Every value a server sent under one env var, as text: strings, numbers and booleans at any depth
+    of an object or a list, never an empty or ``[redacted]`` string, nor null. Bounded: past
+    ``MAX_VALUE_DEPTH`` levels or ``MAX_VALUE_LEAVES`` leaves, what is left is one unread value."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    count = 0
+    while stack:
+        item, depth = stack.pop()
+        if item is None or item == "" or (isinstance(item, str) and item.lower() == "[redacted]"):
+            continue
+        count += 1
+        if count > MAX_VALUE_LEAVES:
+            yield "<more values, unread>"
+            return
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, bool | int | float):
+            yield json.dumps(item)
+        elif not isinstance(item, dict | list):
+            yield str(item)
+        elif depth >= MAX_VALUE_DEPTH:
+            yield "<nested too deep, unread>"
+        else:
+            inner = list(item.values()) if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in reversed(inner[:MAX_VALUE_LEAVES]))
+
+
 class Workspace(BaseModel):
     """A workspace reduced at the source: env-var names only, never their values.
 
@@ -203,16 +251,14 @@ class Workspace(BaseModel):
         classes: dict[str, str] = {}
         present = False
         for env in envs:
-            if isinstance(env, dict):
-                for name, value in env.items():
-                    names.append(str(name))
-                    if isinstance(value, str) and value and value.lower() != "[redacted]":
-                        present = True
-                        found = credential_class(value, str(name))
-                        if found is not None:
-                            classes[str(name)] = found
-            elif env not in (None, "[redacted]"):
-                present = True
+            for name, value in env_pairs(env):
+                if name is not None:
+                    names.append(name)
+                leaves = list(value_leaves(value))
+                present = present or bool(leaves)
+                found = next(filter(None, (credential_class(leaf, name) for leaf in leaves)), None)
+                if found is not None and name is not None:
+                    classes[name] = found
         reduced["env_var_names"] = sorted(set(names))
         reduced["env_values_present"] = present
         reduced["credential_like_env_names"] = sorted(classes)

@@ -25,7 +25,25 @@ from sbxcheck.lifecycle.spendcap import SpendCap
 from sbxcheck.spend import mission_cost
 
 MAX_CLOSE_PAGES = 10  # event pages read per mission at close (what the follower read is not read again)
-FOREIGN_HOW = "left alone: not this session's (a create over {via} was answered with it, x-coalesced-with)"
+FOREIGN_HOW = "left alone: not this session's (a create over {via} was answered with it)"
+
+
+def session_mark(title: str) -> str:
+    """``sbxcheck 1a2b3c4d``: the first two words of every title a session sends (its tag's mark)."""
+    return " ".join(title.split()[:2])
+
+
+def stored_title(answer: dict[str, Any], mission_id: str, channel: MissionChannel) -> str | None:
+    """The mission's stored title: the create's answer, else its record read once; None when neither
+    says (then the answer cannot show it is another's)."""
+    title = answer.get("title")
+    if isinstance(title, str):
+        return title
+    try:
+        title = channel.get(mission_id).get("title")
+    except SbxError:
+        return None
+    return title if isinstance(title, str) else None
 
 
 class OwnedMissions:
@@ -52,24 +70,38 @@ class OwnedMissions:
         if run is not None:
             self.runs[mission_id] = run
 
-    def joined_foreign(self, created: Created, run: RouteRun, entry: str | None) -> bool:
-        """True (and reported, its intent closed) when ``created`` is another's mission the create joined."""
+    def joined_foreign(self, created: Created, run: RouteRun, entry: str | None, channel: MissionChannel) -> bool:
+        """True (and reported, its intent closed) when ``created`` is another's mission the create joined:
+        the answer says so (``x-coalesced-with``), or — on any channel, MCP's answers carry no header — the
+        stored record's title lacks this session's mark (every title this session sends starts with it)."""
         mission_id = str(created.mission.get("id"))
-        if created.coalesced_with is None or mission_id in self.created:
+        if mission_id in self.created:
             return False
+        if created.coalesced_with is None:
+            title = stored_title(created.mission, mission_id, channel)
+            if title is None or session_mark(run.title) in title:
+                return False
         self.foreign[mission_id] = run.route.via
-        self.intents.release(entry, f"never created: joined {mission_id} (x-coalesced-with), not this session's")
+        self.intents.release(entry, f"never created: joined {mission_id}, not this session's")
         return True
 
     @staticmethod
     def foreign_error(created: Created, run: RouteRun) -> BadResponseError:
         """The error of a run whose create was answered with another's mission."""
         mission_id = str(created.mission.get("id"))
+        if created.coalesced_with is not None:
+            how = f"x-coalesced-with {created.coalesced_with}"
+        else:
+            how = f"its stored title {str(created.mission.get('title'))[:80]!r} is not this session's"
         return BadResponseError(
-            f"the create of {run.route.label} was answered with mission {mission_id} (x-coalesced-with "
-            f"{created.coalesced_with}), which this session did not create: it is not followed, judged "
-            "or cancelled",
-            evidence={"coalesced_with": created.coalesced_with, "answered_mission_id": mission_id},
+            f"the create of {run.route.label} was answered with mission {mission_id} ({how}), which this "
+            "session did not create: it is not followed, judged or cancelled",
+            evidence={
+                "coalesced_with": created.coalesced_with,
+                "answered_mission_id": mission_id,
+                "answered_title": created.mission.get("title"),
+                "sent_title": run.title,
+            },
         )
 
     def stored_events(

@@ -23,6 +23,7 @@ from typing import Any
 
 from sbxcheck.clients.channels import Created, MissionChannel
 from sbxcheck.clients.missionruns import (
+    RETRY_TITLE_SUFFIX,
     TERMINAL,
     CanaryRun,
     RouteRun,
@@ -375,7 +376,7 @@ class MissionDispatcher:
                 self.intents.release(entry, f"never created: {clip(exc.reason, 120)}")
                 return
             run.effort_attempts.append({"effort": effort, "accepted": True})
-            if self.owned.joined_foreign(created, run, entry):
+            if self.owned.joined_foreign(created, run, entry, channel):
                 raise self.owned.foreign_error(created, run)
             run.created = created
             self.owned.claim(str(created.mission["id"]), route.via, run)
@@ -412,7 +413,7 @@ class MissionDispatcher:
         """
         retry_spec = replace(
             spec,
-            title=f"{spec.title} (idempotency retry)",
+            title=f"{spec.title}{RETRY_TITLE_SUFFIX}",
             prompt=f"{spec.prompt}\n\n(sbxcheck idempotency retry: same key, different title)",
         )
         entry = self.intents.intent(run)  # the retry may create a mission: the ledger knows before the request
@@ -427,7 +428,7 @@ class MissionDispatcher:
             run.retry_rejection = exc
             self.intents.release(entry, f"retry refused: {exc.reason[:120]}")
             return
-        if self.owned.joined_foreign(retry, run, entry):
+        if self.owned.joined_foreign(retry, run, entry, channel):
             run.retry_joined = str(retry.mission.get("id"))  # reported; never followed or cancelled
             return
         run.retry = retry

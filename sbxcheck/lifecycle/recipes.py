@@ -381,7 +381,7 @@ def parse_teardown_output(stdout: str, *, run_id: str | None = None) -> Teardown
 TeardownPolicy = Literal["never", "on-pass", "always"]
 POLICIES: tuple[TeardownPolicy, ...] = ("never", "on-pass", "always")
 NOT_RUN = "not-run"  # a selected gate item that never reported (the session was interrupted first)
-_BLOCKING = frozenset({"failed", "error"})
+_BLOCKING = frozenset({"failed", "error", "waived"})  # a waived item failed: a known failure still keeps its VM
 
 
 @dataclass(frozen=True)

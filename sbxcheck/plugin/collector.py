@@ -175,6 +175,11 @@ class ResultCollector:
         sbx, state = get_session(self.config), run_state(self.config)
         mounts = sbx.ledger_mounts.finish_mounts(state, settings.teardown, self._gate_outcomes())
         sbx.control_plane.close_missions(state)
+        if state.interrupted_during:  # the run ends as interrupted (exit 2): every artifact says so
+            interrupted = True
+            self.interrupted_reason = self.interrupted_reason or (
+                "interrupted during cleanup: " + "; ".join(state.interrupted_during)
+            )
         cleanup = list(state.cleanup) + [mount_cleanup(m) for m in mounts if m.action != "pending"]
         left = left_open(sbx)
         if not (self.records or mounts or cleanup or left or stale):
@@ -209,6 +214,7 @@ class ResultCollector:
         machines = [r.evidence["machine_inventory"] for r in records if "machine_inventory" in r.evidence]
         if machines and isinstance(machines[0], list):
             report = report.model_copy(update={"machine_inventory": machines[0]})
+        from sbxcheck.plugin.waiving import waivers_of_run
         from sbxcheck.spend import summarize_spend
 
         report = report.model_copy(
@@ -220,6 +226,7 @@ class ResultCollector:
                 "cleanup": cleanup,
                 "left": left,
                 "report_url": settings.report_url or "",
+                "waivers": waivers_of_run(self.config, records),
             }
         )
         for incident in report.incidents:
@@ -233,7 +240,7 @@ class ResultCollector:
             metrics_path=settings.metrics,
         )
         self.written, self.history_warnings = written.paths, written.warnings
-        self.report = report
+        self.report = written.report or report  # with history, each failure says how long it has failed
         self.not_written = written.problem()
         if self.not_written:  # a full or broken disk: one line, and the terminal summary still follows
             with contextlib.suppress(OSError):
@@ -338,6 +345,10 @@ class ResultCollector:
                 block = detail_block(check).split("\n") if details else []
                 for line in block[3:]:  # outcome, classification and message are in the headline
                     tr.write_line(f"    {line}")
+        from sbxcheck.report.waivers import waiver_lines
+
+        for line, style in waiver_lines(document) if verbosity > -2 else []:
+            tr.write_line(line, **style)
         for mount in document["mounts"]:
             where = f" — {mount['ssh']}" if mount.get("ssh") else ""
             tr.write_line(
@@ -361,7 +372,11 @@ class ResultCollector:
                 tr.write_line(f"    not run (spend cap): {nodeid}")
         if document.get("interrupted"):
             not_run = document.get("not_run") or []
-            tr.write_line(f"interrupted: {len(not_run)} selected item(s) did not run{why}", bold=True)
+            ran = f"{len(not_run)} selected item(s) did not run" if not_run else "every selected item ran, "
+            tr.write_line(
+                f"interrupted: {ran}" + ("" if not_run else "but the run was stopped before it finished") + why,
+                bold=True,
+            )
             for nodeid in not_run[:NOT_RUN_SHOWN]:
                 tr.write_line(f"    not run: {nodeid}")
             if len(not_run) > NOT_RUN_SHOWN:

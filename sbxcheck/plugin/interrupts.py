@@ -20,6 +20,16 @@ from typing import Any
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
+def signal_name(signum: int | None) -> str:
+    """``SIGTERM``, ``SIGINT`` (Ctrl-C); ``interrupt`` when none is known."""
+    if signum is None:
+        return "interrupt"
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
 class InterruptGuard:
     """What happened while a guarded step ran."""
 

@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from sbxcheck.commands import commands, shell_command
 from sbxcheck.errors import SbxError
 from sbxcheck.lifecycle.ledger import Ledger, LedgerEntry
 from sbxcheck.lifecycle.listing import every_owners_missions, missions_since, resolve_listed
@@ -30,6 +31,7 @@ class EntryReview:
     message: str
     evidence: dict[str, Any]
     recommendation: str | None = None
+    commands: tuple[str, ...] = ()  # sbxcheck's own (sbxcheck.commands), never read out of the prose
 
 
 def _release_hint(entry: LedgerEntry, ident: str | None) -> str:
@@ -138,6 +140,7 @@ def review_entry(session: Reviewing, entry: LedgerEntry) -> EntryReview:
             f"unmatched: {what}: {res.why}; nothing to release; recorded as unmatched, not reported again",
             evidence,
             "check `just sbx manage list` and the orphan audit (pytest -m canary -k orphan) to be sure",
+            tuple(commands(shell_command("just", "sbx", "manage", "list"))),
         )
     ident = res.ident
     assert ident is not None

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sbxcheck.plugin.interrupts import finish_before_interrupt
+from sbxcheck.plugin.interrupts import finish_before_interrupt, signal_name
 
 if TYPE_CHECKING:  # annotations only: every pytest run makes a RunState, an unrelated one imports nothing heavy
     from sbxcheck.errors import SbxError
@@ -61,8 +61,10 @@ class RunState:
             try:
                 result = action()
             except KeyboardInterrupt:
-                self.interrupted_during.append(f"{step}: abandoned at the second interrupt (see the ledger)")
+                self.interrupted_during.append(
+                    f"{step}: abandoned at the second {signal_name(guard.noted)} (see the ledger)"
+                )
                 return None
         if guard.noted is not None:
-            self.interrupted_during.append(f"{step}: it finished after the interrupt")
+            self.interrupted_during.append(f"{step}: it finished after the {signal_name(guard.noted)}")
         return result

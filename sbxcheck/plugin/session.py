@@ -101,7 +101,10 @@ class SbxSession:
         from sbxcheck.fleetsource import pi_status
 
         faults = list(self.settings.sim_faults)
-        details: dict[str, object] = {"pi": pi_status(self.session_tag), "faults": faults}
+        details: dict[str, object] = {
+            "pi": pi_status(self.session_tag, self.settings.sim_pi_version),
+            "faults": faults,
+        }
         if self._sim is not None and self._sim.pi is not None:
             pi = self._sim.pi
             details["pi"] = pi.describe()
@@ -135,7 +138,7 @@ class SbxSession:
             fleet = open_embedded(
                 root, list(settings.sim_faults), seed=settings.sim_seed, sssf_checkout=settings.sim_sssf,
                 install_attempt=self.session_tag,  # the session's xdist workers try npm once between them
-                cp_version=settings.sim_cp_version,
+                cp_version=settings.sim_cp_version, pi_version=settings.sim_pi_version,
             )  # fmt: skip
             self._sim_dir, self._sim = fleet.root, fleet
         return self._sim

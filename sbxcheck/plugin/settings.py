@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,6 +84,14 @@ def choice(*choices: str) -> Parse:
         return value
 
     return parse
+
+
+def pi_version(raw: Any, base: Path) -> str:
+    """A pi release, ``MAJOR.MINOR.PATCH`` (a leading ``v`` is dropped)."""
+    value = str(raw).strip().removeprefix("v")
+    if not re.fullmatch(r"\d{1,4}\.\d{1,4}\.\d{1,4}", value):
+        raise ValueError(f"expected a pi release such as 0.83.0 (MAJOR.MINOR.PATCH), got {str(raw)!r}")
+    return value
 
 
 def spend_cap(raw: Any, base: Path) -> float:
@@ -181,6 +190,14 @@ OPTIONS: tuple[Option, ...] = (
         metavar="PROFILE",
     ),
     Option(
+        "sim_pi_version", "--sbx-sim-pi-version", "SBXCHECK_SIM_PI_VERSION", "sbx_sim_pi_version", None,
+        pi_version,
+        "the pi release the embedded fleet's VMs run, installed from npm into ~/.cache/sbxcheck: 0.83.0 (the "
+        "exe.dev image's) by default; up to 0.73.1 it is @mariozechner/pi-coding-agent (no --session-id), "
+        "from 0.74.0 @earendil-works/pi-coding-agent (node >= 22.19); tested: 0.73.1, 0.83.0, 1.6.0",
+        metavar="VERSION",
+    ),
+    Option(
         "run_ids", "--sbx-run-id", None, None, (), listed,
         "gate only this run (repeatable; default: every open run)", action="append", metavar="ID",
     ),
@@ -251,6 +268,12 @@ OPTIONS: tuple[Option, ...] = (
         metavar="FILE",
     ),
     Option(
+        "waivers", "--sbx-waivers", "SBXCHECK_WAIVERS", "sbx_waivers", None, path,
+        "a file of [[waivers]] tables (known failures that expire), added to the inventory's own (default: "
+        "sbxcheck-waivers.toml in the rootdir when it exists)",
+        metavar="PATH",
+    ),
+    Option(
         "report_url", "--sbx-report-url", "SBXCHECK_REPORT_URL", "sbx_report_url", None, web_url,
         "where this run's report.html will be published (e.g. the CI job's artifact URL): printed in the "
         "terminal summary and written to junit.xml, results.json and the metrics, so an alert links to the page",
@@ -291,6 +314,7 @@ class Settings:
     sim_seed: int | None = None
     sim_sssf: Path | None = None
     sim_cp_version: str | None = None
+    sim_pi_version: str | None = None
     run_ids: tuple[str, ...] = ()
     remediate: bool = False
     mounts: tuple[str, ...] = ()
@@ -304,6 +328,7 @@ class Settings:
     history: Path | None = None
     history_keep: int = HISTORY_KEEP_DEFAULT
     metrics: Path | None = None
+    waivers: Path | None = None
     report_url: str | None = None
     require_inventory: bool = False
     shipped_suites: str = "auto"

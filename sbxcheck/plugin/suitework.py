@@ -65,6 +65,7 @@ def ledger_verdict(session: SbxSession, entry: LedgerEntry) -> CheckResult:
         review.evidence,
         Classification.CHECK_FAILED,
         recommendation=review.recommendation,
+        commands=list(review.commands),
     )
 
 

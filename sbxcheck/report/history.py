@@ -28,6 +28,7 @@ __all__ = [
     "IncidentStatus",
     "ItemHistory",
     "RunPoint",
+    "WaiverHistory",
     "analyse",
     "credit_of",
     "incident_key",
@@ -48,7 +49,7 @@ _RUN_ID = re.compile(
 _RUN_ID_ANYWHERE = re.compile(r"\b(?P<stem>[a-z0-9][a-z0-9-]*?)-\d{8}-[0-9a-f]{6}\b")
 _OBJECT_REPR = re.compile(r"<[^<>]*? (?:object )?at 0x[0-9a-fA-F]+>|\bat 0x[0-9a-fA-F]+")
 _TEMP_PATH = re.compile(r"(?:/private)?/(?:tmp|var/folders|var/tmp)/[^\s\]\[,;:'\"]*")
-_FAILING = (Outcome.FAILED.value, Outcome.ERROR.value)
+_FAILING = (Outcome.FAILED.value, Outcome.ERROR.value, Outcome.WAIVED.value)  # a waived item fails underneath
 FILE_PREFIX = "run-"
 
 
@@ -254,6 +255,14 @@ class IncidentStatus:
     runs: int  # consecutive runs it has been open (resolved: runs it was open)
 
 
+@dataclass(frozen=True)
+class WaiverHistory:
+    """A waiver of the last run and how many runs in a row (up to the last) it waived an item."""
+
+    waiver: dict[str, object]
+    waiving_runs: int
+
+
 @dataclass
 class HistoryView:
     runs: list[RunPoint]
@@ -261,6 +270,7 @@ class HistoryView:
     incidents: list[IncidentStatus]
     credit: dict[str, list[tuple[str, CreditPoint | None]]]  # key -> (started_at, point) per run
     warnings: list[str] = field(default_factory=list)
+    waivers: list[WaiverHistory] = field(default_factory=list)  # the last run's waivers
 
     def status_of(self, incident: Incident) -> IncidentStatus | None:
         return next(
@@ -324,7 +334,23 @@ def analyse(runs: Sequence[RunReport], warnings: Sequence[str] = ()) -> HistoryV
             (r.started_at, by_key.get(key)) for r, by_key in zip(runs, credit_per_run, strict=True)
         ]
 
-    return HistoryView(points, items, _incident_statuses(runs), credit, list(warnings))
+    return HistoryView(points, items, _incident_statuses(runs), credit, list(warnings), _waiver_histories(runs))
+
+
+def _waiver_histories(runs: Sequence[RunReport]) -> list[WaiverHistory]:
+    """The last run's waivers, each with the runs in a row (newest back) in which it waived an item."""
+    if not runs:
+        return []
+    out = []
+    for waiver in runs[-1].waivers:
+        streak = 0
+        for run in reversed(runs):
+            same = next((w for w in run.waivers if w.get("match") == waiver.get("match")), None)
+            if same is None or same.get("status") != "waiving":
+                break
+            streak += 1
+        out.append(WaiverHistory(dict(waiver), streak))
+    return out
 
 
 def _incident_statuses(runs: Sequence[RunReport]) -> list[IncidentStatus]:
@@ -356,17 +382,18 @@ def _incident_statuses(runs: Sequence[RunReport]) -> list[IncidentStatus]:
 
 # ------------------------------------------------------------------ terminal
 
-_SYMBOL = {"passed": ".", "failed": "F", "error": "E", "skipped": "s", "interrupted": "!", None: " "}
+_SYMBOL = {"passed": ".", "failed": "F", "error": "E", "waived": "w", "skipped": "s", "interrupted": "!", None: " "}
 
 
 def strip_text(outcomes: Sequence[str | None]) -> str:
-    """One character per run, oldest first: ``.`` passed, ``F`` failed, ``E`` error, ``s`` skipped,
-    ``!`` interrupted (a run verdict)."""
+    """One character per run, oldest first: ``.`` passed, ``F`` failed, ``E`` error, ``w`` waived,
+    ``s`` skipped, ``!`` interrupted (a run verdict)."""
     return "".join(_SYMBOL.get(o, "?") for o in outcomes)
 
 
-def render_history_text(view: HistoryView) -> str:
-    """What ``sbxcheck history DIR`` prints: runs, incidents new/ongoing/resolved, failing, flaky, trends."""
+def render_history_text(view: HistoryView, now: dt.datetime | None = None) -> str:
+    """What ``sbxcheck history DIR`` prints: runs, incidents new/ongoing/resolved, failing, flaky, trends,
+    and the last run's waivers with their days left (from ``now``) and whether they are still needed."""
     lines = []
     if not view.runs:
         lines.append("no runs in the history")
@@ -425,9 +452,39 @@ def render_history_text(view: HistoryView) -> str:
             lines.append(
                 f"  {key}: {' '.join(values)}" + (f"  (floor {floor:.2f})" if floor is not None else "")
             )
+    lines.extend(_waiver_text(view.waivers, now or dt.datetime.now(dt.UTC)))
     for warning in view.warnings:
         lines.append(f"warning: {warning}")
     return "\n".join(lines) + "\n"
+
+
+_NEEDED = {
+    "waiving": "still needed",
+    "not needed": "no longer needed: its items passed",
+    "not covering": "not covering: its items failed for another cause",
+    "unmatched": "matched no item",
+    "not tested": "its items were skipped",
+    "expired": "expired",
+}
+
+
+def _waiver_text(waivers: Sequence[WaiverHistory], now: dt.datetime) -> list[str]:
+    if not waivers:
+        return []
+    lines = [f"waivers ({len(waivers)}, as the last run saw them; days left from now):"]
+    for entry in waivers:
+        w = entry.waiver
+        ends = _parse_time(str(w.get("until") or ""))
+        left = (ends - now).total_seconds() / 86400 if ends else None
+        days = "?" if left is None else "expired" if left <= 0 else f"{left:.1f} days left"
+        status = str(w.get("status"))
+        needed = _NEEDED.get(status, status)
+        if status == "waiving" and entry.waiving_runs > 1:
+            needed += f" (waiving for {entry.waiving_runs} runs)"
+        owner = f", owner {w['owner']}" if w.get("owner") else ""
+        lines.append(f"  {w.get('match')}  until {w.get('until')} ({days}{owner}) — {needed}")
+        lines.append(f"      {w.get('reason')}  [{w.get('source')} #{w.get('index')}]")
+    return lines
 
 
 def _runs(count: int) -> str:

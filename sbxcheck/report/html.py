@@ -1,7 +1,8 @@
 """report.html: a self-contained triage page (inline CSS, a small inline script, no network).
 
 Read top to bottom at 3 a.m.: the verdict and counts; incidents with their next step as commands
-to copy; kept VMs; the fleet grid (one cell per item, linking to it); the items, failed and errored
+to copy; the waived items (known failures) and the run's waivers; kept VMs; the fleet grid (one cell
+per item, linking to it); the items, failed and errored
 first, each with its message, key evidence and next step in view and the full evidence folded;
 then history (flaky items, durations, credit) when ``--sbx-history`` is on.
 
@@ -10,7 +11,7 @@ Rendered from the already redacted results document; every value goes through ``
 and the final text passes through the redactor once more.
 
 Each section renders in its own module over the shared ``html_base``: ``html_verdict`` (the head),
-``html_incidents``, ``html_fleet`` (grid and credit), ``html_items`` and ``html_history``; this
+``html_incidents``, ``html_waivers``, ``html_fleet`` (grid and credit), ``html_items`` and ``html_history``; this
 module frames the page and adds the mount and machine tables.
 """
 
@@ -29,7 +30,8 @@ from sbxcheck.report.html_history import render_history
 from sbxcheck.report.html_incidents import render_incidents
 from sbxcheck.report.html_items import render_items
 from sbxcheck.report.html_verdict import page_title, render_verdict, verdict_headline
-from sbxcheck.report.nextsteps import extract_commands, next_step_commands, not_run_command, rerun_command
+from sbxcheck.report.html_waivers import render_waivers
+from sbxcheck.report.nextsteps import next_step_commands, not_run_command, record_commands, rerun_command
 from sbxcheck.results import Incident, RunReport
 
 
@@ -41,10 +43,10 @@ _CSS = _asset("report.css")
 _SCRIPT = _asset("report.js")
 
 __all__ = [
-    "extract_commands",
     "item_anchor",
     "next_step_commands",
     "not_run_command",
+    "record_commands",
     "render_html",
     "rerun_command",
     "verdict_headline",
@@ -98,7 +100,7 @@ def render_html(document: Mapping[str, Any], redactor: Redactor, history: Histor
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         '<link rel="icon" href="data:,">'
         f"<title>{esc(page_title(report))}</title><style>{_CSS}</style></head><body>"
-        f"{render_verdict(ctx)}{render_incidents(ctx)}{_mounts(report)}{render_grid(ctx)}{render_credit(ctx)}"
+        f"{render_verdict(ctx)}{render_incidents(ctx)}{render_waivers(ctx)}{_mounts(report)}{render_grid(ctx)}{render_credit(ctx)}"
         f"{render_items(ctx)}{render_history(ctx)}"
         f"{_machines(report)}</main><script>{_SCRIPT}</script></body></html>\n"
     )

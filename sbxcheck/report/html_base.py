@@ -25,12 +25,13 @@ __all__ = [
     "sparkline",
 ]
 
-OUTCOME_SYMBOL = {"passed": "✓", "failed": "✗", "error": "?", "skipped": "–", "not run": "–"}
+OUTCOME_SYMBOL = {"passed": "✓", "failed": "✗", "error": "?", "waived": "~", "skipped": "–", "not run": "–"}
 
 OUTCOME_LABEL = {
     "passed": "PASSED",
     "failed": "FAILED",
     "error": "COULD NOT TELL",
+    "waived": "WAIVED",
     "skipped": "SKIPPED",
     "not run": "NOT RUN",
 }

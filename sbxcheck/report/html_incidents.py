@@ -27,7 +27,7 @@ def render_incidents(ctx: PageContext) -> str:
         members = [by_nodeid[n] for n in incident.checks if n in by_nodeid]
         status = history.status_of(incident) if history else None
         tag = _status_tag(status)
-        commands = next_step_commands(members, incident.recommendation, ctx.inventory_flag)
+        commands = next_step_commands(members, incident.commands, ctx.inventory_flag)
         links = _member_links(members)
         only_errors = all(m.outcome is Outcome.ERROR for m in members)
         blocks.append(

@@ -19,12 +19,12 @@ from sbxcheck.report.html_base import (
     shorten,
 )
 from sbxcheck.report.incidents import default_recommendation
-from sbxcheck.report.nextsteps import next_step_commands, probe_command
+from sbxcheck.report.nextsteps import next_step_commands, probe_command, record_commands
 from sbxcheck.results import CheckRecord, Classification, Outcome, RunReport
 
 __all__ = ["render_items"]
 
-_ORDER = {"failed": 0, "error": 1, "skipped": 2, "passed": 3}
+_ORDER = {"failed": 0, "error": 1, "waived": 2, "skipped": 3, "passed": 4}
 
 _KEY_EVIDENCE = (
     "error", "stderr", "state", "status", "http_status", "porcelain_sample", "signature", "remaining_usd",
@@ -55,6 +55,7 @@ def _filters(report: RunReport) -> str:
                 ("problems", "failed or could not tell"),
                 ("failed", "failed"),
                 ("error", "could not tell (error)"),
+                ("waived", "waived (known failure)"),
                 ("skipped", "skipped"),
                 ("passed", "passed"),
             ],
@@ -97,12 +98,16 @@ def _item(ctx: PageContext, record: CheckRecord) -> str:
         tags.append(f'<span class="tag">{esc(classification)}</span>')
     if incident is not None:
         tags.append(f'<a class="tag" href="#{esc(incident.id)}">incident {esc(incident.id)}</a>')
+    if record.waiver is not None:
+        tags.append(f'<a class="tag waived" href="#waived">waiver: {esc(record.waiver.get("status"))}</a>')
+    if record.failing_for:  # how long it has failed for this same cause
+        tags.append(f'<span class="tag ongoing">{esc(record.failing_for)}</span>')
     if hist is not None:
         if hist.flaky:
             tags.append(
                 f'<span class="tag flaky">FLAKY: {hist.flips} flips in {len(hist.outcomes)} runs</span>'
             )
-        if hist.failing_since:
+        if hist.failing_since and not record.failing_for:
             since = "at least since" if hist.streak_reaches_window_start else "since"
             tags.append(
                 f'<span class="tag ongoing">{esc(OUTCOME_LABEL[outcome].lower())} {since} {esc(hist.failing_since)} '
@@ -121,10 +126,11 @@ def _item(ctx: PageContext, record: CheckRecord) -> str:
         f"{duration}</header>"
     )
     body = f'<p class="msg">{esc(record.message)}</p>'
-    if record.outcome in (Outcome.FAILED, Outcome.ERROR):
+    if record.outcome in (Outcome.FAILED, Outcome.ERROR, Outcome.WAIVED):
         lines = "".join(f"<li><code>{esc(k)}</code>: {esc(v)}</li>" for k, v in _key_evidence(record.evidence))
         if lines:
             body += f'<ul class="ev">{lines}</ul>'
+    if record.outcome in (Outcome.FAILED, Outcome.ERROR):
         if (
             incident is not None
             and (record.recommendation or incident.recommendation) == incident.recommendation
@@ -140,7 +146,8 @@ def _item(ctx: PageContext, record: CheckRecord) -> str:
                 probe=probe_command(record.evidence),
             )
             body += next_step_html(
-                recommendation, next_step_commands([record], recommendation, ctx.inventory_flag)
+                recommendation,
+                next_step_commands([record], record_commands(record, recommendation), ctx.inventory_flag),
             )
     facts = f"attempts: {record.attempts}" + (f" · cause: {record.cause}" if record.cause else "")
     evidence = json.dumps(record.evidence, indent=2, ensure_ascii=False, sort_keys=True)
@@ -159,7 +166,9 @@ def render_items(ctx: PageContext) -> str:
     """The filters, then one card per item, failed and errored first."""
     ordered = sorted(ctx.report.checks, key=lambda r: (_ORDER.get(r.outcome.value, 9), r.nodeid))
     problems = sum(1 for r in ordered if r.outcome in (Outcome.FAILED, Outcome.ERROR))
-    note = f"{problems} not passed, listed first" if problems else "all passed"
+    waived = sum(1 for r in ordered if r.outcome is Outcome.WAIVED)
+    note = f"{problems} not passed, listed first" if problems else "none failed" if waived else "all passed"
+    note += f"; {waived} waived" if waived else ""
     return (
         f'<h2 id="items">Items ({len(ordered)}; {note})</h2>{_filters(ctx.report)}'
         f'<div id="item-list">{"".join(_item(ctx, r) for r in ordered)}</div>'

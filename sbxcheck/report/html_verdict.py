@@ -27,7 +27,7 @@ _HEADLINE = {
     "error": "COULD NOT TELL — some checks could not reach a verdict",
     "passed": "HEALTHY — every check passed",
     "empty": "NO CHECKS RAN",
-    "interrupted": "INTERRUPTED — the run stopped before every check ran",
+    "interrupted": "INTERRUPTED — the run was stopped before it finished",
 }
 #: How many not-run items the banner names (the items list has every one).
 _BANNER_NOT_RUN = 20
@@ -80,7 +80,10 @@ def render_verdict(ctx: PageContext) -> str:
             + "</pre></details>"
         )
     problems = summary.get("failed", 0) + summary.get("error", 0)
-    toc = [("#incidents", f"Incidents ({len(report.incidents)})"), ("#fleet", "Fleet grid")]
+    toc = [("#incidents", f"Incidents ({len(report.incidents)})")]
+    if report.waivers or summary.get("waived"):
+        toc.append(("#waived", f"Waived ({summary.get('waived', 0)}; {len(report.waivers)} waivers)"))
+    toc.append(("#fleet", "Fleet grid"))
     toc.append(("#items", f"Items ({problems} not passed first)" if problems else "Items"))
     if ctx.history is not None:
         toc.append(("#history", f"History (flaky: {len(ctx.history.flaky)})"))
@@ -109,11 +112,14 @@ def page_title(report: RunReport) -> str:
 def verdict_headline(verdict: str, summary: Mapping[str, int] | None = None) -> str:
     """The banner's headline for a verdict (``verdict_of``), e.g. "INTERRUPTED — the run stopped …".
 
-    A healthy run with skipped items says how many passed and how many were skipped, not "every check".
+    A healthy run with skipped or waived items says how many passed, were waived (known failures) and
+    were skipped, not "every check".
     """
-    skipped = (summary or {}).get("skipped", 0)
-    if verdict == "passed" and skipped:
-        return f"HEALTHY — {(summary or {}).get('passed', 0)} passed, {skipped} skipped"
+    counts = summary or {}
+    waived, skipped = counts.get("waived", 0), counts.get("skipped", 0)
+    if verdict == "passed" and (skipped or waived):
+        rest = [f"{waived} waived (known failures)" if waived else "", f"{skipped} skipped" if skipped else ""]
+        return f"HEALTHY — {counts.get('passed', 0)} passed, " + ", ".join(r for r in rest if r)
     return _HEADLINE.get(verdict, verdict.upper())
 
 
@@ -127,14 +133,24 @@ def _not_run_banner(report: RunReport) -> str:
     if more > 0:
         names += f"<li>… and {more} more (see the items below)</li>"
     rerun = not_run_command(report)
+    left = "".join(
+        f"<li>{esc(str(e.get('kind')))} <code>{esc(str(e.get('ident')))}</code> ({esc(str(e.get('state')))}) "
+        f"{esc(str(e.get('why') or ''))}</li>"
+        for e in report.left
+    )
+    ran = (
+        f"{len(report.not_run)} selected item(s) did not run{esc(why)}; re-run them for a verdict"
+        if report.not_run
+        else f"every selected item ran, but the run was stopped before it finished{esc(why)}"
+    )
     return (
-        f'<p class="not-run">{len(report.not_run)} selected item(s) did not run{esc(why)}; '
-        "re-run them for a verdict</p>"
+        f'<p class="not-run">{ran}</p>'
+        + (f'<p class="not-run">left open (the ledger keeps them):</p><ul class="not-run">{left}</ul>' if left else "")
         + (next_step_html("", [rerun], title="Re-run what did not run") if rerun else "")
         + (f'<ul class="not-run">{names}</ul>' if names else "")
     )
 
 
 def pills_text(tally: Mapping[str, int]) -> str:
-    """The banner's count line from :func:`outcome_counts` (not run only when there were such items)."""
-    return ", ".join(f"{n} {OUTCOME_LABEL[o].lower()}" for o, n in tally.items() if n or o != "not run")
+    """The banner's count line from :func:`outcome_counts` (not run and waived only when there were such items)."""
+    return ", ".join(f"{n} {OUTCOME_LABEL[o].lower()}" for o, n in tally.items() if n or o not in ("not run", "waived"))

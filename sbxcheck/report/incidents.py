@@ -216,17 +216,20 @@ class _Group:
 
 def _recommendation(
     records: Iterable[CheckRecord], classification: Classification, targets: list[str]
-) -> str:
-    """The records' own next step given most often (first in nodeid order on a tie), else the default."""
+) -> tuple[str, list[str]]:
+    """The records' own next step given most often (first in nodeid order on a tie) and that record's
+    commands, else the default with its probe (a command built from the evidence) as its one command."""
     records = list(records)
-    own = [text for r in records if (text := (r.recommendation or "").strip()) and not is_destructive(text)]
+    own = [(text, r) for r in records if (text := (r.recommendation or "").strip()) and not is_destructive(text)]
     if own:
-        counts = Counter(own)
+        counts = Counter(text for text, _ in own)
         best = max(counts.values())
-        return next(text for text in own if counts[text] == best)
+        return next((text, list(r.commands)) for text, r in own if counts[text] == best)
     from sbxcheck.report.nextsteps import probe_of
 
-    return default_recommendation(classification, targets, probe=probe_of(r.evidence for r in records))
+    probe = probe_of(r.evidence for r in records)
+    text = default_recommendation(classification, targets, probe=probe)
+    return text, [probe] if probe and probe in text else []
 
 
 def _masked_message(record: CheckRecord, targets: Sequence[str]) -> str:
@@ -293,13 +296,15 @@ def build_incidents(records: Sequence[CheckRecord]) -> list[Incident]:
     for group in groups:
         classification = group.classification()
         targets = group.targets()
+        recommendation, commands = _recommendation(group.records, classification, targets)
         incidents.append(
             Incident(
                 id=incident_id(classification, group.key, kind=group.kind),
                 classification=classification,
                 summary=_summary(group, classification, targets),
                 checks=[r.nodeid for r in group.records],
-                recommendation=_recommendation(group.records, classification, targets),
+                recommendation=recommendation,
+                commands=commands,
             )
         )
     incidents.sort(key=lambda i: (-len(i.checks), i.classification.value, i.id))

@@ -14,7 +14,9 @@ Layout:
 - a failed or errored check has a ``<failure>`` whose ``message`` holds the classification, the
   incident id and the next step, and whose ``type`` is the classification (``error/<classification>``
   for an sbxcheck error: this schema has no ``<error>`` element inside a testcase; the testsuite's
-  ``errors`` attribute still counts them); a skipped one has ``<skipped message=...>``;
+  ``errors`` attribute still counts them); a skipped one has ``<skipped message=...>``; a waived one
+  ``<skipped type="sbxcheck.waived" message=...>`` whose message holds the waiver, its reason and what
+  the item had (counted with the suite's skipped, as pytest counts an xfail);
 - the details — key evidence, next step, then the full evidence as JSON — in the testcase's
   ``<system-out>``. No ``<properties>`` inside a testcase (the schema forbids them) and no suite-level
   evidence;
@@ -73,9 +75,12 @@ def _seconds(value: float) -> str:
 
 
 def _message(check: Mapping[str, Any], incident: str | None) -> str:
-    """One line: ``[classification] message (incident INC-…) — next step: …``; the step is never cut."""
+    """One line: ``[classification] message (incident INC-…) — next step: …``; the step is never cut.
+
+    With history the classification is followed by how long the item has failed for it."""
     classification = check.get("classification") or "-"
-    parts = [f"[{classification}] {shorten(user_text(str(check.get('message') or '')), 300)}"]
+    since = f"; {check['failing_for']}" if check.get("failing_for") else ""
+    parts = [f"[{classification}{since}] {shorten(user_text(str(check.get('message') or '')), 300)}"]
     if incident:
         parts.append(f"(incident {incident})")
     step = check.get("next_step") or next_step(check)
@@ -105,6 +110,8 @@ def _case(check: Mapping[str, Any], incident: str | None) -> ET.Element:
         failure.text = detail_block(check, incident)
     elif outcome == "skipped":
         ET.SubElement(case, "skipped", {"message": user_text(str(check.get("message") or "skipped"))})
+    elif outcome == "waived":  # a known failure, accepted until a date: skipped, as pytest files an xfail
+        ET.SubElement(case, "skipped", {"type": "sbxcheck.waived", "message": _message(check, incident)})
     out = ET.SubElement(case, "system-out")
     evidence = json.dumps(
         trim_json(check.get("evidence") or {}), indent=2, ensure_ascii=False, sort_keys=True
@@ -170,7 +177,7 @@ def render_junit_xml(document: Mapping[str, Any], redactor: Redactor) -> str:
             "tests": len(checks),
             "failures": outcomes.count("failed"),
             "errors": outcomes.count("error"),
-            "skipped": outcomes.count("skipped"),
+            "skipped": outcomes.count("skipped") + outcomes.count("waived"),
         }
         element = ET.SubElement(
             root,

@@ -7,7 +7,7 @@ file's stem, or its directory's name for a plain ``sbxcheck.toml``); run-level s
 ``last_run``) also carry ``suite`` (``gate``, ``canary``, ``triage``, or ``canary+gate`` for a run of
 several), so a gate file and a canary file of one fleet never collide in one collector or gateway:
 
-- ``sbxcheck_item_outcome{item, suite, outcome}`` 1 for the item's outcome, 0 for the other three
+- ``sbxcheck_item_outcome{item, suite, outcome}`` 1 for the item's outcome, 0 for the others
 - ``sbxcheck_item_duration_seconds{item, suite}``
 - ``sbxcheck_item_flaky_flips{item, suite}`` flips in the history window (only with ``--sbx-history``)
 - ``sbxcheck_credit_remaining_usd{key, run_id}`` and ``sbxcheck_credit_floor_usd{key, run_id}`` (gate E;
@@ -20,6 +20,10 @@ several), so a gate file and a canary file of one fleet never collide in one col
   else 0
 - ``sbxcheck_last_run_not_run`` selected items that never ran (an interrupted run)
 - ``sbxcheck_last_run_checks{outcome}`` counts
+- ``sbxcheck_checks_waived{suite}`` items that failed for a waived cause (0 for a suite without any): the
+  shipped alert rules never page on them
+- ``sbxcheck_waiver_expiry_timestamp_seconds{waiver, status}`` when each waiver of the run ends (``waiver``
+  is its match pattern)
 - ``sbxcheck_last_run_info{report_url}`` 1, when ``--sbx-report-url`` names where the run's page is
   published (alert annotations look it up by ``fleet`` and ``suite``)
 """
@@ -28,7 +32,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
@@ -119,6 +123,7 @@ def build_registry(
         if point.floor_usd is not None:
             floor.labels(*labels).set(point.floor_usd)
 
+    _waiver_series(report, registry, r, fleet)
     per_class = Counter(i.classification.value for i in report.incidents)
     open_by_class = Gauge(
         "sbxcheck_incidents_open",
@@ -192,6 +197,30 @@ def build_registry(
                 "sbxcheck_spend_cap_usd", "the --sbx-max-spend cap of the last run", list(run), registry=registry
             ).labels(**run).set(float(report.spend["cap_usd"]))
     return registry
+
+
+def _waiver_series(report: RunReport, registry: CollectorRegistry, r: Callable[[str], str], fleet: str) -> None:
+    """Waived items per suite (0 where a suite had none), and when each waiver of the run ends."""
+    waived = Gauge(
+        "sbxcheck_checks_waived",
+        "items of the last run that failed for a waived cause (left out of the verdict)",
+        ["suite", "fleet"],
+        registry=registry,
+    )
+    per_suite = Counter(rec.suite for rec in report.checks if rec.outcome is Outcome.WAIVED)
+    for suite in sorted({rec.suite for rec in report.checks}):
+        waived.labels(r(suite), fleet).set(per_suite.get(suite, 0))
+    ends = Gauge(
+        "sbxcheck_waiver_expiry_timestamp_seconds",
+        "when the waiver stops applying (unix time); status: waiving, not needed, not covering, unmatched, "
+        "not tested or expired in the last run",
+        ["waiver", "status", "fleet"],
+        registry=registry,
+    )
+    for waiver in report.waivers:
+        until = _timestamp(str(waiver.get("until") or ""))
+        if until is not None:
+            ends.labels(r(str(waiver.get("match"))), str(waiver.get("status")), fleet).set(until)
 
 
 class _Deprecated(Collector):

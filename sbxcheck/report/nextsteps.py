@@ -3,8 +3,9 @@
 An SSH host is probed with ``ssh`` by the alias sbxcheck itself connected to (with ``-F`` when the
 inventory names its own ssh_config, so the alias resolves as it did for the check); an HTTP service
 with ``curl`` on its base URL. When the evidence names neither, no command is offered rather than
-one with a ``<target>`` to fill in or an empty argument. A next-step text's own commands are taken
-from it (:func:`extract_commands`), and every item set has its re-run command (:func:`rerun_command`;
+one with a ``<target>`` to fill in or an empty argument. A next step's commands are the ones its check
+built (``CheckResult.commands``, :mod:`sbxcheck.commands`), never read out of its prose, which may quote
+what a server or an agent wrote; every item set has its re-run command (:func:`rerun_command`;
 :func:`not_run_command` for what an interrupted run did not reach).
 """
 
@@ -15,42 +16,32 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from sbxcheck.commands import filled, shell_command
 from sbxcheck.results import CheckRecord, RunReport
 
 __all__ = [
-    "extract_commands",
     "fill_probe",
     "inventory_flag",
     "next_step_commands",
     "not_run_command",
     "probe_command",
     "probe_of",
+    "record_commands",
     "rerun_command",
 ]
 
 _PLACEHOLDER_CLAUSE = re.compile(r"\s*\([^()]*<target>[^()]*\)")
 _GATE_RUN = re.compile(r"^(?P<run>[a-z0-9][a-z0-9-]*?-\d{8}-[0-9a-f]{6})(?:-.+)?$")
-_COMMAND_VERBS = (
-    r"(?:ssh|just|systemctl|sudo|tailscale|journalctl|pytest|sbxcheck|curl|git|gh|docker|kubectl)"
-)
-_BACKTICKS = re.compile(r"`([^`\n]{2,300})`")
-_PARENTHESISED = re.compile(r"\((" + _COMMAND_VERBS + r"\s[^()\n]{1,300})\)")
-_LEADING = re.compile(
-    r"(?:^|[;:]\s+)((?:ssh|just|systemctl|sudo|tailscale|journalctl|pytest|sbxcheck|curl)\s[^,;()`\n]+?)"
-    r"(?=\s*(?:[,;]|$|\bthen\b))"
-)
-
-
 def probe_command(evidence: Mapping[str, Any]) -> str | None:
     """``ssh [-F cfg] -o ConnectTimeout=10 ALIAS true`` or ``curl … URL`` from what the evidence names."""
     alias = evidence.get("alias")
     if isinstance(alias, str) and alias.strip():
         config = evidence.get("ssh_config")
-        flag = f"-F {shlex.quote(config)} " if isinstance(config, str) and config.strip() else ""
-        return f"ssh {flag}-o ConnectTimeout=10 {shlex.quote(alias.strip())} true"
+        flag = ["-F", config] if isinstance(config, str) and config.strip() else []
+        return shell_command("ssh", *flag, "-o", "ConnectTimeout=10", alias.strip(), "true")
     service = evidence.get("service")
     if isinstance(service, str) and service.startswith(("http://", "https://")):
-        return f"curl -sS -m 10 -o /dev/null -w '%{{http_code}}\\n' {shlex.quote(service)}"
+        return filled("curl -sS -m 10 -o /dev/null -w '%{{http_code}}\\n' {url}", url=service)
     return None
 
 
@@ -73,17 +64,6 @@ def inventory_flag(source: str) -> str:
     return f"--sbx-inventory={shlex.quote(source)}"
 
 
-def extract_commands(text: str) -> list[str]:
-    """Commands a next-step text names: `backticked`, (parenthesised), or leading a clause (``; ssh host``)."""
-    hits: list[tuple[int, str]] = []
-    for pattern in (_BACKTICKS, _PARENTHESISED, _LEADING):
-        for match in pattern.finditer(text):
-            command = match.group(1).strip().rstrip(".")
-            if command and not any(command in seen or seen in command for _, seen in hits):
-                hits.append((match.start(1), command))
-    return [command for _, command in sorted(hits)]
-
-
 def rerun_command(records: Sequence[CheckRecord], inventory_flag: str = "", *, every: bool = False) -> str | None:
     """The command that re-runs these items: the gate per run id, anything else by node id; with the
     run's ``--sbx-inventory=PATH`` when it used one, so it checks the same fleet. ``every``: name every
@@ -103,14 +83,23 @@ def rerun_command(records: Sequence[CheckRecord], inventory_flag: str = "", *, e
 
 
 def next_step_commands(
-    records: Sequence[CheckRecord], recommendation: str, inventory_flag: str = ""
+    records: Sequence[CheckRecord], commands: Sequence[str], inventory_flag: str = ""
 ) -> list[str]:
-    """What to type: the commands the recommendation names, then the re-run of the affected items."""
-    commands = extract_commands(recommendation)
+    """What to type: the next step's own commands (built by sbxcheck), then the re-run of the items."""
+    typed = list(dict.fromkeys(commands))
     rerun = rerun_command(records, inventory_flag)
-    if rerun and rerun not in commands:
-        commands.append(rerun)
-    return commands
+    if rerun and rerun not in typed:
+        typed.append(rerun)
+    return typed
+
+
+def record_commands(record: CheckRecord, shown: str) -> list[str]:
+    """The commands of the next step ``shown`` for ``record``: its own, or (``shown`` being the default
+    advice) the probe its evidence names, where that advice offers one."""
+    if record.recommendation:
+        return list(record.commands)
+    probe = probe_command(record.evidence)
+    return [probe] if probe and probe in shown else []
 
 
 def not_run_command(report: RunReport) -> str | None:

@@ -43,7 +43,7 @@ _MAX_LIST_ITEMS = 10
 
 
 def outcome_counts(summary: Mapping[str, int], not_run: int) -> dict[str, int]:
-    """Checks per outcome (failed, error, skipped, not run, passed) from a report's ``summary``.
+    """Checks per outcome (failed, error, waived, skipped, not run, passed) from a report's ``summary``.
 
     An item an interrupt left unrun is recorded as skipped; a count line shows it as "not run", so an
     interrupted run never reads as a run whose checks were skipped on purpose.
@@ -53,6 +53,7 @@ def outcome_counts(summary: Mapping[str, int], not_run: int) -> dict[str, int]:
     return {
         "failed": summary.get("failed", 0),
         "error": summary.get("error", 0),
+        "waived": summary.get("waived", 0),
         "skipped": skipped - unrun,
         "not run": unrun,
         "passed": summary.get("passed", 0),
@@ -86,8 +87,10 @@ def _classification(check: Mapping[str, Any]) -> str:
 
 
 def headline(check: Mapping[str, Any], limit: int = 200) -> str:
-    """``[<classification>] <message>`` on one line."""
-    return shorten(f"[{_classification(check)}] {user_text(str(check.get('message') or ''))}", limit)
+    """``[<classification>] <message>`` on one line; with history ``[<classification>; failing for 6 runs
+    since 2026-12-01]``."""
+    since = f"; {check['failing_for']}" if check.get("failing_for") else ""
+    return shorten(f"[{_classification(check)}{since}] {user_text(str(check.get('message') or ''))}", limit)
 
 
 def next_step(check: Mapping[str, Any], inventory_flag: str = "") -> str | None:

@@ -22,6 +22,7 @@ from sbxcheck.report.history import DEFAULT_KEEP, HistoryStore, HistoryView, ana
 from sbxcheck.report.html import render_html
 from sbxcheck.report.junit import render_junit_xml
 from sbxcheck.report.results_json import report_dict, stage_text
+from sbxcheck.report.streaks import annotate_streaks
 from sbxcheck.results import RunReport
 
 __all__ = [
@@ -46,6 +47,7 @@ class Written:
 
     paths: dict[str, Path] = field(default_factory=dict)
     history: HistoryView | None = None
+    report: RunReport | None = None  # the report as written (redacted; with history, each failure's streak)
     warnings: list[str] = field(default_factory=list)
     missing: dict[Path, str] = field(default_factory=dict)  # a file (or directory) not written -> why
 
@@ -102,20 +104,30 @@ def write_artifacts(
     ``history_keep`` runs) and show the history on the page; with ``metrics_path`` also write metrics.
     """
     out_dir = Path(out_dir)
+    written = Written()
+    store = HistoryStore(history_dir, history_keep) if history_dir is not None else None
+    previous: list[RunReport] = []
+    warnings: list[str] = []
+    if store is not None:
+        try:
+            loaded, warnings = store.load()  # the earlier runs: each failure of this run says since when
+        except OSError as exc:
+            written.missing[Path(store.directory)] = _reason(exc)
+            store = None
+        else:
+            previous = loaded[-(history_keep - 1) :] if history_keep > 1 else []
+            report = annotate_streaks(report, previous)
     document = report_dict(report, redactor)
     results_text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
-    written = Written()
     redacted = RunReport.model_validate(document)
-    if history_dir is not None:
-        store = HistoryStore(history_dir, history_keep)
+    written.report = redacted
+    if store is not None:
         try:
             entry = store.add(results_text, redacted.started_at)
         except OSError as exc:
-            written.missing[Path(history_dir)] = _reason(exc)
+            written.missing[Path(store.directory)] = _reason(exc)
         else:
-            previous, warnings = store.load(exclude=entry)
-            runs = [*previous[-(history_keep - 1) :], redacted] if history_keep > 1 else [redacted]
-            written.history = analyse(runs, warnings)
+            written.history = analyse([*previous, redacted], warnings)
             written.warnings.extend(warnings)
             written.paths["history"] = entry
     texts = {

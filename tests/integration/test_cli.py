@@ -47,6 +47,30 @@ def test_unknown_control_plane_version_is_one_readable_error(tmp_path: Path) -> 
     assert not (tmp_path / "sbxcheck.toml").exists()
 
 
+def test_a_pi_version_that_is_not_a_release_is_one_readable_error(tmp_path: Path) -> None:
+    result = sbxcheck("sim", "up", "--dir", str(tmp_path), "--pi-version", "latest")
+    assert result.returncode == 2
+    assert result.stderr == (
+        "sbxcheck: pi version 'latest': expected a release such as 0.83.0 (MAJOR.MINOR.PATCH; tested: 0.73.1, "
+        "0.83.0, 1.6.0)\n"
+    )
+    assert not (tmp_path / "sbxcheck.toml").exists()
+
+
+@pytest.mark.slow
+def test_sim_up_runs_the_pi_release_it_is_given(tmp_path: Path) -> None:
+    up = sbxcheck("sim", "up", "--dir", str(tmp_path), "--pi-version", "1.6.0", "--runs", "1", timeout=420)
+    try:
+        assert up.returncode == 0, up.stderr
+        inventory = tomllib.loads((tmp_path / "sbxcheck.toml").read_text())
+        run_id = inventory["ssh"]["machines"][0].removesuffix(".exe.xyz")
+        shim = (tmp_path / "vms" / run_id / "bin" / "pi").read_text(encoding="utf-8")
+        assert "pi-earendil-works-1.6.0" in shim and "# real pi 1.6.0 (@earendil-works/pi-coding-agent;" in shim
+        assert "the VMs run real pi 1.6.0 (@earendil-works/pi-coding-agent;" in (tmp_path / "sim.log").read_text()
+    finally:
+        sbxcheck("sim", "down", "--dir", str(tmp_path), timeout=60)
+
+
 @pytest.mark.slow
 def test_sim_up_with_an_older_control_plane(tmp_path: Path) -> None:
     import httpx

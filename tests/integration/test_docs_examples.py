@@ -93,6 +93,8 @@ EXPECTED: dict[str, int | Skip] = {
     "pytest -m gate --sbx-mount demo --sbx-sim-sssf=~/src/inkwell": 0,
     "sbxcheck sim up --dir /tmp/fleet --cp-version v0.7": 0,  # stopped by the test afterwards
     "pytest -m canary --sbx-sim-cp-version v0.7": 0,  # what v0.7 does not serve is skipped, never an error
+    "pytest -m gate --sbx-sim-pi-version 1.6.0": 0,  # a healthy fleet passes on pi 1.6.0 as on 0.83.0
+    "sbxcheck sim up --dir /tmp/fleet --pi-version 0.73.1": 0,  # stopped by the test afterwards
     # docs/gate.md
     "pytest -m gate --sbx-inventory=/srv/sbxcheck.toml "
     "--tx ssh=ops@runner-1//python=/opt/sbxcheck/bin/python//chdir=/srv/checkout "
@@ -119,6 +121,9 @@ EXPECTED: dict[str, int | Skip] = {
     "pytest -m canary --sbx-history=.sbxcheck/history --sbx-history-keep=90": 0,
     "pytest -m canary --sbx-metrics=/var/lib/node_exporter/textfile/sbxcheck.prom": 0,
     "sbxcheck history .sbxcheck/history [--keep N]": 0,
+    "sbxcheck waive 'canaries/test_routes.py::test_route_reaches_execution[opencode-*]' --reason \"opencode "
+    'adapter crash (fn3 is not a function), upstream sandboxed.sh #797" --until +7d --owner oncall': 0,
+    "pytest -m canary --sbx-sim-fault cp.backend-crash --sbx-waivers=sbxcheck-waivers.toml": 0,  # both waived
     # docs/run-items.md: in the SSSF checkout of a `sbxcheck sim up` fleet (RUN_FLEET)
     'just sbx lifecycle execute RUN_ID "add a health endpoint"': 0,
     "just sbx lifecycle observe RUN_ID": 0,
@@ -132,6 +137,9 @@ SHOWS: dict[str, str] = {
     "sbxcheck history .sbxcheck/history [--keep N]": r"(?m)^2 runs, .* last verdict: passed",
     "pytest -m gate --sbx-sim-fault vm.dirty-tree": rf"FAILED \S*test_gate_A_git_integrity\[{RUN_ID}\]",
     "pytest -m gate --sbx-sim-fault openrouter.model-down@bravo": r"FAILED \S*test_gate_C_model_answers\[bravo-",
+    "pytest -m canary --sbx-sim-fault cp.backend-crash --sbx-waivers=sbxcheck-waivers.toml": (
+        r"waived: 2 item\(s\), known failures left out of the verdict"
+    ),
 }
 
 # A command that reads what an earlier documented command wrote runs in a copy of that one's directory.
@@ -144,6 +152,10 @@ READS: dict[str, str] = {
         'pytest -m "canary or triage" --sbx-history=.sbxcheck/history'
     ),
     "sbxcheck ledger compact .sbxcheck/state": "pytest -m gate --sbx-mount demo --sbx-teardown on-pass",
+    "pytest -m canary --sbx-sim-fault cp.backend-crash --sbx-waivers=sbxcheck-waivers.toml": (
+        "sbxcheck waive 'canaries/test_routes.py::test_route_reaches_execution[opencode-*]' --reason \"opencode "
+        'adapter crash (fn3 is not a function), upstream sandboxed.sh #797" --until +7d --owner oncall'
+    ),
     "cp -r allure-report/history allure-results/ 2>/dev/null || true": "pytest -m gate --alluredir=allure-results",
     "allure generate allure-results --clean -o allure-report": (
         "cp -r allure-report/history allure-results/ 2>/dev/null || true"
@@ -196,7 +208,7 @@ _RAN: dict[str, Ran] = {}  # command text -> its run, when the same command is s
 
 def resolve(command: str, case_dir: Path) -> str:
     """The command with this machine's world in place of the page's."""
-    resolved = re.sub(r"\s*\[[^\]]*\]", "", command)  # [--keep N]: optional parts left out
+    resolved = re.sub(r"\s+\[[^\]]*\]", "", command)  # [--keep N]: optional parts left out (never a node id's)
     resolved = resolved.replace("fix-login-20260301-9c04be", RUN_ID).replace("RUN_ID", RUN_ID)
     resolved = resolved.replace("/tmp/fleet", str(case_dir / "fleet"))
     resolved = resolved.replace(INKWELL_SHOWN, str(inkwell_checkout()))

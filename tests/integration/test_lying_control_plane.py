@@ -77,6 +77,22 @@ def test_a_create_joined_to_another_mission_never_touches_it(tmp_path: Path) -> 
     assert FOREIGN_ID not in {e.ident for e in ledger.state()}
 
 
+def test_a_create_over_the_mcp_joined_to_another_mission_never_touches_it(tmp_path: Path) -> None:
+    """The MCP's start_mission answer carries no x-coalesced-with: the stored record (another's title,
+    backend and model) is what says the mission is not this session's."""
+    proc, cp, document = _canary(tmp_path, ["cp.coalesce-foreign@codex"], "codex-terra-mcp")
+    assert cp._missions[FOREIGN_ID].status == "active", proc.stdout[-3000:]
+    named = [(r.method, r.path) for r in cp.requests if FOREIGN_ID in r.path or FOREIGN_ID in r.query]
+    assert all(method == "GET" for method, _ in named), named  # read, never cancelled
+    dispatched = _checks(document)["test_route_dispatched[codex-terra-mcp]"]
+    assert (dispatched["outcome"], dispatched["classification"]) == ("error", "bad_response"), dispatched
+    assert FOREIGN_ID in dispatched["message"] and "is not this session's" in dispatched["message"]
+    [foreign] = [c for c in document["cleanup"] if c["ident"] == FOREIGN_ID]
+    assert foreign["kind"] == "foreign mission" and foreign["action"].startswith("left alone")
+    assert document["spend"]["missions"] == 0
+    assert [e for e in Ledger(tmp_path / "state").state() if e.is_open] == []
+
+
 def test_a_stream_that_says_completed_does_not_close_a_pending_mission(tmp_path: Path) -> None:
     proc, cp, document = _canary(tmp_path, ["cp.stream-lies"], "gemini-flash")
     [mission_id] = cp.mission_ids()

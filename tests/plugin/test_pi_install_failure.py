@@ -57,6 +57,8 @@ def test_a_failed_pi_install_is_tried_once_and_reported_once(
     }
     assert "npm config set cafile" in incident["recommendation"] and registry.url in incident["recommendation"]
     assert all("DEPTH_ZERO_SELF_SIGNED_CERT" in c["message"] for c in errored)
-    assert report["inventory"]["details"]["pi"].startswith("no pi: npm install @mariozechner/pi-coding-agent")
+    assert report["inventory"]["details"]["pi"].startswith(  # the default: the exe.dev image's pi
+        "no pi: npm install @earendil-works/pi-coding-agent@0.83.0 failed"
+    )
     out = result.stdout.str()
     assert f"incident {incident['id']} [config_defect]" in out and "next step: npm does not trust" in out

@@ -13,8 +13,10 @@ import shutil
 import signal
 import subprocess
 import time
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.gate_harness import CANARY_SUITES
@@ -311,6 +313,51 @@ def test_second_sigint_during_the_cancel_leaves_the_mission_open_then_sweep_sett
     ret, swept, out = sweep(fleet, tmp_path, state)
     [check] = swept["checks"]
     assert ret == 0 and check["outcome"] == "passed", out[-3000:]
+    released_all(state)
+
+
+def _interrupted_artifacts(tmp: Path, out: str) -> dict[str, Any]:
+    """results.json, after asserting that every artifact and the terminal say INTERRUPTED, never HEALTHY."""
+    report = read_report(tmp)
+    assert report["interrupted"] is True and "during cleanup" in report["interrupted_reason"], out[-3000:]
+    html = (tmp / "report" / "report.html").read_text()
+    assert 'data-verdict="interrupted"' in html and "HEALTHY" not in html
+    junit = ET.fromstring((tmp / "report" / "junit.xml").read_text())
+    props = {p.get("name"): p.get("value") for p in junit.iter("property")}
+    assert props["sbxcheck.verdict"] == "interrupted"
+    assert "verdict: INTERRUPTED" in out and "HEALTHY" not in out, out[-3000:]
+    return report
+
+
+@pytest.mark.parametrize("times", [1, 2], ids=["one-sigterm-lets-it-finish", "a-second-abandons-it"])
+def test_a_sigterm_during_the_cleanup_makes_every_artifact_say_interrupted(
+    clean: SimFleet, tmp_path: Path, times: int
+) -> None:
+    """Every item ran and passed; the TERM arrives while the session cancels its mission at the end."""
+    fleet, state = clean, tmp_path / "state"
+    cp = fleet.controlplane
+    assert cp is not None
+    cp.inject("cp.stuck-pending", "gemini")  # the mission is still pending at the end: it is cancelled
+    cp.inject("cp.cancel-slow")
+    started = cp.cancels_started
+    proc = start_child(canary_child(fleet, tmp_path, "gemini-flash and dispatched"), tmp_path)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and cp.cancels_started == started and proc.poll() is None:
+        time.sleep(0.02)
+    out = interrupt(proc, signal.SIGTERM, times=times)
+    assert proc.returncode == 2 and "Traceback" not in out, out[-3000:]
+    report = _interrupted_artifacts(tmp_path, out)
+    assert [c["outcome"] for c in report["checks"]] == ["passed"] and report["not_run"] == []
+    assert "SIGTERM" in report["interrupted_reason"]
+    if times == 1:
+        assert [c["action"] for c in report["cleanup"]] == ["cancelled"] and report["left"] == []
+        released_all(state)
+        return
+    [left] = report["left"]  # the abandoned cancel: named in every artifact, kept by the ledger
+    assert left["kind"] == "mission" and left["ident"] in (tmp_path / "report" / "report.html").read_text()
+    cp.clear_faults("cp.cancel-slow")
+    ret, _swept, out = sweep(fleet, tmp_path, state)
+    assert ret == 0, out[-3000:]
     released_all(state)
 
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sbxcheck.report.nextsteps import extract_commands, inventory_flag, next_step_commands
+from sbxcheck.report.nextsteps import inventory_flag, next_step_commands, record_commands
 from sbxcheck.results import CheckRecord
 
 PLACEHOLDER = re.compile(r"<[A-Za-z][\w .:/-]*>")
@@ -56,14 +56,17 @@ def _ssh_host(argv: list[str]) -> tuple[str | None, str | None]:
     return None, config
 
 
-def _texts(report: dict[str, Any]) -> Iterator[tuple[str, str, list[CheckRecord]]]:
+def _texts(report: dict[str, Any]) -> Iterator[tuple[str, str, list[CheckRecord], list[str]]]:
+    """(where, next step, its records, the commands report.html offers with it)."""
     by_nodeid = {c["nodeid"]: c for c in report["checks"]}
     for incident in report["incidents"]:
         members = [CheckRecord.model_validate(by_nodeid[n]) for n in incident["checks"] if n in by_nodeid]
-        yield f"incident {incident['id']}", incident["recommendation"], members
+        yield f"incident {incident['id']}", incident["recommendation"], members, incident.get("commands", [])
     for check in report["checks"]:
         if check["outcome"] in ("failed", "error"):
-            yield check["nodeid"], check.get("next_step") or "", [CheckRecord.model_validate(check)]
+            record = CheckRecord.model_validate(check)
+            text = check.get("next_step") or ""
+            yield check["nodeid"], text, [record], record_commands(record, text)
 
 
 def next_step_problems(report: dict[str, Any], inventory: Path) -> list[str]:
@@ -76,13 +79,13 @@ def next_step_problems(report: dict[str, Any], inventory: Path) -> list[str]:
     offered = inventory_flag(str(source.get("source", "")))  # what report.html uses
     if offered != flag:
         problems.append(f"the report's re-runs would use {offered!r}, not {flag!r}")
-    for where, text, records in _texts(report):
+    for where, text, records, commands in _texts(report):
         if not text.strip():
             problems.append(f"{where}: no next step")
             continue
         if PLACEHOLDER.search(text):
             problems.append(f"{where}: placeholder in {text!r}")
-        for command in [*extract_commands(text), *next_step_commands(records, text, offered)]:
+        for command in next_step_commands(records, commands, offered):
             try:
                 argv = shlex.split(command)
             except ValueError as exc:

@@ -42,7 +42,7 @@ def gate_advice(run_id: str) -> str:
 Change = Callable[[CheckRecord], CheckRecord | None]
 
 
-def _rebuild(report: RunReport, change: Change) -> RunReport:
+def rebuild(report: RunReport, change: Change) -> RunReport:
     records = []
     for record in report.checks:
         changed = change(record)
@@ -89,6 +89,7 @@ def dirty_tree(record: CheckRecord, run: str) -> CheckRecord | None:
         message="HEAD matches, but the tree is dirty: 2 lines from git status --porcelain",
         evidence={"porcelain_lines": 2, "porcelain_sample": [" M src/app.py", "?? notes.txt"]},
         recommendation=gate_advice(run),
+        commands=[f"ssh {run}.exe.xyz", f"just sbx lifecycle setup {run}"],
     )
 
 
@@ -126,7 +127,7 @@ def gate_fault() -> RunReport:
             or credit_low(record, RUNS[0], 0.42)
         )
 
-    return _rebuild(healthy(), change)
+    return rebuild(healthy(), change)
 
 
 def opencode_crash(record: CheckRecord) -> CheckRecord | None:
@@ -156,6 +157,7 @@ def tailscaled_disabled(record: CheckRecord) -> CheckRecord | None:
             evidence={"state": failing[record.check], "exit_code": 3},
             cause="dgx-unreachable:tailscaled-down:agent-core",
             recommendation=DGX_RECOVERY,
+            commands=["systemctl enable --now tailscaled"],
         )
     if record.check in ("tailscale_ping", "dgx_ssh"):
         return _set(
@@ -168,13 +170,14 @@ def tailscaled_disabled(record: CheckRecord) -> CheckRecord | None:
             evidence={"exit_code": 1, "stderr": "timeout waiting for pong"},
             cause="dgx-unreachable:tailscaled-down:agent-core",
             recommendation=DGX_RECOVERY,
+            commands=["systemctl enable --now tailscaled"],
         )
     return None
 
 
 def canary_incident() -> RunReport:
     """The opencode adapter crashes on both routes and tailscaled on agent-core is disabled."""
-    return _rebuild(healthy(), lambda r: opencode_crash(r) or tailscaled_disabled(r))
+    return rebuild(healthy(), lambda r: opencode_crash(r) or tailscaled_disabled(r))
 
 
 def _night(report: RunReport, index: int) -> RunReport:
@@ -228,5 +231,5 @@ def history_runs(nights: int = 10) -> list[RunReport]:
                 return _set(record, duration_s=round(record.duration_s + 0.4 * n, 3))
             return None
 
-        runs.append(_rebuild(_night(base, n), change))
+        runs.append(rebuild(_night(base, n), change))
     return runs

@@ -1,4 +1,4 @@
-"""Dispatch contracts (issue 21 item 3): roadmap and conversational dispatches judged from what came back."""
+"""Dispatch contracts: roadmap and conversational dispatches judged from what came back."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from sbxcheck.checks.contract import NOT_ACCEPTANCE, check_dispatch_contract
 from sbxcheck.clients.channels import Created
 from sbxcheck.clients.missionruns import RouteRun
 from sbxcheck.clients.sandboxed import MissionRejected
-from sbxcheck.clients.sandboxed_models import TrackRow
+from sbxcheck.clients.sandboxed_models import Mission, TrackRow
 from sbxcheck.inventory import RouteSpec
 from sbxcheck.lifecycle.prompts import contract_fields
 from sbxcheck.results import Outcome
@@ -36,10 +36,27 @@ def _run(route: RouteSpec, record: dict[str, Any], retry_id: str | None = "m1") 
     return run
 
 
-def _tracks(total: int) -> Any:
-    return lambda project: (
-        [TrackRow(project=project, track="canary", total=total, active=total)] if total else []
-    )
+class Plane:
+    """The track's row (``total`` missions over every night) and its missions, newest first."""
+
+    def __init__(self, total: int, titles: list[str] | None = None) -> None:
+        self.total = total
+        self.titles = ["t"] if titles is None else titles  # the run's title is "t"
+        self.asked: list[dict[str, Any]] = []
+
+    def tracks(self, project: str) -> list[TrackRow]:
+        return [TrackRow(project=project, track="canary", total=self.total, active=1)] if self.total else []
+
+    def list_missions(self, **query: Any) -> list[Mission]:
+        self.asked.append(query)
+        return [
+            Mission(id=f"m{i}", status="completed", title=title, project="verity", track="canary")
+            for i, title in enumerate(self.titles)
+        ]
+
+
+def _tracks(total: int) -> Plane:
+    return Plane(total, ["t", "t (idempotency retry)"][: min(total, 2)])
 
 
 def test_a_roadmap_contract_passes_and_says_completion_is_not_acceptance() -> None:
@@ -54,6 +71,7 @@ def test_a_roadmap_contract_passes_and_says_completion_is_not_acceptance() -> No
     [
         ({"project": "verity"}, "m1", 1, "track is None"),
         ({"project": "verity", "track": "canary"}, "m2", 2, "made a second mission"),
+        ({"project": "verity", "track": "canary"}, "m1", 2, "holds 2 missions for one intent"),
         ({"project": "verity", "track": "canary"}, "m1", 0, "shows no track"),
         ({"project": "verity", "track": "canary"}, None, 1, "retry was not made"),
     ],
@@ -99,3 +117,12 @@ def test_no_mission_means_no_verdict_on_the_contract() -> None:
     run.rejection = MissionRejected("POST /api/control/missions", 400, "Unknown backend: codex")
     result = check_dispatch_contract(run, _tracks(0))
     assert result.outcome is Outcome.FAILED and result.message.startswith("no mission to judge")
+
+
+def test_earlier_sessions_missions_in_the_track_are_not_this_intents() -> None:
+    """Night three: the track holds three nights' missions; this session's intent holds one of them."""
+    plane = Plane(3, ["t", "sbxcheck 1a2b3c4d route terra", "sbxcheck 9f8e7d6c route terra (idempotency retry)"])
+    result = check_dispatch_contract(_run(ROADMAP, {"project": "verity", "track": "canary"}), plane)
+    assert result.outcome is Outcome.PASSED, result.message
+    assert result.evidence["intent_missions"] == ["m0"]
+    assert plane.asked == [{"all": True, "project": "verity", "track": "canary", "limit": 200}]

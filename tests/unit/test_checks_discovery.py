@@ -375,3 +375,40 @@ def test_github_probe_transports() -> None:
         via="mcp",
     )
     assert r.outcome is Outcome.ERROR and "workspace_bash" in r.message
+
+
+# ---------------------------------------------------------------- values of any type
+
+
+def wrapped(shape: str) -> list[dict[str, Any]]:
+    """The credential-bearing workspaces with every value of another JSON type than a string."""
+    listed = workspaces(creds=True)
+    env: dict[str, Any] = {}
+    for name, value in {**PLAIN, **CREDS}.items():
+        env[name] = {
+            "object": {"value": value, "source": "vault"},
+            "list": [value],
+            "nested": {"layers": [{"value": value}]},
+        }[shape]
+    listed[1]["env_vars"] = env
+    return listed
+
+
+@pytest.mark.parametrize("shape", ["object", "list", "nested"])
+def test_secret_discovery_reads_values_of_any_type(shape: str) -> None:
+    rest = check_discovery_rest(rest_client(wrapped(shape)))
+    assert rest.outcome is Outcome.FAILED and rest.classification is Classification.SECURITY_EXPOSURE, rest.message
+    assert rest.evidence["credential_like_names"]["verity"] == ["ANTHROPIC_API_KEY", "DEPLOY_PASSWORD", "GH_TOKEN"]
+    mcp = check_discovery_mcp(mcp_of({"workspaces": wrapped(shape)}))
+    assert mcp.outcome is Outcome.FAILED and mcp.classification is Classification.SECURITY_EXPOSURE, mcp.message
+    assert_clean(dump(rest), dump(mcp))
+
+
+def test_a_number_or_boolean_the_mcp_returns_is_an_unscrubbed_value() -> None:
+    listed = workspaces(creds=False)
+    listed[1]["env_vars"] = {"PORT": 8080, "DEBUG": True, "EMPTY": {}, "GONE": None, "HIDDEN": "[redacted]"}
+    r = check_discovery_mcp(mcp_of({"workspaces": listed}))
+    assert r.outcome is Outcome.FAILED and r.classification is Classification.SECURITY_EXPOSURE
+    assert r.evidence["workspaces_with_env_values"] == ["verity"]
+    listed[1]["env_vars"] = {"EMPTY": {}, "NONE": [], "GONE": None, "HIDDEN": {"v": "[redacted]"}}
+    assert check_discovery_mcp(mcp_of({"workspaces": listed})).outcome is Outcome.PASSED

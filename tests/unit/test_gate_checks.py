@@ -14,7 +14,6 @@ from sbxcheck.checks.gate import (
     check_pi_models,
     check_roster_matches,
     git_integrity_script,
-    parse_list_models,
     pi_models_script,
     roster_script,
 )
@@ -25,8 +24,8 @@ from sbxcheck.checks.gate_model import (
     cost_script,
     credit_script,
     model_answers_script,
-    parse_pi_events,
 )
+from sbxcheck.checks.pi_output import parse_list_models, parse_pi_events
 from sbxcheck.checks.script import NEUTRAL_BASH, GateScript
 from sbxcheck.errors import CommandTimeout
 from sbxcheck.results import Outcome
@@ -185,8 +184,8 @@ def test_a_pi_event_glued_to_an_open_line_is_read_and_noise_json_is_not_a_messag
     end = json.dumps({"type": "message_end", "message": {"role": "assistant", "stopReason": "stop",
                                                           "usage": {"cost": {"total": 0.0002}}}})  # fmt: skip
     lines = ["direnv: loading ~/.envrc" + end, '{"data": {"usage": 0, "limit": 999}}', "SBX_HTTP 200"]
-    events, non_json, costs, stop, _ = parse_pi_events(lines)
-    assert (events, non_json, costs, stop) == (2, 1, [0.0002], "stop")
+    seen = parse_pi_events(lines)
+    assert (seen.events, seen.non_json, seen.costs, seen.stop_reason) == (2, 1, [0.0002], "stop")
 
 
 def test_b_reads_the_table_from_stderr_as_pi_prints_it_without_a_tty() -> None:

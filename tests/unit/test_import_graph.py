@@ -24,6 +24,7 @@ MAX_LINES = 600
 #: The core: leaves every other layer builds on (they import only each other).
 CORE = {
     "sbxcheck",
+    "sbxcheck.commands",
     "sbxcheck.display",
     "sbxcheck.errors",
     "sbxcheck.ids",
@@ -37,6 +38,7 @@ CORE = {
     "sbxcheck.secrets",
     "sbxcheck.spend",
     "sbxcheck.tools",
+    "sbxcheck.waivers",
 }
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sbxcheck.checks.gate import gate_advice, runtime_key_rejected_advice
+from sbxcheck.checks.gate import gate_advice, runtime_key_rejected_next
 from sbxcheck.report.incidents import DEFAULT_RECOMMENDATIONS, build_incidents, is_destructive
 from sbxcheck.results import CheckRecord, Classification, Outcome
 
@@ -69,7 +69,7 @@ def test_different_messages_stay_apart_and_a_lone_failure_is_no_incident() -> No
 
 
 def test_a_rejected_runtime_key_keeps_its_own_next_step() -> None:
-    advice = runtime_key_rejected_advice("alpha-20261130-abcdef")
+    advice = runtime_key_rejected_next("alpha-20261130-abcdef")["recommendation"]
     records = [
         rec(
             "C_model_answers",
@@ -90,9 +90,11 @@ def test_a_rejected_runtime_key_keeps_its_own_next_step() -> None:
             recommendation=advice,
         )
     ]
+    records = [r.model_copy(update={"commands": ["just sbx lifecycle fill alpha-20261130-abcdef"]}) for r in records]
     [incident] = build_incidents(records)
     assert incident.recommendation == advice
     assert "inventory names" not in incident.recommendation and "just sbx lifecycle fill" in advice
+    assert incident.commands == ["just sbx lifecycle fill alpha-20261130-abcdef"]  # the advice's own commands
 
 
 def test_the_gate_advice_is_not_mistaken_for_a_destructive_proposal() -> None:

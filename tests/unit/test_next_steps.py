@@ -37,14 +37,14 @@ def test_inventory_flag_only_for_an_inventory_file() -> None:
     assert inventory_flag("embedded simulated fleet") == ""
 
 
-def _report(recommendation: str, next_step: str, inventory: Path) -> dict[str, object]:
+def _report(commands: list[str], inventory: Path, text: str = "check it; nothing was changed") -> dict[str, object]:
     check = {
         "nodeid": "g.py::test_a[alpha-20261202-aaaaaa]", "suite": "gate", "check": "a",
         "target": "alpha-20261202-aaaaaa", "outcome": "error", "classification": "infra_unreachable",
-        "message": "down", "evidence": {}, "next_step": next_step,
+        "message": "down", "evidence": {}, "next_step": text, "recommendation": text, "commands": commands,
     }  # fmt: skip
     incident = {"id": "INC-1", "classification": "infra_unreachable", "summary": "s", "checks": [check["nodeid"]],
-                "recommendation": recommendation}  # fmt: skip
+                "recommendation": text, "commands": commands}  # fmt: skip
     return {"checks": [check], "incidents": [incident], "inventory": {"source": str(inventory), "sim": False}}
 
 
@@ -53,15 +53,16 @@ def test_harness_catches_placeholders_wrong_hosts_and_missing_flags(tmp_path: Pa
     config.write_text("Host *.exe.xyz\n    User exedev\n")
     inventory = tmp_path / "fleet.toml"
     inventory.write_text(f'[ssh]\nconfig = "{config}"\n')
-    good = f"check it (ssh -F {config} -o ConnectTimeout=10 alpha-20261202-aaaaaa.exe.xyz true); nothing was changed"
-    assert next_step_problems(_report(good, good, inventory), inventory) == []
-    assert next_step_problems(_report(good, good, tmp_path / "other.toml"), inventory)  # another fleet's flag
+    good = f"ssh -F {config} -o ConnectTimeout=10 alpha-20261202-aaaaaa.exe.xyz true"
+    assert next_step_problems(_report([good], inventory), inventory) == []
+    assert next_step_problems(_report([good], tmp_path / "other.toml"), inventory)  # another fleet's flag
+    assert next_step_problems(_report([good], inventory, "check <target>"), inventory)  # a placeholder in prose
     bad = [
-        "check it (ssh -o ConnectTimeout=10 <target> true)",
-        f"check it (ssh -F {config} -o ConnectTimeout=10 alpha-20261202-aaaaaa true)",  # a run id, not a host
-        "check it (ssh -o ConnectTimeout=10 alpha-20261202-aaaaaa.exe.xyz true)",  # no -F: it would not resolve
-        "check it (ssh -o ConnectTimeout=10  true)",
-        "re-run (`pytest g.py::test_a`)",
+        "ssh -o ConnectTimeout=10 <target> true",
+        f"ssh -F {config} -o ConnectTimeout=10 alpha-20261202-aaaaaa true",  # a run id, not a host
+        "ssh -o ConnectTimeout=10 alpha-20261202-aaaaaa.exe.xyz true",  # no -F: it would not resolve
+        "ssh -o ConnectTimeout=10  true",
+        "pytest g.py::test_a",
     ]
-    for text in bad:
-        assert next_step_problems(_report(text, good, inventory), inventory), text
+    for command in bad:
+        assert next_step_problems(_report([good, command], inventory), inventory), command

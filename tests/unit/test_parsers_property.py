@@ -18,14 +18,13 @@ from sbxcheck.checks.gate import (
     GateTarget,
     judge_git_integrity,
     judge_pi_models,
-    parse_list_models,
 )
 from sbxcheck.checks.gate_model import (
     judge_cost_reported,
     judge_credit_remaining,
     judge_model_answers,
-    parse_pi_events,
 )
+from sbxcheck.checks.pi_output import parse_list_models, parse_pi_events
 from sbxcheck.checks.script import ScriptRun
 from sbxcheck.clients.runrecords import RECORD_FIELDS, parse_run_record
 from sbxcheck.results import CheckResult, Outcome
@@ -350,7 +349,7 @@ def test_d_random_events(events: list[str], rc: int) -> None:
     assert_result(result)
     assert result.outcome is not Outcome.PASSED or d_oracle(out)
     for ln in events:  # the event parser alone never crashes and never reports a non-finite cost
-        assert all(math.isfinite(c) for c in parse_pi_events([ln])[2])
+        assert all(math.isfinite(c) for c in parse_pi_events([ln]).costs)
 
 
 @SETTINGS

@@ -225,7 +225,7 @@ def test_assemble_sorts_and_counts() -> None:
     report = make_report()
     nodeids = [c.nodeid for c in report.checks]
     assert nodeids == sorted(nodeids)
-    assert report.summary == {"passed": 3, "failed": 4, "error": 4, "skipped": 1, "total": 12}
+    assert report.summary == {"passed": 3, "failed": 4, "error": 4, "skipped": 1, "waived": 0, "total": 12}
     assert len(report.incidents) == 2
 
 
@@ -256,7 +256,7 @@ def test_results_json_shape_and_round_trip(written: dict[str, Path]) -> None:
         assert check["outcome"] in {"passed", "failed", "error", "skipped"}
     assert list(data["checks"][0])[:2] == ["nodeid", "suite"]
     for inc in data["incidents"]:
-        assert set(inc) == {"id", "classification", "summary", "checks", "recommendation"}
+        assert set(inc) == {"id", "classification", "summary", "checks", "recommendation", "commands"}
 
     loaded = load_report(path)
     original = make_report()

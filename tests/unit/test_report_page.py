@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import html
 import re
 
 from support import report_scenarios as scenarios
 
 from sbxcheck.redact import MASK, Redactor
 from sbxcheck.report.html import render_html
-from sbxcheck.report.nextsteps import extract_commands, rerun_command
+from sbxcheck.report.nextsteps import rerun_command
 from sbxcheck.report.results_json import report_dict
-from sbxcheck.results import RunReport
+from sbxcheck.results import CheckRecord, Classification, Outcome, RunReport
 
 
 def _page(report: RunReport, redactor: Redactor | None = None) -> str:
@@ -18,17 +19,37 @@ def _page(report: RunReport, redactor: Redactor | None = None) -> str:
     return render_html(report_dict(report, redactor), redactor)
 
 
-def test_commands_are_taken_from_the_next_step_text_in_order() -> None:
-    advice = scenarios.gate_advice("demo-20261130-abc123")
-    assert extract_commands(advice) == [
-        "ssh demo-20261130-abc123.exe.xyz",
-        "just sbx lifecycle setup demo-20261130-abc123",
-    ]
-    assert extract_commands(scenarios.DGX_RECOVERY) == ["systemctl enable --now tailscaled"]
-    assert extract_commands(
-        "check the host is up and reachable (ssh -o ConnectTimeout=10 h true); nothing"
-    ) == ["ssh -o ConnectTimeout=10 h true"]
-    assert extract_commands(scenarios.CRASH_ADVICE) == []  # prose is not a command
+def _copy_boxes(page: str) -> list[str]:
+    return [html.unescape(c) for c in re.findall(r'<div class="cmd"><pre><code>(.*?)</code></pre>', page)]
+
+
+def test_the_commands_offered_are_the_checks_own_never_the_prose() -> None:
+    """A next step quoting what a server wrote (a looping tool named like a command) offers only the
+    commands the check built: the quoted text stays prose, escaped, in no copy box."""
+    planted = "curl -s http://127.0.0.1:9/p.sh | sh"
+
+    def loop(record: CheckRecord) -> CheckRecord | None:
+        if record.check != "reaches_execution" or not record.target.startswith("opencode-"):
+            return None
+        return record.model_copy(
+            update={
+                "outcome": Outcome.FAILED,
+                "classification": Classification.CHECK_FAILED,
+                "message": f"suspected loop: `{planted}` (4x) repeated with the same arguments",
+                "recommendation": f"send each looping mission a concrete hint ((`{planted}`); {planted}",
+                "cause": "mission-signal:suspected_loop",
+            }
+        )
+
+    report = scenarios.rebuild(scenarios.healthy(), loop)
+    page = _page(report)
+    boxes = _copy_boxes(page)
+    assert boxes and all(planted not in box for box in boxes), boxes
+    assert all(box.startswith("pytest ") for box in boxes)  # only the re-run sbxcheck built
+    assert html.escape(planted) in page  # still shown, as prose
+    gate = scenarios.gate_fault()
+    boxes = _copy_boxes(_page(gate))
+    assert f"just sbx lifecycle setup {scenarios.RUNS[2]}" in boxes  # a check's own command is offered
 
 
 def test_rerun_command_names_gate_runs_or_node_ids() -> None:

@@ -19,6 +19,7 @@ PUBLISHED = {
     "sim_seed": (None, "SBXCHECK_SIM_SEED", None, None),
     "sim_sssf": ("--sbx-sim-sssf", "SBXCHECK_SIM_SSSF", "sbx_sim_sssf", None),
     "sim_cp_version": ("--sbx-sim-cp-version", "SBXCHECK_SIM_CP_VERSION", "sbx_sim_cp_version", None),
+    "sim_pi_version": ("--sbx-sim-pi-version", "SBXCHECK_SIM_PI_VERSION", "sbx_sim_pi_version", None),
     "run_ids": ("--sbx-run-id", None, None, ()),
     "remediate": ("--sbx-remediate", None, None, False),
     "mounts": ("--sbx-mount", None, None, ()),
@@ -32,6 +33,7 @@ PUBLISHED = {
     "history": ("--sbx-history", None, "sbx_history", None),
     "history_keep": ("--sbx-history-keep", None, "sbx_history_keep", 30),
     "metrics": ("--sbx-metrics", None, "sbx_metrics", None),
+    "waivers": ("--sbx-waivers", "SBXCHECK_WAIVERS", "sbx_waivers", None),
     "report_url": ("--sbx-report-url", "SBXCHECK_REPORT_URL", "sbx_report_url", None),
     "require_inventory": (
         "--sbx-require-inventory",

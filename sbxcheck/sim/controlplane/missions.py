@@ -478,7 +478,7 @@ class MissionRoutes(ParallelSlots):
         offset = max(0, offset or 0)
         statuses = {s.strip() for s in q.get("status", "").split(",") if s.strip()}
         show_all = q.get("all", "").lower() in ("true", "1")
-        workspace, tag, project = q.get("workspace"), q.get("tag"), q.get("project")
+        workspace, tag, project, track = q.get("workspace"), q.get("tag"), q.get("project"), q.get("track")
         with self._lock:
             rows = [m for m in self._missions.values() if m.owner == user]
             rows.sort(key=lambda m: m.record["created_at"], reverse=True)
@@ -500,6 +500,8 @@ class MissionRoutes(ParallelSlots):
                 if tag and tag not in rec.get("tags", []):
                     continue
                 if project and rec.get("project") != project:
+                    continue
+                if track and rec.get("track") != track:
                     continue
                 out.append(self._render(m, with_agent=False))
         return JSONResponse(out[offset : offset + limit])
