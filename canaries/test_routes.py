@@ -42,9 +42,8 @@ def test_route_reaches_execution(
 ) -> None:
     """Active or completed in time, with a tool_call, tool_result or assistant_message as evidence."""
     run = sbx_missions.route(sbx_route, _wait_s(sbx_missions))
-    sbx_verdict(
-        check_reaches_execution(run, blocked_signature=sbx_missions.blocked_backends.get(run.route.backend))
-    )
+    shared = sbx_missions.shared_crash(run.route.backend, _wait_s(sbx_missions))
+    sbx_verdict(check_reaches_execution(run, blocked_signature=shared))
 
 
 def test_prompt_limits(sbx_prompt: tuple[str, str], sbx_verdict: Verdict) -> None:

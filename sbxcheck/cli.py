@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from sbxcheck import __version__
-from sbxcheck.display import for_display
+from sbxcheck.display import for_display_line
 from sbxcheck.errors import SbxError
 
 PID_FILE = "sim.pid"
@@ -159,7 +159,7 @@ def _command(args: argparse.Namespace) -> int:
         if args.command == "ledger":
             from sbxcheck.lifecycle.ledger import Ledger
 
-            print(for_display(Ledger(args.state_dir).compact().describe()))
+            _say(Ledger(args.state_dir).compact().describe())
             return 0
         if args.sim_command == "faults":
             from sbxcheck.fleetsource import describe_faults
@@ -176,7 +176,7 @@ def _command(args: argparse.Namespace) -> int:
             )
         return _down(args.dir)
     except SbxError as exc:
-        print(f"sbxcheck: {for_display(exc.message)}", file=sys.stderr)
+        print(f"sbxcheck: {for_display_line(exc.message)}", file=sys.stderr)
         return 2
 
 
@@ -320,9 +320,10 @@ def _down(root: Path) -> int:
     return 0
 
 
-def _say(text: str) -> None:
-    """Print text read from a report: redacted, then control characters shown visibly."""
-    print(for_display(text))
+def _say(line: str) -> None:
+    """Print one line built from a report's text: redacted, control characters and line breaks shown
+    visibly (a node id or message holding ``\nverdict: HEALTHY`` never starts a line of its own)."""
+    print(for_display_line(line))
 
 
 def _report(directory: Path) -> int:
@@ -337,9 +338,8 @@ def _report(directory: Path) -> int:
         cls = rec.classification.value if rec.classification else ""
         _say(f"  {rec.outcome.value:7} {cls:18} {rec.nodeid}")
     for inc in report.incidents:
-        _say(
-            f"incident {inc.id} [{inc.classification.value}] {inc.summary}\n  next step: {inc.recommendation}"
-        )
+        _say(f"incident {inc.id} [{inc.classification.value}] {inc.summary}")
+        _say(f"  next step: {inc.recommendation}")
     from sbxcheck.report.waivers import waiver_lines
 
     for line, _ in waiver_lines(report.model_dump(mode="json")):
@@ -350,7 +350,7 @@ def _report(directory: Path) -> int:
 
 def _history(directory: Path, keep: int | None) -> int:
     """Print the history summary; exit 0 when the last run passed, 1 when not, 2 when there is none."""
-    from sbxcheck.report.history import DEFAULT_KEEP, HistoryStore, analyse, render_history_text
+    from sbxcheck.report.history import DEFAULT_KEEP, HistoryStore, analyse, history_lines
 
     if not directory.is_dir():
         print(f"sbxcheck history: {directory} is not a directory", file=sys.stderr)
@@ -361,7 +361,8 @@ def _history(directory: Path, keep: int | None) -> int:
     store = HistoryStore(directory, keep or max(DEFAULT_KEEP, len(HistoryStore(directory).entries())))
     runs, warnings = store.load()
     view = analyse(runs[-keep:] if keep else runs, warnings)
-    sys.stdout.write(for_display(render_history_text(view)))  # redacted, control characters shown
+    for line in history_lines(view):
+        _say(line)
     if not view.runs:
         return 2
     return 0 if view.runs[-1].verdict == "passed" else 1
@@ -384,12 +385,12 @@ def _waive(args: argparse.Namespace) -> int:
     table |= {k: v for k in ("cause", "owner", "link") if (v := getattr(args, k)) is not None}
     waiver, problems = table_problems(table, now)
     if waiver is None:
-        print(f"sbxcheck waive: {for_display('; '.join(problems))}; {path} not changed", file=sys.stderr)
+        print(f"sbxcheck waive: {for_display_line('; '.join(problems))}; {path} not changed", file=sys.stderr)
         return 2
     try:
         index = append_waiver(path, waiver, now=now)
     except SbxError as exc:
-        print(f"sbxcheck waive: {for_display(exc.message)}", file=sys.stderr)
+        print(f"sbxcheck waive: {for_display_line(exc.message)}", file=sys.stderr)
         return 2
     from sbxcheck.report.waivers import days_left_text
 

@@ -314,6 +314,7 @@ def _check_control_plane(inv: Inventory, emit: Emit) -> None:
     if section is None:
         return
     from sbxcheck.clients.sandboxed import SandboxedClient
+    from sbxcheck.clients.sandboxed_auth import cleartext_refusal
     from sbxcheck.errors import SbxError
 
     url = section.url.rstrip("/")
@@ -321,12 +322,16 @@ def _check_control_plane(inv: Inventory, emit: Emit) -> None:
     password = _env_value(section.password_env)
     if password is None and section.password_file is not None:
         password = _file_secret(section.password_file, "")
+    cleartext = cleartext_refusal(url, allowed=section.allow_cleartext_password)
+    if password is not None and cleartext is not None:  # said before anything is sent, reachable or not
+        emit(Finding(False, "control plane login", cleartext.message, cleartext.recommendation or ""))
     client = SandboxedClient(
         section.url,
         token=token,
         password=password,
         username=section.username,
         timeout_s=section.request_timeout_s,
+        allow_cleartext_password=section.allow_cleartext_password,
     )
     try:
         try:
@@ -354,13 +359,13 @@ def _check_control_plane(inv: Inventory, emit: Emit) -> None:
             return
         try:
             workspaces = client.list_workspaces()
-        except SbxError as exc:
+        except SbxError as exc:  # refused, a login page, or a password it would not send in cleartext
             emit(
                 Finding(
                     False,
                     "control plane auth",
                     f"GET /api/workspaces refused: {exc.message}",
-                    "renew the token (or password) that [sandboxed] names",
+                    exc.recommendation or "renew the token (or password) that [sandboxed] names",
                 )
             )
             return
@@ -425,8 +430,6 @@ def _check_openrouter(inv: Inventory, emit: Emit) -> None:
     sssf = inv.sssf
     if sssf is None:
         return
-    import httpx
-
     key = _env_value(sssf.provisioning_key_env)
     if key is None and sssf.provisioning_key_file is not None:
         key = _file_secret(sssf.provisioning_key_file, "OPENROUTER_PROVISIONING_KEY")
@@ -441,63 +444,38 @@ def _check_openrouter(inv: Inventory, emit: Emit) -> None:
             )
         )
         return
-    from sbxcheck.redact import default_redactor
+    from sbxcheck.clients.openrouter import OpenRouterAdmin
+    from sbxcheck.errors import HostUnreachable, SbxError
 
-    default_redactor().register(key)
     base = sssf.openrouter_base_url.rstrip("/")
-    headers = {"Authorization": f"Bearer {key}"}
-    try:
-        with httpx.Client(timeout=15.0, headers=headers) as http:
-            info = http.get(f"{base}/key")
-            credits = http.get(f"{base}/credits")
-    except httpx.HTTPError as exc:
-        emit(
-            Finding(
-                False,
-                "OpenRouter",
-                f"{base} unreachable: {type(exc).__name__}",
-                "check sssf.openrouter_base_url",
-            )
-        )
-        return
-    data = _data(info)
-    if info.status_code != 200 or data is None:
-        emit(
-            Finding(
-                False, "OpenRouter provisioning key", f"GET /key -> {info.status_code}", "replace the key"
-            )
-        )
-    elif data.get("is_provisioning_key") is not True:
-        emit(
-            Finding(
-                False,
-                "OpenRouter provisioning key",
-                "GET /key says it is not a provisioning key (a runtime key?)",
-                "use a provisioning key (openrouter.ai/settings/provisioning-keys)",
-            )
-        )
-    else:
-        emit(Finding(True, "OpenRouter provisioning key", "GET /key: is_provisioning_key = true"))
-    if credits.status_code == 200 and _data(credits) is not None:
-        emit(Finding(True, "OpenRouter /credits", "answers"))
-    else:
-        emit(
-            Finding(
-                False,
-                "OpenRouter /credits",
-                f"GET /credits -> {credits.status_code}",
-                "check the key's account",
-            )
-        )
-
-
-def _data(resp: Any) -> dict[str, Any] | None:
-    try:
-        body = resp.json()
-    except ValueError:
-        return None
-    data = body.get("data") if isinstance(body, dict) else None
-    return data if isinstance(data, dict) else None
+    # the one bounded transport: a whole-request deadline, a body cap (decoded too), bounded JSON
+    with OpenRouterAdmin(base, key, timeout_s=15.0, retries=0) as admin:
+        label = "OpenRouter provisioning key"
+        try:
+            info = admin.key_info()
+        except HostUnreachable as exc:
+            emit(Finding(False, "OpenRouter", f"{base}: {exc.message}", "check sssf.openrouter_base_url"))
+            return
+        except SbxError as exc:  # refused, no answer in time, an answer refused unread: one line, never a traceback
+            emit(Finding(False, label, exc.message, "replace the key, or check sssf.openrouter_base_url"))
+        else:
+            if info.get("is_provisioning_key") is not True:
+                emit(
+                    Finding(
+                        False,
+                        label,
+                        "GET /key says it is not a provisioning key (a runtime key?)",
+                        "use a provisioning key (openrouter.ai/settings/provisioning-keys)",
+                    )
+                )
+            else:
+                emit(Finding(True, label, "GET /key: is_provisioning_key = true"))
+        try:
+            admin.credits()
+        except SbxError as exc:
+            emit(Finding(False, "OpenRouter /credits", exc.message, "check the key's account"))
+        else:
+            emit(Finding(True, "OpenRouter /credits", "answers"))
 
 
 def _env_value(name: str | None) -> str | None:

@@ -17,12 +17,13 @@ class Finding:
     note: bool = False
 
     def render(self) -> str:
-        """The line, through the one redactor (a URL with a password, a key in an error text)."""
-        from sbxcheck.redact import default_redactor
+        """The line, redacted (a URL with a password, a key in an error text) and one line whatever a
+        server's text in it holds (control characters and line breaks shown, never obeyed)."""
+        from sbxcheck.display import for_display_line
 
         mark = "·" if self.note and self.ok else "✓" if self.ok else "✗"
         fix = f" — fix: {self.fix}" if self.fix and not self.ok else ""
-        return default_redactor().redact_text(f"{mark} {self.label}: {self.detail}{fix}")
+        return for_display_line(f"{mark} {self.label}: {self.detail}{fix}")
 
 
 Emit = Callable[[Finding], None]  # where a check sends each line as it is found

@@ -145,6 +145,22 @@ class HostKeyUnknown(TransportError):
     classification = Classification.HOST_KEY_UNKNOWN
 
 
+def made_nothing(exc: SbxError) -> str | None:
+    """Why the request that met ``exc`` cannot have acted, else None (it may have).
+
+    Never sent (evidence ``request_sent`` false: a connect that failed, the login before it that
+    failed, a password refused over cleartext), or refused by the server before it acted (evidence
+    ``refused_before_acting``: a 401/403, a login page where the answer belonged).
+    """
+    evidence = exc.evidence
+    if evidence.get("request_sent") is False:
+        return f"{evidence.get('reason') or 'not connected'} before the request was sent"
+    refused = evidence.get("refused_before_acting")
+    if isinstance(refused, str) and refused:
+        return f"refused before it acted ({refused})"
+    return None
+
+
 def service_cause(exc: SbxError) -> str | None:
     """One cause key per failing service: ``<classification>:<service URL>`` for an error that names
     the service it met (every HTTP client's transport and auth errors do), so every item that met it

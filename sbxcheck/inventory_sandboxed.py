@@ -220,6 +220,11 @@ class SandboxedSection(StrictSection):
         json_schema_extra={"secret": "file"},
     )
     username: str | None = Field(default=None, description="the login's user name (multi-user mode)")
+    allow_cleartext_password: bool = Field(
+        default=False,
+        description="send the password to an http:// url on a host other than this machine's loopback, "
+        "where it crosses the network in cleartext on every login (refused unless true)",
+    )
     request_timeout_s: float = Field(default=15.0, gt=0, le=300, description="seconds one request may take")
     execution_deadline_s: float = Field(
         default=60.0, gt=0, le=3600, description="seconds from dispatch for a route to reach execution"

@@ -11,13 +11,13 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from sbxcheck.results import CheckRecord, Classification, Outcome
+from sbxcheck.safeio import loads_bounded
 
 MAX_MESSAGE_CENTS: Final = 100_000.0  # $1,000 for one assistant message: past any real model call
 MAX_MISSION_USD: Final = 10_000.0  # a sum past this is not a mission's cost
@@ -57,15 +57,18 @@ def shown(value: object) -> str:
 
 
 def _reported(event: Mapping[str, Any]) -> object:
-    """The event's ``cost_cents`` (in ``metadata``, the event itself, or a JSON ``content``); None if absent."""
+    """The event's ``cost_cents`` (in ``metadata``, the event itself, or a JSON ``content``); None if absent.
+
+    The content is the agent's text: read bounded (size and depth), never past what it says.
+    """
     for source in (event.get("metadata"), event):
         if isinstance(source, Mapping) and "cost_cents" in source:
             return source.get("cost_cents")
     content = event.get("content")
     if isinstance(content, str) and content.lstrip().startswith("{"):
         try:
-            doc = json.loads(content)
-        except ValueError:
+            doc = loads_bounded(content)
+        except ValueError:  # not JSON, or too large or deep to read (UnsafeInput): no cost said there
             return None
         if isinstance(doc, dict):
             return doc.get("cost_cents")

@@ -141,13 +141,13 @@ def probe_https(url: str, timeout_s: float) -> HttpProbe:
     """An anonymous GET from this host, as a user would (no redirect followed, body capped, bounded)."""
     import httpx
 
-    from sbxcheck.errors import CommandTimeout
+    from sbxcheck.errors import SbxError
     from sbxcheck.transports.http import get_start
 
     via = "https from this host"
     try:
         resp = get_start(url, timeout_s=timeout_s, max_bytes=BODY_CHARS)
-    except (httpx.HTTPError, CommandTimeout) as exc:
+    except (httpx.HTTPError, SbxError) as exc:  # the deadline; a body in an encoding not read
         return HttpProbe(url, via, 0, f"{type(exc).__name__}: {exc}")
     body = resp.content.decode("utf-8", errors="replace")
     return HttpProbe(url, via, resp.status_code, "", body, resp.headers.get("location", "")[:300])

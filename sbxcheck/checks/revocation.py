@@ -9,7 +9,6 @@ the exact ``just sbx`` line. The key's usage read *before* the teardown is compa
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from typing import Any, Literal
 
 from sbxcheck.clients.openrouter import PAGE_SIZE, OpenRouterKey
 from sbxcheck.errors import SbxError
+from sbxcheck.safeio import loads_bounded, read_text_file
 
 __all__ = ["RevocationProof", "RevocationVerifier", "prove_revocation", "recorded_key"]
 
@@ -64,8 +64,8 @@ class RevocationProof:
 def recorded_key(runs_dir: Path, run_id: str) -> tuple[str | None, float | None]:
     """``(key_hash, spend)`` from ``<runs_dir>/<run_id>.json`` (None for what it does not hold)."""
     try:
-        doc = json.loads((runs_dir / f"{run_id}.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        doc = loads_bounded(read_text_file(runs_dir / f"{run_id}.json"))
+    except (OSError, ValueError):  # unreadable, not a regular file, not JSON, too large or deep
         return None, None
     if not isinstance(doc, dict):
         return None, None

@@ -11,7 +11,6 @@ the inventory's env var or file (the key is never sent anywhere), and checks the
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shlex
@@ -24,7 +23,7 @@ from sbxcheck.checks.gate import GateTarget, ssh_login_words, with_advice
 from sbxcheck.checks.script import END, GateScript, ScriptRun, run_script, script_failure, section
 from sbxcheck.commands import commands, on_host, shell_command
 from sbxcheck.results import CheckResult, Classification, Outcome
-from sbxcheck.safeio import path_state
+from sbxcheck.safeio import loads_bounded, path_state
 
 __all__ = [
     "HostSecrets",
@@ -132,8 +131,8 @@ def judge_vm_scan(target: GateTarget, run: ScriptRun) -> CheckResult:
     doc: Any = None
     if body is not None:
         try:
-            doc = json.loads("\n".join(body))
-        except ValueError:
+            doc = loads_bounded("\n".join(body))
+        except ValueError:  # not JSON, or too large or deep (UnsafeInput)
             doc = None
     if (
         not isinstance(doc, dict)

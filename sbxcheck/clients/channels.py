@@ -256,7 +256,8 @@ def _auth_error(result: McpToolResult) -> AuthFailed | None:
     """The server's own 401 texts, relayed by the MCP tool, are an auth failure — not a rejection."""
     for text in AUTH_TEXTS:
         if text.lower() in result.text.lower():
-            return AuthFailed(f"MCP {result.tool or 'tool'}: {text}", evidence={"via": "mcp"})
+            refused = {"via": "mcp", "refused_before_acting": text}  # the control plane did nothing
+            return AuthFailed(f"MCP {result.tool or 'tool'}: {text}", evidence=refused)
     return auth_refusal(result)  # a bare "401 Unauthorized" status (e.g. get_mission's not-found text)
 
 

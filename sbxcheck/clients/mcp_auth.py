@@ -50,5 +50,10 @@ def auth_refusal(result: FailedToolResult) -> AuthFailed | None:
     said = " / ".join(x for x in (status.group(1) if status else None, found) if x)
     return AuthFailed(
         f"MCP {result.tool or 'tool'}: the control plane refused the MCP server's credentials ({said})",
-        evidence={"via": "mcp", "tool": result.tool, "error_code": result.error_code},
+        evidence={
+            "via": "mcp",
+            "tool": result.tool,
+            "error_code": result.error_code,
+            "refused_before_acting": said,  # the control plane refused the tool's request: it did nothing
+        },
     )

@@ -29,7 +29,7 @@ from sbxcheck.clients.validation import validation_summary
 from sbxcheck.errors import AuthFailed, BadResponseError, TransportError
 from sbxcheck.redact import default_redactor
 from sbxcheck.safeio import UnsafeInput, loads_bounded
-from sbxcheck.transports.http import RetryPolicy, send
+from sbxcheck.transports.http import RetryPolicy, new_client, send
 
 DEFAULT_BASE_URL: Final = "https://openrouter.ai/api/v1"
 PAGE_SIZE: Final = 100
@@ -113,7 +113,7 @@ class OpenRouterAdmin:
         self.retries = retries
         self.max_pages = max_pages
         self.pages_read = 0
-        self._http = httpx.Client(
+        self._http = new_client(
             base_url=self.base_url,
             timeout=timeout_s,
             transport=transport,
@@ -195,6 +195,16 @@ class OpenRouterAdmin:
             f"OpenRouter GET /keys: more than {self.max_pages} pages of {PAGE_SIZE}; refusing a partial list",
             evidence={"endpoint": "GET /keys", "pages": self.max_pages},
         )
+
+    def key_info(self) -> dict[str, Any]:
+        """``GET /key``: what the key in use is (its ``data``: label, limit, usage, is_provisioning_key)."""
+        doc = self._get("/key", {})
+        data = doc.get("data") if isinstance(doc, dict) else None
+        if not isinstance(data, dict):
+            raise BadResponseError(
+                'OpenRouter GET /key: expected {"data": {...}}', evidence={"endpoint": "GET /key"}
+            )
+        return data
 
     def credits(self) -> AccountCredits:
         """``GET /credits`` (provisioning key): the account's purchased credits and total usage, in USD."""

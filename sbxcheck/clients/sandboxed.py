@@ -13,6 +13,8 @@ HTTP failures are mapped to the sbxcheck error tree in one place
 connect refused / timeout   :class:`~sbxcheck.errors.HostUnreachable`
 read/write timeout          :class:`~sbxcheck.errors.CommandTimeout`
 401 / 403                   :class:`~sbxcheck.errors.AuthFailed` (message = server's text)
+a login page (3xx or HTML)  an expired session: logged in again once, else ``AuthFailed`` naming it
+other 3xx                   :class:`~sbxcheck.errors.BadResponseError` (never followed)
 404                         :class:`NotFound`
 429 / 503 + Retry-After     :class:`RateLimited` (a ``ServerError``), once the deadline is spent
 5xx                         :class:`ServerError` (a ``TransportError``; carries ``status``)
@@ -56,9 +58,12 @@ class SandboxedClient(MissionCalls, WorkspaceCalls, FleetCalls):
 
     With ``token`` the JWT is used as given; otherwise the first authenticated call logs in with
     ``password`` (and ``username`` in multi-user mode). With neither, no Authorization header is
-    sent (dev mode). With a password, a request answered 401 (the token expired) logs in again once
-    and is sent once more — a refused request did nothing, so repeating it, a create too, makes
-    nothing twice; the second answer stands. Without one, a 401 is reported as it is.
+    sent (dev mode). With a password, a request answered as an expired session (a 401, or a proxy's
+    or SSO's login page: a redirect to it, or the page where JSON was asked) logs in again once —
+    one login for every thread that met it — and is sent once more: a refused request did nothing,
+    so repeating it, a create too, makes nothing twice; the second answer stands. Without one, it
+    is reported as it is. A password is never sent over ``http://`` to a host that is not loopback
+    unless ``allow_cleartext_password``.
     """
 
     def __repr__(self) -> str:

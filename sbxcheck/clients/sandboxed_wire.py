@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from sbxcheck.clients.sandboxed_auth import BearerAuth
+from sbxcheck.clients.sandboxed_auth import BearerAuth, login_redirect, session_expired
 from sbxcheck.clients.sandboxed_errors import (
     ApiRejected,
     MissionRejected,
@@ -26,9 +27,18 @@ from sbxcheck.clients.sandboxed_errors import (
 from sbxcheck.clients.sandboxed_models import HealthInfo
 from sbxcheck.clients.served import ServedApi, unmatched_route
 from sbxcheck.clients.validation import validation_summary
-from sbxcheck.errors import AuthFailed, BadResponseError
+from sbxcheck.errors import AuthFailed, BadResponseError, SbxError
 from sbxcheck.safeio import UnsafeInput, loads_bounded
-from sbxcheck.transports.http import RetryPolicy, http_date, send, service_of
+from sbxcheck.transports.cookies import refused_cookies
+from sbxcheck.transports.http import (
+    RetryPolicy,
+    http_date,
+    location_host,
+    new_client,
+    redirect_error,
+    send,
+    service_of,
+)
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -47,14 +57,15 @@ class SandboxedWire(BearerAuth):
         timeout_s: float = 15.0,
         transport: httpx.BaseTransport | None = None,
         retries: int = 2,
+        allow_cleartext_password: bool = False,
     ) -> None:
         # retries=0: no retry of any kind, pushback included
         self.retry_policy = RetryPolicy(retries=retries, pushback_retries=30 if retries else 0)
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self.retries = retries
-        self._init_auth(token, password, username)
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, transport=transport)
+        self._init_auth(token, password, username, allow_cleartext=allow_cleartext_password)
+        self._http = new_client(base_url=self.base_url, timeout=timeout_s, transport=transport)
         self.served = ServedApi(lambda: self.health().version)  # what this release serves, as learned
         # the server's clock less this machine's, from the last answer's Date (None: none said)
         self.server_ahead: dt.timedelta | None = None
@@ -106,30 +117,83 @@ class SandboxedWire(BearerAuth):
                 timeout_s=timeout,
                 policy=self.retry_policy,
                 retry=method == "GET",  # only idempotent calls are retried on errors (pushback: all)
+                redirects="return",  # never followed; a login page is an expired session (_answer)
                 params=dict(params) if params else None,
                 json=json_body,
                 headers=headers,
             )
 
-        headers = self._headers(auth)
-        used = self._token
-        resp = once(headers)
-        if resp.status_code == 401 and auth and used is not None and self.renew(used):
-            resp = once(self._headers(auth))  # a refused request did nothing: sent once more, renewed
-        said = http_date(resp.headers.get("date"))  # to the second: within the ledger's clock slack
-        if said is not None:
-            self.server_ahead = said - dt.datetime.now(dt.UTC)
-        self._raise_for_status(endpoint, resp, rejection)
+        try:
+            resp = self._answer(endpoint, once, auth)
+            said = http_date(resp.headers.get("date"))  # to the second: within the ledger's clock slack
+            if said is not None:
+                self.server_ahead = said - dt.datetime.now(dt.UTC)
+            self._raise_for_status(endpoint, resp, rejection)
+        except SbxError as exc:
+            exc.evidence.update(refused_cookies(self._http.cookies.jar))  # a server that sets ever more
+            raise
         return resp
+
+    def _answer(
+        self, endpoint: str, once: Callable[[dict[str, str]], httpx.Response], auth: bool
+    ) -> httpx.Response:
+        """The request's answer; an expired session (:func:`session_expired`: a 401, a login page) is
+        met once: one login for every thread that met it, the request sent again (it did nothing)."""
+        seen = self.login_attempts
+        try:
+            headers = self._headers(auth)  # the first login, when none was made yet
+        except SbxError as exc:
+            before = f"the login before it failed ({exc.message})"
+            raise _with_evidence(exc, request_sent=False, reason=before) from None
+        used = headers.get("Authorization", "").removeprefix("Bearer ") or None  # the token this request carries
+        resp = once(headers)
+        expired = session_expired(resp) if auth and used is not None else None
+        if expired is None:
+            return resp
+        try:
+            renewed = self.renew(used, seen)
+        except SbxError as exc:  # the answer said the session was over: the request did nothing
+            raise _with_evidence(exc, refused_before_acting=expired.said()) from None
+        if renewed:
+            resp = once(self._headers(auth))
+            expired = session_expired(resp)
+            if expired is None:
+                return resp
+        if expired.status == 401:
+            return resp  # the server's own refusal text says the rest (_raise_for_status)
+        again = "again after a fresh login" if renewed else "and there is no password to log in again with"
+        raise AuthFailed(
+            f"{endpoint}: answered {expired.said()} {again}: the session is over, or a proxy or SSO in "
+            "front of the control plane does not take sbxcheck's token",
+            evidence={
+                "endpoint": endpoint,
+                **expired.evidence(),
+                "renewed": renewed,
+                "refused_before_acting": expired.said(),
+                "service": service_of(self.base_url),
+            },
+            recommendation="let the API through the proxy or SSO for sbxcheck's requests (or give the control "
+            "plane's own URL), then re-run",
+        )
 
     def _raise_for_status(self, endpoint: str, resp: httpx.Response, rejection: type[ApiRejected]) -> None:
         status = resp.status_code
+        if 300 <= status < 400:
+            if not login_redirect(resp):
+                raise redirect_error(endpoint, resp)
+            page = session_expired(resp)
+            raise AuthFailed(  # an unauthenticated request (health, the login) sent to a login page
+                f"{endpoint}: answered {page.said() if page else status}: a proxy or SSO in front of the control "
+                "plane asks for its own login, which sbxcheck cannot give",
+                evidence={"endpoint": endpoint, "status": status, "location_host": location_host(resp)},
+                recommendation="let the API through the proxy for sbxcheck's requests, or give a JWT in token_env",
+            )
         if status < 400:
             return
         reason, code, doc = parse_error_text(resp.text)
         reason = reason or resp.reason_phrase or f"HTTP {status}"
         if status in (401, 403):
-            evidence: dict[str, Any] = {"endpoint": endpoint, "status": status}
+            evidence: dict[str, Any] = {"endpoint": endpoint, "status": status, "refused_before_acting": str(status)}
             with contextlib.suppress(RuntimeError):  # the service the token was refused by: one cause
                 evidence["service"] = service_of(str(resp.request.url))
             raise AuthFailed(f"{endpoint}: {reason}", evidence=evidence)
@@ -215,3 +279,10 @@ class SandboxedWire(BearerAuth):
     def health(self) -> HealthInfo:
         """``GET /api/health`` (public; no token is sent or obtained)."""
         return self._get("/api/health", HealthInfo, auth=False)
+
+
+def _with_evidence(exc: SbxError, **facts: object) -> SbxError:
+    """A copy of ``exc`` whose evidence also holds ``facts`` (about the request it stopped)."""
+    found = copy.copy(exc)
+    found.evidence = {**exc.evidence, **facts}
+    return found

@@ -16,7 +16,6 @@ size and on a line while it is still being read, a count of reconnects; a secret
 from __future__ import annotations
 
 import contextlib
-import json
 import random
 import re
 import threading
@@ -28,8 +27,10 @@ from typing import Any, Final
 
 import httpx
 
+from sbxcheck.safeio import loads_bounded
 from sbxcheck.spend import check_cents
-from sbxcheck.transports.http import retry_after_s
+from sbxcheck.transports.http import new_client, retry_after_s
+from sbxcheck.transports.http_body import BodyEncodingError, decoded, raw_body
 
 STREAM_PATH: Final = "/api/control/stream"
 EVIDENCE_TYPES: Final = frozenset({"tool_call", "tool_result", "assistant_message"})
@@ -154,7 +155,7 @@ class ControlStream:
 
     def _run(self) -> None:
         failures = 0
-        self._http = httpx.Client(base_url=self.base_url, timeout=self._timeout, transport=self._transport)
+        self._http = new_client(base_url=self.base_url, timeout=self._timeout, transport=self._transport)
         try:
             while not self._stop.is_set() and self.connects < self.max_connects:
                 wait = self._subscribe_once()
@@ -197,6 +198,9 @@ class ControlStream:
                 self._read(resp)
         except httpx.HTTPError:
             pass
+        except BodyEncodingError as exc:  # an encoding not read, or bytes that are not it: never guessed
+            self._give_up(f"{STREAM_PATH}: {exc}")
+            return 0.0
         was_live = self.live
         with self._cond:
             if self.live:
@@ -209,7 +213,9 @@ class ControlStream:
         kind: str | None = None
         data: list[str] = []
         size = 0
-        for line in bounded_lines(resp.iter_raw(), MAX_EVENT_BYTES):
+        # raw bytes, decoded piece by piece where a server compressed anyway: a line is capped decoded
+        chunks, layers = raw_body(resp)
+        for line in bounded_lines(decoded(chunks, layers), MAX_EVENT_BYTES):
             if line is None:
                 return  # a line over the cap, still unfinished: drop the connection (a catch-up read follows)
             if self._stop.is_set():
@@ -233,8 +239,8 @@ class ControlStream:
 
     def _dispatch(self, kind: str | None, raw: str) -> None:
         try:
-            payload = json.loads(raw)
-        except ValueError:
+            payload = loads_bounded(raw, max_bytes=MAX_EVENT_BYTES)
+        except ValueError:  # not JSON, or nested past the bound (UnsafeInput): not an event
             return
         if not isinstance(payload, dict):
             return

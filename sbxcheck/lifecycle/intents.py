@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sbxcheck.clients.missionruns import RouteRun
-from sbxcheck.errors import SbxError
+from sbxcheck.errors import SbxError, made_nothing
 from sbxcheck.lifecycle.ledger import Ledger
 from sbxcheck.lifecycle.listing import MissionList, missions_since, oldest_intent, resolve_listed
 
@@ -50,12 +50,13 @@ class MissionIntents:
             self.unanswered.pop(entry, None)
             self.ledger.mark_released(entry, how)
 
-    def release_if_never_sent(self, entry: str | None, exc: SbxError) -> None:
-        """A create whose connection failed before the request was sent (refused, DNS, TLS) made
-        nothing: its intent is closed now. One sent without an answer stays, for the listing to settle."""
-        if exc.evidence.get("request_sent") is False:
-            reason = exc.evidence.get("reason") or "connect failed"
-            self.release(entry, f"never created: {reason} before the request was sent")
+    def release_if_made_nothing(self, entry: str | None, exc: SbxError) -> None:
+        """A create that cannot have made anything closes its intent now: never sent (the connect or
+        the login before it failed) or refused before the server acted (401/403, a login page). One
+        sent without an answer stays open, for the listing to settle (:meth:`close_unanswered`)."""
+        why = made_nothing(exc)
+        if why is not None:
+            self.release(entry, f"never created: {why}")
 
     def release_mission(self, mission_id: str, how: str) -> None:
         """``mission_id`` ended (or was cancelled) at close: its entry is released."""

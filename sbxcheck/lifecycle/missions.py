@@ -364,7 +364,7 @@ class MissionDispatcher:
                 created = channel.create(spec)
             except SbxError as exc:
                 if not isinstance(exc, MissionRejected):
-                    self.intents.release_if_never_sent(entry, exc)
+                    self.intents.release_if_made_nothing(entry, exc)
                     raise
                 effort_error = "model_effort" in exc.reason
                 run.effort_attempts.append(
@@ -421,7 +421,7 @@ class MissionDispatcher:
             retry = channel.create(retry_spec)
         except SbxError as exc:
             if not isinstance(exc, MissionRejected):
-                self.intents.release_if_never_sent(entry, exc)
+                self.intents.release_if_made_nothing(entry, exc)
                 raise
             # the key lookup comes before every refusal but prompt validation (spec 3.4 step 5): a refused
             # retry means the key did not match
@@ -479,6 +479,16 @@ class MissionDispatcher:
             else:
                 self._drive_route(run)
         self._backend_settled[backend].set()
+
+    def shared_crash(self, backend: str, timeout_s: float) -> str | None:
+        """The crash signature ``backend``'s probe routes shared (it blocks the backend), else None; on
+        a backend whose crashes are compared, known only once they have all settled (waited, bounded), so
+        a route's verdict never depends on whether its sibling happened to settle first."""
+        self.start()
+        settled = self._backend_settled.get(backend)
+        if settled is not None and backend in self.section.alternative_backends:
+            wait_telling(settled, timeout_s, self.on_wait, self.waiting)
+        return self.blocked_backends.get(backend)
 
     def incident_for(self, backend: str) -> str | None:
         """The incident id that blocks ``backend``, computed as the report computes it (same cause)."""

@@ -92,6 +92,7 @@ class ControlPlane:
                 password=password,
                 username=section.username,
                 timeout_s=section.request_timeout_s,
+                allow_cleartext_password=section.allow_cleartext_password,
             )
         return self._client
 

@@ -14,6 +14,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from sbxcheck.display import for_display_line
+
 __all__ = ["PLAIN_EVERY_S", "QUIET_FOR_S", "ProgressLine", "describe_wait"]
 
 #: A wait shorter than this prints nothing.
@@ -60,6 +62,7 @@ class ProgressLine:
         now = time.monotonic()
         if not self.tty and now - self._last_plain < PLAIN_EVERY_S:
             return
+        text = for_display_line(text)  # mission states are the server's words: one line, nothing obeyed
         with self._uncaptured():
             if self.tty:
                 if not self._shown:

@@ -3,7 +3,6 @@ plane, then release it (``--sbx-sweep``) or report it. Never touches a live owne
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -14,6 +13,7 @@ from sbxcheck.lifecycle.listing import every_owners_missions, missions_since, re
 from sbxcheck.lifecycle.mounts import MountManager
 from sbxcheck.lifecycle.reconcile import RecordFact, Resolution, parse_ts, resolve_mission, resolve_mount
 from sbxcheck.plugin.interrupts import finish_before_interrupt
+from sbxcheck.safeio import loads_bounded, read_text_file
 
 if TYPE_CHECKING:
     from sbxcheck.clients.sandboxed import SandboxedClient
@@ -64,10 +64,8 @@ def _record_facts(session: Reviewing) -> list[RecordFact]:
     facts = []
     for path in sorted(sssf.runs_path.glob("*.json")):
         try:
-            if not path.is_file() or path.stat().st_size > RECORD_MAX_BYTES:
-                continue
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError, RecursionError):
+            doc = loads_bounded(read_text_file(path, RECORD_MAX_BYTES))
+        except (OSError, ValueError):  # not a regular file, too large or deep, not JSON (UnsafeInput is one)
             continue
         if isinstance(doc, dict) and isinstance(doc.get("run_id"), str):
             created, closed = doc.get("created_at"), doc.get("closed_at")

@@ -31,6 +31,7 @@ __all__ = [
     "WaiverHistory",
     "analyse",
     "credit_of",
+    "history_lines",
     "incident_key",
     "item_identity",
     "render_history_text",
@@ -392,13 +393,19 @@ def strip_text(outcomes: Sequence[str | None]) -> str:
 
 
 def render_history_text(view: HistoryView, now: dt.datetime | None = None) -> str:
-    """What ``sbxcheck history DIR`` prints: runs, incidents new/ongoing/resolved, failing, flaky, trends,
-    and the last run's waivers with their days left (from ``now``) and whether they are still needed."""
+    """:func:`history_lines` as one text."""
+    return "\n".join(history_lines(view, now)) + "\n"
+
+
+def history_lines(view: HistoryView, now: dt.datetime | None = None) -> list[str]:
+    """What ``sbxcheck history DIR`` prints, line by line: runs, incidents new/ongoing/resolved,
+    failing, flaky, trends, and the last run's waivers with their days left (from ``now``) and whether
+    they are still needed. A line may hold a line break from a stored text: the printer shows it."""
     lines = []
     if not view.runs:
         lines.append("no runs in the history")
         lines.extend(view.warnings)
-        return "\n".join(lines) + "\n"
+        return lines
     last = view.runs[-1]
     lines.append(
         f"{_runs(len(view.runs))}, {view.runs[0].started_at} → {last.started_at}; "
@@ -455,7 +462,7 @@ def render_history_text(view: HistoryView, now: dt.datetime | None = None) -> st
     lines.extend(_waiver_text(view.waivers, now or dt.datetime.now(dt.UTC)))
     for warning in view.warnings:
         lines.append(f"warning: {warning}")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 _NEEDED = {

@@ -19,6 +19,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from sbxcheck.display import one_line
+
 __all__ = [
     "counts_line",
     "detail_block",
@@ -154,12 +156,13 @@ def key_evidence_lines(evidence: Mapping[str, Any], limit: int = 12) -> list[str
     """
     named = evidence.get("key_evidence")
     if isinstance(named, list) and all(isinstance(x, str) for x in named):
-        return [user_text(x) for x in named[:limit]]
+        return [one_line(user_text(x)) for x in named[:limit]]
     lists: list[str] = []
     scalars: list[str] = []
     for key, value in evidence.items():
         if key in _BULK_KEYS or key == "key_evidence":
             continue
+        key = one_line(str(key))  # a key name is the server's too: one line, whatever it holds
         if isinstance(value, list) and value and all(isinstance(v, (str, int, float)) for v in value):
             shown = [_item(v) for v in value[:_MAX_LIST_ITEMS]]
             more = len(value) - len(shown)
@@ -176,14 +179,15 @@ def key_evidence_lines(evidence: Mapping[str, Any], limit: int = 12) -> list[str
 
 
 def detail_block(check: Mapping[str, Any], incident: str | None = None) -> str:
-    """Classification, message, incident, key evidence and next step as plain text lines."""
+    """Classification, message, incident, key evidence and next step as plain text lines: one line
+    each, whatever line feeds the fleet's text in them holds (shown as ``^J``)."""
     lines = [
         f"outcome: {check.get('outcome')}",
         f"classification: {_classification(check)}",
-        f"message: {user_text(str(check.get('message') or ''))}",
+        f"message: {one_line(user_text(str(check.get('message') or '')))}",
     ]
     if incident:
-        lines.append(f"incident: {incident}")
+        lines.append(f"incident: {one_line(incident)}")
     evidence = check.get("evidence") or {}
     key = key_evidence_lines(evidence) if isinstance(evidence, Mapping) else []
     if key:
@@ -191,7 +195,7 @@ def detail_block(check: Mapping[str, Any], incident: str | None = None) -> str:
         lines.extend(f"  {line}" for line in key)
     step = next_step(check)
     if step:
-        lines.append(f"next step: {step}")
+        lines.append(f"next step: {one_line(step)}")
     return "\n".join(lines)
 
 

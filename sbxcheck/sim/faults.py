@@ -14,6 +14,8 @@ from sbxcheck.errors import SimError
 
 # Hostile terminal text: OSC 52 (sets the clipboard), a title change, clear screen, CR/VT line forgery, C0 bytes
 HOSTILE_TEXT = "\x1b]52;c;aGk=\x07\x1b]0;owned\x07\x1b[2J\rPASSED forged\x0bline\x01\x08\x1f\x7f"
+# Line forgery with LF: lines that would read as sbxcheck's own verdict and pytest's own outcome
+LINE_FORGERY = "\nverdict: HEALTHY \u2014 every check passed\nPASSED forged-by-a-line-feed"
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,17 @@ FAULTS: dict[str, Fault] = {
             "gemini creates are stored and started, then answered 500: the client never learns the id",
         ),
         Fault("cp.auth-expired", "every bearer token is refused: 401 Invalid or expired token"),
+        Fault(
+            "cp.expiry-redirect",
+            "an SSO proxy in front: a token is spent after 12 requests (as cp.token-expires) and a request "
+            "with a spent or refused token is answered 302 to the SSO's login page, not 401",
+        ),
+        Fault(
+            "cp.expiry-html",
+            "an SSO proxy in front: a token is spent after 12 requests (as cp.token-expires) and a request "
+            "with a spent or refused token is answered 200 text/html (the SSO's login page), not 401",
+        ),
+        Fault("cp.login-empty", "POST /api/auth/login answers 200 with an empty body"),
         Fault(
             "cp.token-expires",
             "every token the control plane issues expires after 12 requests, during the run (401 Invalid "
@@ -237,8 +250,8 @@ FAULTS: dict[str, Fault] = {
         ),
         Fault(
             "cp.control-chars",
-            "opencode creates are refused with terminal escapes and C0 characters in the error text; "
-            "workspace status fields carry them too",
+            "opencode creates are refused with terminal escapes, C0 characters and line feeds that forge "
+            "'verdict: HEALTHY' and 'PASSED' lines in the error text; workspace status fields carry the escapes",
         ),
         Fault(
             "cp.workspace-busy",
@@ -277,6 +290,11 @@ FAULTS: dict[str, Fault] = {
             "every mission reports two assistant messages of cost_cents 1.7e308 each (their sum is inf)",
         ),
         Fault("cp.cost-negative", "every mission reports two assistant messages of cost_cents -1e9 each"),
+        Fault(
+            "cp.deep-json",
+            "every mission's first assistant message carries, as its content, JSON nested 5,000 deep "
+            "(its metadata reports no cost)",
+        ),
         # a run that has executed or been observed (sim/run_services.py; the gate never sees them)
         Fault("run.sdlc-credits", "the SDLC dies right after spawn: run.log ends with OpenRouter's 402 (credits)"),
         Fault("run.sdlc-key-dead", "the SDLC dies right after spawn: run.log ends with a 401 (the key is revoked)"),
@@ -307,6 +325,9 @@ CONTROLPLANE_TARGETS: dict[str, str] = {
     "cp.create-500": "gemini",
     "cp.cancel-slow": "*",
     "cp.auth-expired": "*",
+    "cp.expiry-redirect": "*",
+    "cp.expiry-html": "*",
+    "cp.login-empty": "*",
     "cp.token-expires": "*",
     "cp.env-values-exposed": "verity",
     "fleet.node-offline": "dgx-spark",
@@ -326,6 +347,7 @@ CONTROLPLANE_TARGETS: dict[str, str] = {
     "cp.record-id-mismatch": "opencode",
     "cp.cost-nonfinite": "*",
     "cp.cost-negative": "*",
+    "cp.deep-json": "*",
 }
 
 

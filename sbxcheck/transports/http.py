@@ -1,8 +1,10 @@
 """HTTP shared by every client: one bounded request, one retry policy, failures mapped once.
 
 :func:`send` gives each attempt a whole-request deadline (a server dribbling a byte per second
-cannot hold a check past it) and a body cap (16 MiB: a larger body is refused, not parsed), and
-retries by one :class:`RetryPolicy` (a count, bounded backoff, ``Retry-After`` honoured and capped).
+cannot hold a check past it) and a body cap (16 MiB on the wire and decoded, checked as the body is
+decoded piece by piece: a larger body is refused, not parsed), and retries by one
+:class:`RetryPolicy` (a count, bounded backoff, ``Retry-After`` honoured and capped). Every client
+is made by :func:`new_client` (a bounded cookie jar).
 
 Pushback (a 429, or a 503 with ``Retry-After``) means the server did not act on the request, so
 every method — POST included — is sent again after ``Retry-After``, until the caller's deadline
@@ -16,17 +18,21 @@ import contextlib
 import contextvars
 import datetime as dt
 import email.utils
+import ipaddress
 import math
+import re
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
 import httpx
 
 from sbxcheck.errors import BadResponseError, CommandTimeout, HostUnreachable, SbxError, TransportError
+from sbxcheck.transports.cookies import BoundedCookieJar
+from sbxcheck.transports.http_body import ACCEPT_ENCODING, BodyEncodingError, decoded, raw_body
 
 RETRYABLE_HTTPX = (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
 
@@ -46,6 +52,15 @@ def map_httpx_error(
             f"{label}: connect to {base_url} timed out", evidence=_sent(base_url, False, "connect timed out")
         )
     if isinstance(exc, httpx.ConnectError):
+        untrusted = untrusted_certificate(exc)
+        if untrusted is not None:
+            return HostUnreachable(
+                f"{label}: {base_url} presents a TLS certificate this machine does not trust ({untrusted}); "
+                "not connected",
+                evidence=_sent(base_url, False, f"TLS certificate not trusted: {untrusted}"),
+                recommendation="if the certificate is the control plane's own, add its CA to this machine's "
+                "trust store (SSL_CERT_FILE names a CA bundle); else fix the server's certificate",
+            )
         return HostUnreachable(
             f"{label}: cannot connect to {base_url}", evidence=_sent(base_url, False, _reason(exc))
         )
@@ -67,6 +82,24 @@ def _sent(base_url: str, sent: bool, reason: str) -> dict[str, Any]:
     return {"service": service_of(base_url), "request_sent": sent, "reason": reason}
 
 
+def cleartext_to_network(url: str) -> bool:
+    """Whether ``url`` is plain ``http://`` to a host other than this machine's loopback (what is sent
+    there crosses a network unencrypted). A name is judged as written, never resolved."""
+    try:
+        parsed = urlsplit(url)
+        host = (parsed.hostname or "").rstrip(".").lower()
+    except ValueError:
+        return False
+    if parsed.scheme.lower() != "http":
+        return False
+    if host == "localhost" or host.endswith(".localhost"):
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return True
+
+
 def service_of(url: str) -> str:
     """``scheme://host:port`` of a URL: the one name of a service, whatever path its clients use."""
     try:
@@ -74,6 +107,19 @@ def service_of(url: str) -> str:
     except (httpx.InvalidURL, TypeError):
         return url
     return f"{parsed.scheme}://{parsed.netloc.decode()}" if parsed.scheme else url
+
+
+_VERIFY_FAILED: Final = re.compile(r"certificate verify failed:?\s*([^(]*)", re.IGNORECASE)
+
+
+def untrusted_certificate(exc: BaseException) -> str | None:
+    """Why the server's TLS certificate was refused (``self-signed certificate``, ``certificate has
+    expired``, ``unable to get local issuer certificate``, a host name mismatch), or None."""
+    found = _VERIFY_FAILED.search(str(exc))
+    if found is None:
+        return None
+    why = " ".join(found.group(1).split()).rstrip(" .")
+    return why[:120] or "verification failed"
 
 
 def _reason(exc: httpx.HTTPError) -> str:
@@ -209,12 +255,30 @@ def _attempt(
 ) -> httpx.Response:
     """One request, read whole within ``deadline`` (monotonic) and ``max_bytes``, or an exception.
 
-    It runs on a daemon thread so that not even a server dribbling its headers can hold the
-    caller past the deadline; the thread itself stops at its next chunk or read timeout. With
-    ``truncate`` a body above ``max_bytes`` is cut there instead of refused.
+    ``max_bytes`` holds on the wire and after decoding: the raw bytes are decoded incrementally
+    (:mod:`sbxcheck.transports.http_body`) and counted as they come out, so a compressed bomb is
+    refused at the cap, never inflated whole. It runs on a daemon thread so that not even a server
+    dribbling its headers can hold the caller past the deadline; the thread itself stops at its
+    next chunk or read timeout. With ``truncate`` a body above ``max_bytes`` is cut there instead.
     """
     box: dict[str, Any] = {}
     done = threading.Event()
+    headers = httpx.Headers(kwargs.get("headers"))
+    headers["Accept-Encoding"] = ACCEPT_ENCODING  # only what sbxcheck decodes itself, boundedly
+    kwargs = {**kwargs, "headers": headers}
+
+    def wire(chunks: Iterator[bytes]) -> Iterator[bytes]:
+        received = 0
+        for chunk in chunks:
+            if received + len(chunk) > max_bytes:
+                if truncate:
+                    yield chunk[: max_bytes - received]
+                    return
+                raise _BodyTooLarge
+            received += len(chunk)
+            if _now() > deadline:
+                raise _DeadlineExceeded
+            yield chunk
 
     def work() -> None:
         try:
@@ -224,8 +288,9 @@ def _attempt(
                 if declared.isdigit() and int(declared) > max_bytes and not truncate:
                     raise _BodyTooLarge
                 body = bytearray()
-                for chunk in resp.iter_bytes():
-                    body += chunk
+                chunks, layers = raw_body(resp)
+                for piece in decoded(wire(chunks), layers):
+                    body += piece
                     if len(body) > max_bytes:
                         if truncate:
                             del body[max_bytes:]
@@ -255,18 +320,26 @@ def _attempt(
     return response
 
 
+def new_client(**kwargs: Any) -> httpx.Client:
+    """An ``httpx.Client`` whose cookie jar is bounded (:class:`BoundedCookieJar`): every client's."""
+    return httpx.Client(cookies=BoundedCookieJar(), **kwargs)
+
+
 def get_start(url: str, *, timeout_s: float, max_bytes: int) -> httpx.Response:
     """One anonymous GET of ``url`` as a person would open it, for a probe that judges a page's start.
 
     No redirect is followed (a 3xx is returned, not raised), the whole request — headers dribbled a
-    byte at a time included — is bounded by ``timeout_s``, and the body is cut at ``max_bytes``.
-    httpx's errors propagate; the deadline is :class:`CommandTimeout`.
+    byte at a time included — is bounded by ``timeout_s``, and the body is cut at ``max_bytes``
+    (raw and decoded). httpx's errors propagate; the deadline is :class:`CommandTimeout`, a body in
+    an encoding not read :class:`BadResponseError`.
     """
-    with httpx.Client(timeout=timeout_s, follow_redirects=False) as client:
+    with new_client(timeout=timeout_s, follow_redirects=False) as client:
         try:
             return _attempt(client, "GET", url, _now() + timeout_s, max_bytes, {}, truncate=True)
         except _DeadlineExceeded:
             raise CommandTimeout(f"GET {url}: no complete answer within {timeout_s:g}s") from None
+        except BodyEncodingError as exc:
+            raise BadResponseError(f"GET {url}: {exc}; not read") from None
 
 
 def send(
@@ -281,6 +354,7 @@ def send(
     retry: bool = True,
     deadline_s: float | None = None,
     max_bytes: int = MAX_BODY_BYTES,
+    redirects: Literal["refuse", "return"] = "refuse",
     **kwargs: Any,
 ) -> httpx.Response:
     """Send one request with a whole-request deadline and a body cap, retried by ``policy``.
@@ -290,6 +364,8 @@ def send(
     attempt as a whole, so a server that dribbles a byte at a time cannot outlast it; a body
     above ``max_bytes`` is refused, never parsed. Pushback (429, 503 + Retry-After) is waited out
     for every method until the :func:`pushback_until` deadline (or ``policy.pushback_budget_s``).
+    A 3xx is never followed: it is refused (:func:`redirect_error`), or with ``redirects="return"``
+    returned for the caller to judge (a login page a proxy sends an expired session to).
     """
     attempts = 1 + (policy.retries if retry else 0)
     per_attempt = timeout_s if deadline_s is None else deadline_s
@@ -307,8 +383,12 @@ def send(
             ) from None
         except _BodyTooLarge:
             raise BadResponseError(
-                f"{label}: response body above {max_bytes // (1024 * 1024)} MiB; refused, not parsed",
+                f"{label}: response body above {_size(max_bytes)} (on the wire or decoded); refused, not parsed",
                 evidence={"endpoint": label, "max_bytes": max_bytes},
+            ) from None
+        except BodyEncodingError as exc:
+            raise BadResponseError(
+                f"{label}: {exc}; refused, not parsed", evidence={"endpoint": label, "reason": str(exc)}
             ) from None
         except RETRYABLE_HTTPX as exc:
             if not last:
@@ -329,15 +409,29 @@ def send(
             time.sleep(policy.wait_s(attempt, resp))
             attempt += 1
             continue
-        if 300 <= resp.status_code < 400:  # never followed: a server never picks where the token goes
-            raise _redirect_error(label, resp)
+        if 300 <= resp.status_code < 400 and redirects == "refuse":  # never followed: a server never
+            raise redirect_error(label, resp)  # picks where the token goes
         return resp
 
 
-def _redirect_error(label: str, resp: httpx.Response) -> BadResponseError:
+def _size(n: int) -> str:
+    """``16 MiB``, ``64 KiB``: a cap as a person reads it."""
+    return f"{n / (1 << 20):g} MiB" if n >= 1 << 20 else f"{n / 1024:g} KiB"
+
+
+def location_host(resp: httpx.Response) -> str | None:
+    """The host a 3xx's Location names (never its path or query: they may hold a token), or None."""
+    location = resp.headers.get("location", "")
+    try:
+        return urlsplit(location).hostname if location else None
+    except ValueError:
+        return None
+
+
+def redirect_error(label: str, resp: httpx.Response) -> BadResponseError:
     """A 3xx: an unexpected redirect, naming only its Location's host (a query may hold a token)."""
     location = resp.headers.get("location", "")
-    host = urlsplit(location).hostname if location else None
+    host = location_host(resp)
     where = f"to host {host}" if host else ("to the same host" if location else "without a Location")
     return BadResponseError(
         f"{label}: unexpected redirect {resp.status_code} {where}; redirects are not followed "

@@ -105,7 +105,9 @@ def test_every_controlplane_fault_is_in_the_matrix() -> None:
     # a control plane that lies in well-formed answers: tests/integration/test_lying_control_plane.py
     lies = ("cp.coalesce-foreign", "cp.stream-lies", "cp.stream-endless-line", "cp.list-flood")
     lies += ("cp.record-id-mismatch", "cp.cost-nonfinite", "cp.cost-negative")
-    lies += ("cp.token-expires",)  # tests/integration/test_token_expiry.py
+    lies += ("cp.deep-json",)  # tests/integration/test_lying_control_plane.py
+    # a session's expiry in any form, a login that answers nothing: tests/integration/test_token_expiry.py
+    lies += ("cp.token-expires", "cp.expiry-redirect", "cp.expiry-html", "cp.login-empty")
     # a release's own limits and clock: tests/integration/test_cp_releases.py, test_fleet_canaries.py
     lies += ("cp.slot-held", "cp.clock-behind")
     cp_faults = {
@@ -261,3 +263,18 @@ def test_every_canary_absorbs_pushback_relayed_by_mcp(pytester: pytest.Pytester,
     classes = {c["classification"] for c in outcome.report["checks"] if c["outcome"] != "passed"}
     assert outcome.ret == 0 and classes == set(), (classes, outcome.stdout[-3000:])
     assert {r.path for r in pushed_back} - {"/api/control/missions"}, "no tool call met pushback"
+
+
+def test_a_shared_crash_reads_the_same_whichever_route_settles_first(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    """Only the two opencode routes selected: neither waits on other items, and the first one judged
+    still sees that both crashed alike (one shared adapter crash, one incident), never a lone
+    failed dispatch."""
+    with SimFleet(tmp_path / "fleet", ["cp.backend-crash"]) as fleet:
+        outcome = run_canary(pytester, fleet, "-k", "route_reaches_execution and opencode")
+    verdicts = {c["target"]: (c["outcome"], c["classification"], c["cause"]) for c in outcome.report["checks"]}
+    assert set(verdicts) == {"opencode-glm", "opencode-minimax"}, verdicts
+    causes = {cause for _, _, cause in verdicts.values()}
+    assert all(v[:2] == ("failed", "infrastructure") for v in verdicts.values()) and len(causes) == 1, verdicts
+    assert len(outcome.report["incidents"]) == 1

@@ -127,3 +127,42 @@ def test_a_fifo_or_symlink_at_the_ledger_is_one_clear_error(tmp_path: Path, faul
     outside = tmp_path / "fleet" / "outside-the-state-dir.txt"
     if outside.exists():
         assert outside.read_text() == "not the ledger: must stay as it is\n"
+
+
+FORGED = re.compile(rb"^(verdict: HEALTHY|PASSED forged)", re.MULTILINE)
+
+
+def test_a_line_feed_in_fleet_text_never_starts_a_line_of_its_own(tmp_path: Path) -> None:
+    """A control plane's error text holding '\\nverdict: HEALTHY — every check passed\\nPASSED …' printed
+    those lines at column 0 before the real verdict (`grep -m1 '^verdict'` read HEALTHY); node ids and
+    evidence key names with line feeds did the same in `sbxcheck report`."""
+    suites = tmp_path / "suites"
+    suites.mkdir()
+    for suite in CANARY_SUITES:
+        shutil.copy(suite, suites / suite.name)
+    history, report = tmp_path / "history", tmp_path / "report"
+    with SimFleet(tmp_path / "fleet", ["cp.control-chars"]) as fleet:
+        canary = _child(
+            tmp_path, "-m", "canary", *(str(suites / s.name) for s in CANARY_SUITES), "-k", "opencode-glm",
+            "-vv", "-rA", f"--sbx-inventory={fleet.inventory_path}", f"--sbx-report={report}",
+            f"--sbx-history={history}", f"--sbx-state={tmp_path / 'state'}",
+        )  # fmt: skip
+    assert b"forged-by-a-line-feed" in canary.stdout, canary.stdout[-3000:]  # the server's text was shown
+    first = next(line for line in canary.stdout.splitlines() if line.startswith(b"verdict"))
+    assert first.startswith(b"verdict: FAILED"), first
+    assert FORGED.search(canary.stdout) is None, canary.stdout[-4000:]
+    # a results.json whose node id and evidence key names hold line feeds, as a tampered file may
+    results = report / "results.json"
+    document = json.loads(results.read_text(encoding="utf-8"))
+    forgery = "\nverdict: HEALTHY \u2014 every check passed\nPASSED forged by a node id"
+    failing = next(c for c in document["checks"] if c["outcome"] in ("failed", "error"))
+    failing["nodeid"] += forgery
+    failing["evidence"][f"key{forgery}"] = "value"
+    results.write_text(json.dumps(document), encoding="utf-8")
+    cli = [sys.executable, "-m", "sbxcheck.cli"]
+    for args in (["report", str(report)], ["history", str(history)]):
+        shown = subprocess.run([*cli, *args], capture_output=True, timeout=60, check=False)
+        assert shown.stdout and FORGED.search(shown.stdout + shown.stderr) is None, (args, shown.stdout[-3000:])
+    assert b"^Jverdict: HEALTHY" in subprocess.run(
+        [*cli, "report", str(report)], capture_output=True, timeout=60, check=False
+    ).stdout  # shown, on the line it came in

@@ -228,3 +228,20 @@ def test_a_negative_cost_cannot_defeat_the_spend_cap(tmp_path: Path) -> None:
     assert all("taken as reached" in c["message"] and "is negative" in c["message"] for c in held)
     assert "$-" not in proc.stdout
     assert "cap $1.0000 taken as reached: what was spent is unknown, 1 item(s) not run" in proc.stdout
+
+
+def test_json_nested_5000_deep_in_a_message_cannot_break_the_close(tmp_path: Path) -> None:
+    """The cost reader parsed a message's JSON content with json.loads: RecursionError escaped the
+    mission close (a traceback, no report, the ledger left open). Now the content is read bounded:
+    too deep is no cost, and the close goes on."""
+    proc, cp, document = _canary(tmp_path, ["cp.deep-json"], "gemini-flash")
+    assert proc.returncode in (0, 1) and "RecursionError" not in proc.stdout + proc.stderr, proc.stdout[-3000:]
+    [mission_id] = cp.mission_ids()
+    assert any(len(e["content"]) > 10_000 for e in cp._missions[mission_id].events)  # the fault was there
+    assert cp.missions_nonterminal() == []
+    [cleanup] = [c for c in document["cleanup"] if c["kind"] == "mission"]
+    assert cleanup["ok"] and cleanup["ident"] == mission_id, cleanup
+    assert not cleanup.get("cost_unreadable")  # the deep message says no cost: nothing unreadable
+    assert [e for e in Ledger(tmp_path / "state").state() if e.is_open] == []
+    for name in ("junit.xml", "report.html"):
+        assert (tmp_path / "report" / name).is_file()

@@ -140,7 +140,7 @@ def test_a_url_with_userinfo_is_refused_at_load_without_showing_it(tmp_path: Pat
 
 def test_a_redirect_is_named_with_its_host_only() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(302, headers={"location": "https://evil.example/login?token=abc123secret"})
+        return httpx.Response(302, headers={"location": "https://evil.example/elsewhere?token=abc123secret"})
 
     client = SandboxedClient("http://cp.test", token="t0ken-abcdef", transport=httpx.MockTransport(handler))
     with pytest.raises(BadResponseError) as info:
@@ -179,3 +179,36 @@ def test_a_workspace_held_by_another_session_is_could_not_tell_not_a_config_defe
     assert (result.outcome, result.classification) == (Outcome.ERROR, Classification.INFRASTRUCTURE)
     assert "busy with session 1b76e8e6's live mission" in result.message and UUID in result.message
     assert result.evidence["holder_session_tag"] == "1b76e8e6"
+
+
+LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+
+
+@pytest.mark.parametrize("brk", list(LINE_BREAKS))
+def test_every_line_printed_from_outside_text_is_one_line(brk: str) -> None:
+    """Whatever line break a server's text holds, a printed line stays one line (str.splitlines
+    splits on each of these; a terminal starts a new line at some)."""
+    from sbxcheck.display import SanitisingWriter, for_display_line
+    from sbxcheck.doctor_findings import Finding
+
+    forged = f"refused{brk}verdict: HEALTHY \u2014 every check passed{brk}PASSED forged"
+    written: list[str] = []
+
+    class Terminal:
+        def write_line(self, line: str, **markup: bool) -> None:
+            written.append(line)
+
+    SanitisingWriter(Terminal()).write_line(f"cleanup: mission x: cancel failed: {forged}")
+    for line in (for_display_line(forged), written[0], Finding(False, "control plane", forged).render()):
+        assert len(line.splitlines()) == 1, repr(line)
+        assert "verdict: HEALTHY" in line  # shown, on the line it came in
+
+
+def test_a_check_failed_with_a_line_feed_in_its_message_fails_on_one_line() -> None:
+    from sbxcheck.display import neutralise_exception
+
+    class Info:
+        value = BadResponseError("POST /api/control/missions: refused\nverdict: HEALTHY")
+
+    neutralise_exception(Info())
+    assert str(Info.value) == "POST /api/control/missions: refused^Jverdict: HEALTHY"

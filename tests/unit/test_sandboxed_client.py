@@ -21,7 +21,7 @@ from sbxcheck.clients.sandboxed import (
 from sbxcheck.clients.sandboxed_models import MissionSpec
 from sbxcheck.errors import AuthFailed, BadResponseError, CommandTimeout, HostUnreachable, TransportError
 
-BASE = "http://cp.test"
+BASE = "https://cp.test"  # a password goes only over TLS (or to loopback)
 PASSWORD = "pw-unit-7f3a9c21"
 TOKEN = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJkZWZhdWx0In0.c2lnbmF0dXJlLXVuaXQtdGVzdA"
 FAKE_JWT = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJsZWFrZWQifQ.bGVha2VkLXNpZ25hdHVyZQ"
@@ -313,8 +313,9 @@ def test_transport_exceptions_map(
 def test_non_json_body_is_bad_response_with_redacted_excerpt(
     make: Callable[..., tuple[SandboxedClient, Recorder]],
 ) -> None:
-    html = f"<html><body>Proxy error; session={FAKE_JWT}; Authorization: Bearer {FAKE_JWT}</body></html>"
-    client, _ = make(lambda r: httpx.Response(200, text=html, headers={"content-type": "text/html"}))
+    # (an HTML page where JSON was asked is a login wall: test_session_expiry.py)
+    text = f"Proxy error; session={FAKE_JWT}; Authorization: Bearer {FAKE_JWT}"
+    client, _ = make(lambda r: httpx.Response(200, text=text, headers={"content-type": "text/plain"}))
     with pytest.raises(BadResponseError) as info:
         client.get_mission(MID)
     message = str(info.value)

@@ -205,6 +205,10 @@ class AgentRunner(EventRoutes):
             ws_path, scope = self._scope_for(m)
             env = self._env_for(ws, scope)
             steps = STEP_RE.findall(m.prompt or "")[:MAX_STEPS]
+            deep = lies.deep_content(self, m)
+            if deep is not None:  # said first, with no cost: a cost reader looks inside the content
+                model = m.record.get("model_override") or m.requested_model
+                self._emit(m, "assistant_message", deep, metadata={"id": str(uuid.uuid4()), "model": model})
         failures = 0
         for index, step in enumerate(steps or ["echo ok"], start=1):
             ok = await self._run_step(mid, index, step, ws_path, scope, env)

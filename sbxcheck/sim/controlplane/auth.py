@@ -8,13 +8,24 @@ from collections.abc import Awaitable, Callable
 
 import jwt
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from sbxcheck.sim.controlplane.base import DoubleBase
 from sbxcheck.sim.controlplane.model import (
+    EXPIRY_HTML_FAULT,
+    EXPIRY_REDIRECT_FAULT,
+    LOGIN_EMPTY_FAULT,
+    SSO_LOGIN_URL,
     TOKEN_EXPIRES_FAULT,
     Handler,
     plain_text,
+)
+
+#: the faults under which a token is spent after :attr:`token_requests` requests
+_SPENDING_FAULTS = (TOKEN_EXPIRES_FAULT, EXPIRY_REDIRECT_FAULT, EXPIRY_HTML_FAULT)
+_SSO_PAGE = (
+    "<!doctype html><html><head><title>Sign in</title></head><body><form method=post "
+    'action="/oauth2/login"><input name=user><input type=password name=password></form></body></html>'
 )
 
 
@@ -32,22 +43,33 @@ class AuthRoutes(DoubleBase):
         header = request.headers.get("authorization", "")
         token = header[7:] if header.startswith(("Bearer ", "bearer ")) else header
         if not token.strip():
-            return plain_text(401, "Missing Authorization header")
+            return self._refused(request, "Missing Authorization header")
         if "cp.auth-expired" in self.faults:
-            return plain_text(401, "Invalid or expired token")
+            return self._refused(request, "Invalid or expired token")
         try:
             claims = jwt.decode(token, self._jwt_secret, algorithms=["HS256"])
         except jwt.PyJWTError:
-            return plain_text(401, "Invalid or expired token")
+            return self._refused(request, "Invalid or expired token")
         sub = claims.get("sub")
         if not isinstance(sub, str) or (self.users and sub not in self.users):
-            return plain_text(401, "Invalid user")
-        if TOKEN_EXPIRES_FAULT in self.faults and self._token_spent(str(claims.get("jti"))):
-            return plain_text(401, "Invalid or expired token")
+            return self._refused(request, "Invalid user")
+        spending = any(f in self.faults for f in _SPENDING_FAULTS)
+        if spending and self._token_spent(str(claims.get("jti"))):
+            return self._refused(request, "Invalid or expired token")
         return sub
 
+    def _refused(self, request: Request, text: str) -> Response:
+        """A refused token's answer: the control plane's 401, or what an SSO proxy in front says instead
+        (``cp.expiry-redirect``: 302 to its login page; ``cp.expiry-html``: that page, 200)."""
+        if EXPIRY_REDIRECT_FAULT in self.faults:
+            back = f"https://{request.url.netloc}{request.url.path}"
+            return RedirectResponse(f"{SSO_LOGIN_URL}?rd={back}&state=s3ss10n-{len(text)}", status_code=302)
+        if EXPIRY_HTML_FAULT in self.faults:
+            return HTMLResponse(_SSO_PAGE, status_code=200)
+        return plain_text(401, text)
+
     def _token_spent(self, jti: str) -> bool:
-        """``cp.token-expires``: the token has expired once it has authorized :attr:`token_requests`
+        """``cp.token-expires`` (and the SSO forms): the token has expired once it has authorized :attr:`token_requests`
         requests (a count, not a clock: the expiry lands mid-run however fast the machine is)."""
         with self._lock:
             used = self.token_uses.get(jti, 0) + 1
@@ -66,6 +88,8 @@ class AuthRoutes(DoubleBase):
     async def _login(self, request: Request) -> Response:
         if not self.jwt_secret_configured:
             return plain_text(500, "JWT_SECRET not configured")
+        if LOGIN_EMPTY_FAULT in self.faults:
+            return Response(b"", status_code=200, media_type="application/json")
         body = await self._body(request)
         if isinstance(body, Response):
             return body

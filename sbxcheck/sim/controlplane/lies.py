@@ -12,6 +12,8 @@
   record of another mission (another backend and model, its own id).
 - ``cp.cost-nonfinite`` / ``cp.cost-negative``: the target backend's missions report two assistant
   messages, each of ``cost_cents`` 1.7e308 (a sum past any float: inf) or -1e9.
+- ``cp.deep-json``: the target backend's missions first say, as an assistant message without a
+  cost, a JSON object nested :data:`DEEP` levels (past any recursive parser's stack).
 """
 
 from __future__ import annotations
@@ -21,7 +23,14 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any, Final
 
-from sbxcheck.sim.controlplane.model import COST_FAULTS, LIES_FAULTS, NIL_UUID, MissionState, iso_time
+from sbxcheck.sim.controlplane.model import (
+    COST_FAULTS,
+    DEEP_JSON_FAULT,
+    LIES_FAULTS,
+    NIL_UUID,
+    MissionState,
+    iso_time,
+)
 
 if TYPE_CHECKING:
     from sbxcheck.sim.controlplane.base import DoubleBase
@@ -34,6 +43,7 @@ FOREIGN_ID: Final = "f0e1a2b3-0000-4000-8000-00000000c0a1"  # a person's live mi
 OTHER_RECORD_ID: Final = "0a0b0c0d-0000-4000-8000-0000000001d0"  # the record answered for another id
 FLOOD: Final = 250
 LIED_COST_CENTS: Final = 5000
+DEEP: Final = 5000
 
 
 def _planted(double: DoubleBase, mid: str, title: str, backend: str, model: str, status: str) -> MissionState:
@@ -132,3 +142,10 @@ def reported_costs(double: DoubleBase, m: MissionState, cents: float) -> list[fl
     if double._fault_on(COST_NEGATIVE, backend):
         return [NEGATIVE_CENTS, NEGATIVE_CENTS]
     return [cents]
+
+
+def deep_content(double: DoubleBase, m: MissionState) -> str | None:
+    """``cp.deep-json``: the content of an assistant message ``m`` says first, JSON nested :data:`DEEP` deep."""
+    if not double._fault_on(DEEP_JSON_FAULT, str(m.record.get("backend"))):
+        return None
+    return '{"a": ' * DEEP + "1" + "}" * DEEP

@@ -38,7 +38,7 @@ from sbxcheck.sim.controlplane.model import (
 )
 from sbxcheck.sim.controlplane.parallel import ParallelSlots
 from sbxcheck.sim.controlplane.releases import create_body, trim_record
-from sbxcheck.sim.faults import HOSTILE_TEXT
+from sbxcheck.sim.faults import HOSTILE_TEXT, LINE_FORGERY
 
 
 def _type_error(body: Mapping[str, Any]) -> str | None:
@@ -194,7 +194,7 @@ class MissionRoutes(ParallelSlots):
             if self.goal_limit_at_create and len(goal_objective) > GOAL_LIMIT:
                 return plain_text(400, f"goal objective must be at most {GOAL_LIMIT} characters")
         if self._fault_on("cp.control-chars", backend):  # hostile text in the refusal
-            return plain_text(400, f"backend {backend} refused the mission: {HOSTILE_TEXT}")
+            return plain_text(400, f"backend {backend} refused the mission: {HOSTILE_TEXT}{LINE_FORGERY}")
         # 18. effort: kept and validated only where the backend takes it; silently dropped elsewhere
         effort = opt("model_effort")
         if spec is None or spec.efforts is None:

@@ -212,6 +212,11 @@ BUSY_HOLDER_ID: Final = "0b5e55ed-0000-4000-8000-000000000020"  # the other sess
 BUSY_HOLDER_TAG: Final = "0ther5e5"
 
 TOKEN_EXPIRES_FAULT: Final = "cp.token-expires"
+# an SSO proxy in front: an expired or refused token meets its login page (a redirect, or the page itself)
+EXPIRY_REDIRECT_FAULT: Final = "cp.expiry-redirect"
+EXPIRY_HTML_FAULT: Final = "cp.expiry-html"
+LOGIN_EMPTY_FAULT: Final = "cp.login-empty"
+SSO_LOGIN_URL: Final = "https://sso.example.invalid/oauth2/login"
 TOKEN_REQUESTS: Final = 12  # requests a token authorizes under cp.token-expires: fewer than any run makes
 
 CONTROLPLANE_FAULTS: Final[dict[str, str]] = {
@@ -231,6 +236,11 @@ CONTROLPLANE_FAULTS: Final[dict[str, str]] = {
     "cp.idempotency-ignored": "create ignores idempotency_key (title coalescing stays on, as upstream): a "
     "retry with the same key and a new title is a new mission",
     "cp.auth-expired": "every bearer token is refused: 401 `Invalid or expired token`",
+    EXPIRY_REDIRECT_FAULT: f"a token is spent after {TOKEN_REQUESTS} requests; a spent or refused token is "
+    f"answered 302 to {SSO_LOGIN_URL} (an SSO proxy's login page), not 401",
+    EXPIRY_HTML_FAULT: f"a token is spent after {TOKEN_REQUESTS} requests; a spent or refused token is "
+    "answered 200 text/html with an SSO proxy's login page, not 401",
+    LOGIN_EMPTY_FAULT: "POST /api/auth/login answers 200 with an empty body",
     TOKEN_EXPIRES_FAULT: f"every token login issues expires after it has authorized {TOKEN_REQUESTS} requests "
     "(later ones with it: 401 `Invalid or expired token`); a new login issues a new one",
     "cp.cancel-slow": f"every cancel waits {CANCEL_SLOW_S:g}s before it acts (for interrupt tests)",
@@ -247,8 +257,8 @@ CONTROLPLANE_FAULTS: Final[dict[str, str]] = {
     **STREAM_FAULTS,
     # hostile answers
     "cp.path-shaped-id": f"target backend's mission records carry the id {PATH_SHAPED_ID!r}, not a UUID",
-    "cp.control-chars": "target backend's creates are refused 400 with terminal escapes and C0 control "
-    "characters in the error text, and every workspace's status carries them",
+    "cp.control-chars": "target backend's creates are refused 400 with terminal escapes, C0 control "
+    "characters and line-feed forged lines in the error text, and every workspace's status carries the escapes",
     "cp.workspace-busy": "target workspace already has another session's live mission: creates into it "
     "are refused 409 workspace_occupied",
     "cp.clock-behind": f"the control plane's clock runs {CLOCK_BEHIND_S / 60:g} minutes behind this machine's: "
@@ -271,6 +281,8 @@ LIES_FAULTS: Final = (
 CONTROLPLANE_FAULTS.update({n: ALL_FAULTS[n].summary for n in LIES_FAULTS})
 COST_FAULTS: Final = ("cp.cost-nonfinite", "cp.cost-negative")  # the costs the agent reports
 CONTROLPLANE_FAULTS.update({n: ALL_FAULTS[n].summary for n in COST_FAULTS})
+DEEP_JSON_FAULT: Final = "cp.deep-json"  # what the agent says: JSON nested past any parser's stack
+CONTROLPLANE_FAULTS[DEEP_JSON_FAULT] = ALL_FAULTS[DEEP_JSON_FAULT].summary
 DEFAULT_FAULT_TARGETS: Final[dict[str, str]] = {
     "cp.path-shaped-id": "gemini",
     "cp.control-chars": "opencode",
