@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from sbxcheck.doctor_findings import Emit, Finding
 from sbxcheck.doctor_tools import check_tools, check_versions
 from sbxcheck.preflight import InventoryChoice, named_env_vars
+from sbxcheck.safeio import path_state
 
 if TYPE_CHECKING:
     from sbxcheck.clients.sandboxed import SandboxedClient
@@ -160,6 +161,17 @@ def _files(inv: Inventory) -> list[tuple[str, Path, bool]]:
 def _check_files(inv: Inventory, emit: Emit) -> None:
     for field, path, secret in _files(inv):
         label = f"file {field}"
+        link = path_state(path)
+        if secret and link.kind == "symlink":  # judged as a link: chmod on it would change its target
+            emit(
+                Finding(
+                    False,
+                    label,
+                    f"{path}: {link.describe()} (a key file is judged as itself, not through a link)",
+                    f"point {field} at the key file itself, or put the file (mode 0600) where the link is",
+                )
+            )
+            continue
         try:
             info = path.stat()
         except OSError as exc:

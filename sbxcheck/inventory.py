@@ -223,8 +223,9 @@ class DgxSection(StrictSection):
     )
     sentinel_command: str | None = Field(
         default=None,
-        description="the fleet sentinel, run over SSH (e.g. `disk-sentinel --once`): one line per unreachable "
-        "node, silent when all answer; without it the fleet view is GET /api/remote-nodes",
+        description="the fleet sentinel, run over SSH (e.g. `disk-sentinel --once`; a POSIX sh command line: "
+        "/bin/sh runs it, whatever the login shell): one line per unreachable node, silent when all answer; "
+        "without it the fleet view is GET /api/remote-nodes",
     )
     sentinel_host: str | None = Field(
         default=None, description="ssh alias the sentinel runs on (default: agent-core)"

@@ -18,6 +18,7 @@ import json
 import os
 import stat
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -115,3 +116,37 @@ def loads_bounded(
     if not json_depth_ok(value, max_depth):
         raise UnsafeInput(f"JSON nested deeper than {max_depth} levels; not parsed")
     return value
+
+
+@dataclass(frozen=True)
+class PathState:
+    """What a path is, judged as itself (``lstat``): a link is a link, never what it points to."""
+
+    kind: str  # "missing", "file", "symlink", "directory", "fifo", "socket", "device"
+    mode: int | None  # the permission bits of the path itself (None when missing or a link)
+    target: str | None = None  # where a symlink points (``readlink``; not followed, not checked)
+
+    def describe(self) -> str:
+        """A few words a person reads: ``a symlink to /x``, ``a FIFO``, ``mode 0644``."""
+        if self.kind == "symlink":
+            return f"a symlink to {self.target}"
+        if self.kind == "file":
+            return f"mode {self.mode:04o}" if self.mode is not None else "a file"
+        return {"fifo": "a FIFO", "directory": "a directory", "missing": "missing"}.get(self.kind, f"a {self.kind}")
+
+
+def path_state(path: Path) -> PathState:
+    """``path`` as ``lstat`` sees it, with a symlink's target read, not followed (OSError: ``missing``)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return PathState("missing", None)
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        return PathState("symlink", None, target)
+    kinds = ((stat.S_ISREG, "file"), (stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "fifo"), (stat.S_ISSOCK, "socket"))
+    kind = next((name for test, name in kinds if test(st.st_mode)), "device")
+    return PathState(kind, stat.S_IMODE(st.st_mode))

@@ -34,11 +34,12 @@ from sbxcheck.checks.script import (
     GateScript,
     ScriptRun,
     base_evidence,
+    content_lines,
     run_script,
     script_failure,
     section,
 )
-from sbxcheck.clients.roster import parse_roster
+from sbxcheck.clients.roster import MAX_CONFIG_BYTES, RosterError, parse_roster
 from sbxcheck.commands import commands, filled, on_host, shell_command
 from sbxcheck.results import CheckResult, Classification, Outcome
 
@@ -77,20 +78,38 @@ class GateTarget:
     observe_timeout_s: float = 20.0
 
 
+# git's answer, whatever the VM user's git configuration: no GIT_* from the environment (GIT_DIR,
+# GIT_TRACE, ...), no discovery above $HOME (a dotfiles repository there), no hooks, no fsmonitor and no
+# untracked cache (a hook's talk or a stale cache is not the tree), no pager or colour, every untracked
+# file shown (status.showUntrackedFiles=no, a person's global ignores), submodules included, one NUL-
+# terminated entry per path (no quoting, no renames pairing two paths). The system and global config
+# stay: safe.directory lives there. What git wrote on stderr (an fsmonitor hook, advice) is not its answer.
 _GIT_SCRIPT = (
     PRELUDE
     + r"""
 [ -d "$HOME/app" ] || { echo "SBX_NOAPP"; echo "SBX_END"; exit 0; }
 cd "$HOME/app" || { echo "SBX_NOAPP"; echo "SBX_END"; exit 0; }
-if ! head=$(git rev-parse HEAD 2>&1); then
-  echo "SBX_NOHEAD"; printf '%s\n' "$head" | head -n 5
+unset "${!GIT_@}"
+export GIT_CEILING_DIRECTORIES="$HOME" GIT_OPTIONAL_LOCKS=0 GIT_TERMINAL_PROMPT=0
+sbx_git() {
+  git --no-pager -c core.fsmonitor= -c core.untrackedCache=false -c core.hooksPath=/dev/null \
+      -c core.excludesFile=/dev/null -c color.ui=false "$@"
+}
+if ! head=$(sbx_git rev-parse --verify HEAD 2>/dev/null); then
+  echo "SBX_NOHEAD"; sbx_git rev-parse --verify HEAD 2>&1 >/dev/null | head -n 5 | sed 's/^/| /'
   echo "SBX_OWNER $(stat -c '%U' . 2>/dev/null || echo '?') $(id -un 2>/dev/null || echo '?')"
   echo "SBX_END"; exit 0
 fi
 echo "SBX_HEAD $head"
 echo "SBX_STATUS_BEGIN"
-git status --porcelain 2>&1
-echo "SBX_STATUS_END $?"
+sbx_git status --porcelain=v1 -z --untracked-files=all --ignore-submodules=none --no-renames \
+  | { n=0
+      while IFS= read -r -d '' entry; do
+        n=$((n + 1))
+        [ "$n" -le 20 ] && printf '| %s\n' "${entry//[$'\n\r']/?}"
+      done
+      echo "SBX_STATUS_COUNT $n"; }
+echo "SBX_STATUS_END ${PIPESTATUS[0]}"
 echo "SBX_END"
 """
 )
@@ -110,16 +129,20 @@ echo "SBX_END"
 """
 )
 
+# The roster config, read whole up to the size a roster may have (its size says when it is larger);
+# each line comes back prefixed, so no line of it can end the section.
 _CONFIG_SCRIPT = (
     PRELUDE
     + r"""
 cfg="$HOME/app/$1"
 [ -d "$HOME/app" ] || { echo "SBX_NOAPP"; echo "SBX_END"; exit 0; }
 [ -f "$cfg" ] || { echo "SBX_NOCONFIG"; echo "SBX_END"; exit 0; }
+echo "SBX_CONFIG_SIZE $(wc -c <"$cfg")"
 echo "SBX_CONFIG_BEGIN"
-cat -- "$cfg"
+head -c "$2" -- "$cfg" | sed 's/^/| /'
+sbx_rc=${PIPESTATUS[0]}
 echo
-echo "SBX_CONFIG_END $?"
+echo "SBX_CONFIG_END $sbx_rc"
 echo "SBX_END"
 """
 )
@@ -195,7 +218,11 @@ def with_advice(result: CheckResult, target: GateTarget) -> CheckResult:
 
 def git_integrity_script(target: GateTarget) -> GateScript:
     return GateScript(
-        _GIT_SCRIPT, (), target.command_timeout_s, "cd ~/app && git rev-parse HEAD && git status --porcelain"
+        _GIT_SCRIPT,
+        (),
+        target.command_timeout_s,
+        "cd ~/app && git rev-parse --verify HEAD && git status --porcelain=v1 -z --untracked-files=all "
+        "(the user's fsmonitor, hooks, excludes, colour and GIT_* set aside)",
     )
 
 
@@ -210,7 +237,7 @@ def judge_git_integrity(target: GateTarget, run: ScriptRun) -> CheckResult:
     if "SBX_NOAPP" in lines:
         return CheckResult.failed(check, tgt, "no ~/app on this VM — FILL never ran", ev)
     if "SBX_NOHEAD" in lines:
-        output = [ln for ln in lines if ln not in ("SBX_NOHEAD", END) and not ln.startswith("SBX_OWNER ")]
+        output = content_lines(lines)  # what git said on stderr, prefixed on the VM
         ev["git_output"] = trim("\n".join(output))
         owner = next((ln.split()[1:] for ln in lines if ln.startswith("SBX_OWNER ")), [])
         if len(owner) == 2:
@@ -218,26 +245,28 @@ def judge_git_integrity(target: GateTarget, run: ScriptRun) -> CheckResult:
         return git_refusal(check, tgt, "\n".join(output), ev, target)
     head = next((ln.split(" ", 1)[1].strip() for ln in lines if ln.startswith("SBX_HEAD ")), "")
     status = section(lines, "SBX_STATUS_BEGIN", "SBX_STATUS_END")
-    end = next((ln for ln in lines if ln.startswith("SBX_STATUS_END ")), None)
-    if not re.fullmatch(r"\S+", head) or status is None or end is None:
+    end = next((ln for ln in lines if re.fullmatch(r"SBX_STATUS_END \d{1,3}", ln)), None)
+    count = next((ln.split()[1] for ln in status or [] if re.fullmatch(r"SBX_STATUS_COUNT \d+", ln)), None)
+    if not re.fullmatch(r"[0-9A-Fa-f]{7,64}", head) or status is None or end is None or count is None:
         ev["stdout"], ev["stderr"] = trim(run.stdout, 500), trim(run.stderr, 500)
         return CheckResult.errored(
             check, tgt, "unexpected output from the git probe", Classification.BAD_RESPONSE, ev
         )
     status_rc = end.split()[-1]
-    porcelain = [ln for ln in status if ln.strip()]
     ev["head"] = head
     ev["head_matches"] = bool(target.commit_sha) and head.startswith(target.commit_sha)
     ev["match"] = "full" if head == target.commit_sha else "prefix" if ev["head_matches"] else "none"
-    ev["porcelain_lines"] = len(porcelain)
-    ev["porcelain_sample"] = porcelain[:20]
+    ev["porcelain_lines"] = changes = int(count)  # entries: one per changed or untracked path
+    ev["porcelain_sample"] = content_lines(status)
+    if run.stderr.strip():
+        ev["git_stderr"] = trim(run.stderr, 500)  # what git or its user's hooks said: not the tree
     problems = []
     if not ev["head_matches"]:
         problems.append(f"HEAD {head} does not match the recorded commit_sha {target.commit_sha}")
     if status_rc != "0":
         problems.append(f"git status --porcelain exited {status_rc}")
-    elif porcelain:
-        problems.append(f"unexpected working-tree changes (the tree must be clean): {len(porcelain)} line(s)")
+    elif changes:
+        problems.append(f"unexpected working-tree changes (the tree must be clean): {changes} path(s)")
     if problems:
         return CheckResult.failed(check, tgt, "; ".join(problems), ev)
     return CheckResult.passed(
@@ -380,7 +409,10 @@ def check_pi_models(shell: RemoteShell, target: GateTarget) -> CheckResult:
 
 def roster_script(target: GateTarget) -> GateScript:
     return GateScript(
-        _CONFIG_SCRIPT, (target.roster_config,), target.command_timeout_s, f"cat ~/app/{target.roster_config}"
+        _CONFIG_SCRIPT,
+        (target.roster_config, str(MAX_CONFIG_BYTES)),
+        target.command_timeout_s,
+        f"cat ~/app/{target.roster_config} (read as YAML here)",
     )
 
 
@@ -396,13 +428,27 @@ def judge_roster_matches(target: GateTarget, run: ScriptRun) -> CheckResult:
     if "SBX_NOCONFIG" in lines:
         return CheckResult.failed(check, tgt, f"missing {target.roster_config} on the VM", ev)
     config = section(lines, "SBX_CONFIG_BEGIN", "SBX_CONFIG_END")
-    if config is None:
+    size = next((ln.split()[1] for ln in lines if re.fullmatch(r"SBX_CONFIG_SIZE \d+", ln.strip())), None)
+    if config is None or size is None:
         ev["stdout"], ev["stderr"] = trim(run.stdout, 500), trim(run.stderr, 500)
         return CheckResult.errored(
             check, tgt, "unexpected output from the config probe", Classification.BAD_RESPONSE, ev
         )
-    vm_roster = parse_roster("\n".join(config))
-    ev["vm_roster"], ev["collected_roster"] = vm_roster, list(target.roster)
+    ev["config_bytes"] = int(size)
+    ev["collected_roster"] = list(target.roster)
+    try:
+        if int(size) > MAX_CONFIG_BYTES:
+            raise RosterError(f"{size} bytes, above the {MAX_CONFIG_BYTES // 1024} KiB a roster config may have")
+        vm_roster = parse_roster("\n".join(content_lines(config)))
+    except RosterError as exc:
+        return CheckResult.failed(
+            check,
+            tgt,
+            f"the VM's {target.roster_config} cannot be read as the factory reads it: {exc}",
+            ev,
+            Classification.CONFIG_DEFECT,
+        )
+    ev["vm_roster"] = vm_roster
     if not vm_roster:
         return CheckResult.failed(
             check, tgt, f"parsed zero models out of {target.roster_config} on the VM", ev

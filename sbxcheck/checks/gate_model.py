@@ -11,6 +11,13 @@ import shlex
 from typing import Any
 
 from sbxcheck.checks.base import RemoteShell, json_or_none, trim
+from sbxcheck.checks.curl_answer import (
+    CURL_TAIL,
+    PRECONDITION_MESSAGES,
+    curl_answer,
+    curl_stderr,
+    precondition,
+)
 from sbxcheck.checks.gate import (
     COST_PROBE_PROMPT,
     CURL_TIMEOUT_EXIT,
@@ -18,12 +25,10 @@ from sbxcheck.checks.gate import (
     GateTarget,
     advised,
     credit_exhausted_advice,
-    lifecycle_command,
     runtime_key_rejected_next,
 )
 from sbxcheck.checks.pi_output import COST_FIELDS, judge_pi_call, positive_finite
 from sbxcheck.checks.script import (
-    END,
     MAKE_TMPDIR,
     NEED_CURL,
     PRELUDE,
@@ -35,22 +40,18 @@ from sbxcheck.checks.script import (
     script_failure,
     section,
 )
-from sbxcheck.commands import commands
 from sbxcheck.results import CheckResult, Classification
 
 _PING_SCRIPT = (
     PRELUDE
     + READ_KEY
     + NEED_CURL
+    + MAKE_TMPDIR
     + r"""
-resp=$(printf 'Authorization: Bearer %s\n' "$key" | curl -sS --max-time "$3" -H @- \
-       -H 'Content-Type: application/json' -w '\nSBX_HTTP %{http_code}' --data-binary "$2" "$1/chat/completions" 2>&1)
-rc=$?
-unset key
-echo "SBX_CURL_RC $rc"
-printf '%s\n' "$resp"
-echo "SBX_END"
-"""
+resp=$(printf 'Authorization: Bearer %s\n' "$key" | curl -q -sS --max-time "$3" -H @- \
+       -H 'Content-Type: application/json' -w '\nSBX_HTTP %{http_code}' --data-binary "$2" "$1/chat/completions" \
+       2>"$sbx_tmp/curl.stderr")"""
+    + CURL_TAIL
 )
 
 
@@ -58,15 +59,11 @@ _KEY_SCRIPT = (
     PRELUDE
     + READ_KEY
     + NEED_CURL
+    + MAKE_TMPDIR
     + r"""
-resp=$(printf 'Authorization: Bearer %s\n' "$key" | curl -sS --max-time "$2" -H @- \
-       -w '\nSBX_HTTP %{http_code}' "$1/key" 2>&1)
-rc=$?
-unset key
-echo "SBX_CURL_RC $rc"
-printf '%s\n' "$resp"
-echo "SBX_END"
-"""
+resp=$(printf 'Authorization: Bearer %s\n' "$key" | curl -q -sS --max-time "$2" -H @- \
+       -w '\nSBX_HTTP %{http_code}' "$1/key" 2>"$sbx_tmp/curl.stderr")"""
+    + CURL_TAIL
 )
 
 
@@ -101,7 +98,7 @@ _COST_SCRIPT = (
     + r"""
 mj="${PI_MODELS_PATH:-$HOME/.pi/agent/models.json}"
 echo "SBX_RATES_BEGIN"
-if [ -f "$mj" ]; then python3 -c "$RATES_PY" "$mj" 2>&1; else echo '{"missing": true}'; fi
+if [ -f "$mj" ]; then python3 -I -c "$RATES_PY" "$mj"; else echo '{"missing": true}'; fi
 echo "SBX_RATES_END"
 if ! command -v pi >/dev/null 2>&1; then echo "SBX_NOPI"; echo "SBX_END"; exit 0; fi
 : >"$sbx_tmp/pi.stderr" || sbx_script_error "cannot write $sbx_tmp/pi.stderr"
@@ -118,62 +115,6 @@ echo "SBX_STDERR_END"
 echo "SBX_END"
 """
 )
-
-
-def split_http(out: str) -> tuple[int | None, int | None, str, list[str]]:
-    """(curl rc, http status, body, precondition markers) from a curl script's stdout."""
-    lines = out.splitlines()
-    markers = [ln for ln in lines if ln in _PRECONDITION_MESSAGES]
-    rc = next((int(ln.split()[1]) for ln in lines if re.fullmatch(r"SBX_CURL_RC \d{1,3}", ln)), None)
-    status = next((int(ln.split()[1]) for ln in lines if re.fullmatch(r"SBX_HTTP \d{3}", ln)), None)
-    body_lines = [ln for ln in lines if not ln.startswith(("SBX_CURL_RC ", "SBX_HTTP ")) and ln != END]
-    return rc, status, "\n".join(body_lines).strip(), markers
-
-
-_PRECONDITION_MESSAGES = {
-    "SBX_NOAPP": "no ~/app on this VM — FILL never ran",
-    "SBX_NOCURL": "curl is not installed on the VM",
-    "SBX_NOKEY": "no OPENROUTER_API_KEY line in ~/app/.env — FILL did not write the runtime key",
-}
-
-
-def _precondition(
-    check: str, tgt: str, markers: list[str], ev: dict[str, Any], run_id: str
-) -> CheckResult | None:
-    """The failed result for the first precondition marker a script printed (C, D and E say the same)."""
-    if not markers:
-        return None
-    ev["precondition"] = markers[0]
-    if markers[0] in ("SBX_NOAPP", "SBX_NOKEY"):
-        advice = (
-            f"the run cannot get its runtime key on the VM: `just sbx lifecycle fill {run_id}` clones ~/app and "
-            f"writes ~/app/.env from .sandbox/runs/{run_id}.key; then re-run the gate. Nothing was changed"
-        )
-        return CheckResult.failed(
-            check, tgt, _PRECONDITION_MESSAGES[markers[0]], ev,
-            recommendation=advice, commands=commands(lifecycle_command("fill", run_id)),
-        )  # fmt: skip
-    return CheckResult.failed(check, tgt, _PRECONDITION_MESSAGES[markers[0]], ev)
-
-
-def _curl_answer(
-    check: str, tgt: str, run: ScriptRun, ev: dict[str, Any], run_id: str, script: str
-) -> tuple[int, int | None, str] | CheckResult:
-    """(curl exit, HTTP status, body) of C's or E's curl script, or the result that ends the judge first.
-
-    That is a transport failure, a missing precondition (no ~/app, curl or key), or output that is not
-    the script's; ``ev`` gains ``curl_exit`` and ``http_status``.
-    """
-    if (failure := script_failure(check, tgt, run, ev)) is not None:
-        return failure
-    rc, status, text, markers = split_http(run.stdout)
-    if (pre := _precondition(check, tgt, markers, ev, run_id)) is not None:
-        return pre
-    if rc is None:
-        ev["stdout"], ev["stderr"] = trim(run.stdout, 500), trim(run.stderr, 500)
-        return CheckResult.errored(check, tgt, f"unexpected output from the {script}", Classification.BAD_RESPONSE, ev)
-    ev["curl_exit"], ev["http_status"] = rc, status
-    return rc, status, text
 
 
 def _error_text(doc: Any) -> str:
@@ -201,7 +142,7 @@ def judge_model_answers(target: GateTarget, model: str, run: ScriptRun) -> Check
     check, tgt = "C_model_answers", f"{target.run_id}-{model}"
     ev = base_evidence(run, model_answers_script(target, model).ran)
     ev.update(run_id=target.run_id, model=model)
-    curl = _curl_answer(check, tgt, run, ev, target.run_id, "ping script")
+    curl = curl_answer(check, tgt, run, ev, target.run_id, "ping script")
     if isinstance(curl, CheckResult):
         return curl
     rc, status, text = curl
@@ -215,7 +156,7 @@ def judge_model_answers(target: GateTarget, model: str, run: ScriptRun) -> Check
             cause=f"openrouter-timeout:{target.run_id}",
         )
     if rc != 0:
-        ev["curl_error"] = trim(text, 300)
+        ev["curl_error"] = trim(curl_stderr(run.stdout) or text, 300)
         return CheckResult.failed(
             check,
             tgt,
@@ -338,8 +279,8 @@ def judge_cost_reported(target: GateTarget, run: ScriptRun) -> CheckResult:
         return failure
     lines = run.stdout.splitlines()
     if (
-        pre := _precondition(
-            check, tgt, [ln for ln in lines if ln in _PRECONDITION_MESSAGES], ev, target.run_id
+        pre := precondition(
+            check, tgt, [ln for ln in lines if ln in PRECONDITION_MESSAGES], ev, target.run_id
         )
     ) is not None:
         return pre
@@ -420,7 +361,7 @@ def judge_credit_remaining(target: GateTarget, run: ScriptRun) -> CheckResult:
     check, tgt = "E_credit_remaining", target.run_id
     ev = base_evidence(run, credit_script(target).ran)
     ev["floor_usd"] = target.credit_floor_usd
-    curl = _curl_answer(check, tgt, run, ev, target.run_id, "/key probe")
+    curl = curl_answer(check, tgt, run, ev, target.run_id, "/key probe")
     if isinstance(curl, CheckResult):
         return curl
     rc, status, text = curl

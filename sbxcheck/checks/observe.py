@@ -59,7 +59,7 @@ _CURL_SCRIPT = (
     + NEED_CURL
     + MAKE_TMPDIR
     + r"""
-code=$(curl -sS --noproxy '*' -o "$sbx_tmp/body" -D "$sbx_tmp/headers" --max-time "$2" -w '%{http_code}' "$1" \
+code=$(curl -q -sS --noproxy '*' -o "$sbx_tmp/body" -D "$sbx_tmp/headers" --max-time "$2" -w '%{http_code}' "$1" \
        2>"$sbx_tmp/err")
 rc=$?
 echo "SBX_CURL_RC $rc"

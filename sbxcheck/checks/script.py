@@ -46,13 +46,26 @@ case $key in \"*\") key=${key#\"}; key=${key%\"};; \'*\') key=${key#\'}; key=${k
 NEED_CURL = r"""
 command -v curl >/dev/null 2>&1 || { echo "SBX_NOCURL"; echo "SBX_END"; exit 0; }
 """
+# How every gate script is started (POSIX sh, run by the transport's /bin/sh whatever the login shell):
+# /bin/bash by its absolute path, with no start-up file, by /usr/bin/env without what would make that
+# bash or its tools answer otherwise — BASH_ENV and ENV (a file every bash reads first), exported bash
+# functions (a `BASH_FUNC_git%%` would answer for git), SHELLOPTS/BASHOPTS/POSIXLY_CORRECT, CDPATH (`cd`
+# prints), GLOBIGNORE — and with LC_ALL=C, so that what the judges parse (git's refusals, tools' output)
+# reads the same in every locale. The rest of the login environment stays as the person's own `ssh vm
+# CMD` gets it, which is the SDLC's: PATH with its version manager's shims, proxies, pi's variables.
+NEUTRAL_BASH = (
+    "set -f; sbx_funcs=$(command -p env | command -p sed -n 's/^\\(BASH_FUNC_[^=]*\\)=.*/-u \\1/p')\n"
+    "exec /usr/bin/env -u BASH_ENV -u ENV -u SHELLOPTS -u BASHOPTS -u POSIXLY_CORRECT -u CDPATH -u GLOBIGNORE "
+    "$sbx_funcs LC_ALL=C /bin/bash --noprofile --norc -s"
+)
 
 
 @dataclass(frozen=True)
 class GateScript:
     """One gate item's remote work: a bash script for ``bash -s``, its arguments and its deadline.
 
-    The runtime key is never an argument: scripts read it inside the VM.
+    The runtime key is never an argument: scripts read it inside the VM. :attr:`command` starts the
+    script's bash in a neutral environment (:data:`NEUTRAL_BASH`).
     """
 
     script: str
@@ -62,7 +75,7 @@ class GateScript:
 
     @property
     def command(self) -> str:
-        return "bash -s" + "".join(" " + shlex.quote(a) for a in (["--", *self.args] if self.args else []))
+        return NEUTRAL_BASH + "".join(" " + shlex.quote(a) for a in (["--", *self.args] if self.args else []))
 
 
 @dataclass(frozen=True)
@@ -78,11 +91,11 @@ class ScriptRun:
 def run_script(shell: RemoteShell, script: GateScript) -> ScriptRun:
     """Send ``script`` to ``shell``; transport errors propagate (the plugin maps them).
 
-    The script is framed inside ``bash -s`` too (:mod:`sbxcheck.transports.framing`): where the VM
-    exports ``BASH_ENV``, every bash reads that file first, the script's own included, and what it
-    prints (and its ``EXIT`` trap) would otherwise read as the script's output, markers and all. The
-    judges see only what the script itself printed, and its exit status is the one the script ended
-    with; a bash that printed no frame is taken as it came.
+    The script is framed inside its own bash too (:mod:`sbxcheck.transports.framing`), which starts
+    without ``BASH_ENV`` (:data:`NEUTRAL_BASH`): should anything still print before or after the script
+    (and change bash's exit status with an ``EXIT`` trap), the judges see only what the script itself
+    printed, and its exit status is the one the script ended with; a bash that printed no frame is
+    taken as it came.
     """
     frame = new_frame()
     result = shell.run(script.command, stdin=frame_command(script.script, frame), timeout=script.timeout_s)

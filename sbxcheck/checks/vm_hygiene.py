@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shlex
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from sbxcheck.checks.gate import GateTarget, ssh_login_words, with_advice
 from sbxcheck.checks.script import END, GateScript, ScriptRun, run_script, script_failure, section
 from sbxcheck.commands import commands, on_host, shell_command
 from sbxcheck.results import CheckResult, Classification, Outcome
-from sbxcheck.safeio import loads_bounded
+from sbxcheck.safeio import loads_bounded, path_state
 
 __all__ = [
     "HostSecrets",
@@ -38,6 +38,7 @@ CHECK = "vm_hygiene"
 TOKEN_PATTERN = r"sk-or-[A-Za-z0-9_-]{16,}"  # OpenRouter keys: sk-or-v1-<64 hex>; looser on purpose
 MAX_FILES = 20_000
 MAX_FILE_BYTES = 2_000_000
+SECRET_FILES = ("app/.env", ".pi/agent/models.json")  # under the VM user's home; the scan reports their modes
 SKIPPED_DIRS = (".git", "node_modules", ".npm", ".cache", ".bun", ".nvm", ".rustup", ".cargo")
 
 # Runs in the VM: stdlib only, bounded (files, bytes per file), symlinks never followed; prints one
@@ -48,13 +49,22 @@ home = os.path.expanduser("~")
 pattern = re.compile(sys.argv[1].encode())
 max_files, max_bytes = int(sys.argv[2]), int(sys.argv[3])
 skipped = set(sys.argv[4].split(","))
-modes = {}
+modes, links, odd = {}, {}, {}
 for rel in ("app/.env", ".pi/agent/models.json"):
+    modes[rel] = None
     try:
         st = os.lstat(os.path.join(home, rel))
-        modes[rel] = "%04o" % stat.S_IMODE(st.st_mode)
     except OSError:
-        modes[rel] = None
+        continue
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            links[rel] = os.readlink(os.path.join(home, rel))
+        except OSError:
+            links[rel] = "?"
+    elif not stat.S_ISREG(st.st_mode):
+        odd[rel] = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+    else:
+        modes[rel] = "%04o" % stat.S_IMODE(st.st_mode)
 found, files, big, capped = {}, 0, 0, False
 for top, dirs, names in os.walk(home, followlinks=False):
     dirs[:] = sorted(d for d in dirs if d not in skipped)
@@ -83,8 +93,8 @@ for top, dirs, names in os.walk(home, followlinks=False):
             found.setdefault(digest, set()).add(os.path.relpath(path, home))
     if capped:
         break
-print(json.dumps({"modes": modes, "files_scanned": files, "files_too_big": big, "capped": capped,
-                  "tokens": [{"sha256": h, "paths": sorted(p)} for h, p in sorted(found.items())]}))
+print(json.dumps({"modes": modes, "links": links, "odd": odd, "files_scanned": files, "files_too_big": big,
+                  "capped": capped, "tokens": [{"sha256": h, "paths": sorted(p)} for h, p in sorted(found.items())]}))
 """
 
 _SCRIPT = (
@@ -95,7 +105,7 @@ _SCRIPT = (
     + r"""
 command -v python3 >/dev/null 2>&1 || { echo "SBX_SCRIPT_ERROR python3 is not on the VM's PATH"; exit 0; }
 echo "SBX_SCAN_BEGIN"
-python3 -c "$SCAN_PY" "$@" 2>&1
+python3 -I -c "$SCAN_PY" "$@"
 echo "SBX_SCAN_END $?"
 echo "SBX_END"
 """
@@ -134,6 +144,8 @@ def judge_vm_scan(target: GateTarget, run: ScriptRun) -> CheckResult:
             CHECK, target.run_id, "unexpected output from the hygiene scan", Classification.BAD_RESPONSE, ev
         )
     ev["vm_modes"] = doc["modes"]
+    ev["vm_links"] = _strings(doc.get("links"))  # secret files that are symlinks: judged as links
+    ev["vm_not_regular"] = _strings(doc.get("odd"))
     ev["files_scanned"] = doc.get("files_scanned")
     ev["files_too_big"] = doc.get("files_too_big")
     ev["scan_capped"] = bool(doc.get("capped"))
@@ -144,6 +156,10 @@ def judge_vm_scan(target: GateTarget, run: ScriptRun) -> CheckResult:
         if isinstance(t, dict)
     ]
     return CheckResult.passed(CHECK, target.run_id, "scanned", ev)
+
+
+def _strings(value: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
 
 def check_vm_hygiene(shell: RemoteShell, target: GateTarget) -> CheckResult:
@@ -190,13 +206,6 @@ def _dotenv_value(text: str, name: str) -> str:
     return lines[0] if len(lines) == 1 and "=" not in lines[0] else ""
 
 
-def _host_key_mode(path: Path) -> str | None:
-    try:
-        return f"{stat.S_IMODE(path.stat().st_mode):04o}"
-    except OSError:
-        return None
-
-
 def judge_hygiene(
     target: GateTarget, scan: CheckResult, host: HostSecrets, runtime_key_hash: str
 ) -> CheckResult:
@@ -208,20 +217,53 @@ def judge_hygiene(
     problems: list[str] = []
     fixes: list[str] = []
     typed: list[str | None] = []
-    wide = [
-        f"~/{rel} is {mode}"
+    login = ssh_login_words(target)
+    wide = {  # only the two files the scan was asked about: a key the VM added names nothing here
+        rel: mode
         for rel, mode in ev["vm_modes"].items()
-        if mode is not None and int(mode, 8) & 0o077
-    ]
+        if rel in SECRET_FILES and isinstance(mode, str) and re.fullmatch(r"[0-7]{3,4}", mode) and int(mode, 8) & 0o077
+    }
     if wide:
-        problems.append("readable beyond its owner on the VM: " + ", ".join(wide))
-        fixes.append(f"on {target.host}: `chmod 600 ~/app/.env ~/.pi/agent/models.json`")
-        typed.append(on_host(ssh_login_words(target), "chmod 600 ~/app/.env ~/.pi/agent/models.json"))
+        problems.append("readable beyond its owner on the VM: " + ", ".join(f"~/{r} is {m}" for r, m in wide.items()))
+        chmod = "chmod 600 " + " ".join(f"~/{r}" for r in SECRET_FILES if r in wide)
+        fixes.append(f"on {target.host}: `{chmod}`")
+        typed.append(on_host(login, chmod))
+    links = {r: t for r, t in ev.get("vm_links", {}).items() if r in SECRET_FILES}
+    odd = {r: w for r, w in ev.get("vm_not_regular", {}).items() if r in SECRET_FILES}
+    for rel, where in links.items():
+        problems.append(f"~/{rel} is a symlink to {where} on the VM (a secret file is judged as itself)")
+    for rel, what in odd.items():
+        problems.append(f"~/{rel} is {what} on the VM, not a secret file")
+    if links or odd:
+        look = "ls -ld " + " ".join(f"~/{r}" for r in SECRET_FILES if r in links or r in odd)
+        fixes.append(
+            f"on {target.host}: look with `{look}` and make each a regular file of mode 0600 in its place "
+            "(chmod on a link changes what it points to)"
+        )
+        typed.append(on_host(login, look))
+    key = path_state(host.key_file)
     ev["host_key_file"] = str(host.key_file)
-    ev["host_key_mode"] = key_mode = _host_key_mode(host.key_file)
-    if key_mode is not None and int(key_mode, 8) & 0o077:
-        problems.append(f"the runtime key file {host.key_file} is {key_mode} on this host")
-        fixes.append(f"here: `chmod 600 {shlex.quote(str(host.key_file))}`")
+    ev["host_key_kind"] = key.kind
+    ev["host_key_mode"] = f"{key.mode:04o}" if key.kind == "file" and key.mode is not None else None
+    quoted = shlex.quote(str(host.key_file))
+    if key.kind == "symlink":
+        ev["host_key_target"] = key.target
+        problems.append(
+            f"the runtime key file {host.key_file} is {key.describe()} on this host (judged as a link, not "
+            "through it)"
+        )
+        fixes.append(
+            f"here: look with `ls -l {quoted}`, then put the key file itself in its place, mode 0600 (chmod "
+            f"on the link would change {key.target})"
+        )
+        typed.append(shell_command("ls", "-l", str(host.key_file)))
+    elif key.kind not in ("file", "missing"):
+        problems.append(f"the runtime key file {host.key_file} is {key.describe()} on this host, not a key file")
+        fixes.append(f"here: look with `ls -ld {quoted}`")
+        typed.append(shell_command("ls", "-ld", str(host.key_file)))
+    elif key.mode is not None and key.mode & 0o077:
+        problems.append(f"the runtime key file {host.key_file} is {key.mode:04o} on this host")
+        fixes.append(f"here: `chmod 600 {quoted}`")
         typed.append(shell_command("chmod", "600", str(host.key_file)))
     ev["provisioning_key_from"] = host.provisioning_source
     ev["key_shaped_tokens"] = len(tokens)
@@ -252,12 +294,13 @@ def judge_hygiene(
             f"{', '.join(exposed)} on {target.host}, and find what copied it there",
         )
     if problems:
+        exposed_or_wide = bool(exposed or wide) or (key.kind == "file" and key.mode is not None and key.mode & 0o077)
         return CheckResult.failed(
             CHECK,
             target.run_id,
             "; ".join(problems),
             ev,
-            Classification.SECURITY_EXPOSURE,
+            Classification.SECURITY_EXPOSURE if exposed_or_wide else Classification.CONFIG_DEFECT,
             recommendation="; ".join(fixes) + ". The VM is left up; nothing was changed",
             commands=commands(*typed),
         )

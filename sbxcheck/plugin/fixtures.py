@@ -233,13 +233,21 @@ def sbx_gate_result(request: pytest.FixtureRequest) -> Callable[[], CheckResult]
             result = planned.check(host, target, *args)
             remote_s = round(time.monotonic() - started, 3)
             evidence = {**result.evidence, "remote_s": remote_s, "wait_s": 0.0}
-            return result.model_copy(update={"duration_s": remote_s, "evidence": evidence})
+            return _remembered(item, result.model_copy(update={"duration_s": remote_s, "evidence": evidence}))
 
         return inline
     if fanout.state(item.nodeid) is None:  # the first item (of this VM, under xdist) starts them all
         fanout.start(p for p in map(plan_item, assigned_items(request.session, item)) if p is not None)
     fanout.host(planned.run)
-    return lambda: fanout.result(item.nodeid)
+    return lambda: _remembered(item, fanout.result(item.nodeid))
+
+
+def _remembered(item: pytest.Item, result: CheckResult) -> CheckResult:
+    """``result``, its remote time kept on ``item`` (sbx_verdict gives it to a verdict judged from it)."""
+    from sbxcheck.plugin.stash import REMOTE_SECONDS_KEY
+
+    item.stash[REMOTE_SECONDS_KEY] = result.duration_s
+    return result
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -269,12 +277,15 @@ def sbx_verdict(request: pytest.FixtureRequest) -> Callable[[CheckResult], None]
 
     def verdict(result: CheckResult) -> None:
         __tracebackhide__ = True
-        from sbxcheck.plugin.stash import RESULT_KEY
+        from sbxcheck.plugin.stash import REMOTE_SECONDS_KEY, RESULT_KEY
         from sbxcheck.redact import default_redactor
         from sbxcheck.results import CheckResult, Outcome
 
         redactor = default_redactor()
         result = CheckResult.model_validate(redactor.redact(result.model_dump(mode="json")))
+        remote_s = request.node.stash.get(REMOTE_SECONDS_KEY, None)
+        if remote_s and not result.duration_s:  # judged here from remote work done in the fan-out
+            result = result.model_copy(update={"duration_s": remote_s})
         request.node.stash[RESULT_KEY] = result
         _attach_allure(request, result)
         if result.outcome is Outcome.PASSED:

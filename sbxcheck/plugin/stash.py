@@ -25,6 +25,9 @@ PARAMS_KEY = pytest.StashKey[dict[tuple[str, Any], Any]]()
 SESSION_TAG_KEY = pytest.StashKey[str]()
 RUN_STATE_KEY = pytest.StashKey[RunState]()
 CALL_START_KEY = pytest.StashKey[float]()
+# the remote work's own time of a gate item whose check ran in the fan-out (or inline), once fetched:
+# a verdict built from that result on the host keeps it as its duration
+REMOTE_SECONDS_KEY = pytest.StashKey[float]()
 
 
 def get_session(config: pytest.Config) -> SbxSession:

@@ -154,6 +154,35 @@ FAULTS: dict[str, Fault] = {
         Fault(
             "vm.foreign-clone", "~/app is owned by another user: git refuses it (detected dubious ownership)"
         ),
+        # a VM is a person's machine (sim/personal.py): healthy ones pass, broken ones fail for their reason
+        Fault(
+            "vm.shell-fish",
+            "the VM user's login shell is fish; config.fish prints on both streams and defines git, bash, env, curl",
+        ),
+        Fault("vm.shell-zsh", "the login shell is zsh; ~/.zshenv prints on both streams, aliases git, defines pi"),
+        Fault("vm.shell-tcsh", "the login shell is tcsh; ~/.tcshrc prints on both streams and aliases git, bash, pi"),
+        Fault("vm.shell-dash", "the login shell is dash (it reads no start-up file for an ssh command)"),
+        Fault(
+            "vm.git-fsmonitor",
+            "~/.gitconfig's core.fsmonitor hook prints two lines on stderr for every git status",
+        ),
+        Fault(
+            "vm.git-config",
+            "~/.gitconfig sets status.short/branch/showUntrackedFiles=no, color=always, a pager, advice, quotepath, "
+            "an includeIf for ~/app and broad global ignores; the login shell exports GIT_TRACE=1",
+        ),
+        Fault("vm.git-hooks", "~/.gitconfig's core.hooksPath holds hooks that print on both streams"),
+        Fault("vm.locale", "the login shell exports LANG=tr_TR.UTF-8 and LANGUAGE=de: git answers in German"),
+        Fault(
+            "vm.tool-shims",
+            "a version manager's shims (pi, git, curl, python3) come first on the login PATH and each prints a line "
+            "on stderr before running the real tool",
+        ),
+        Fault(
+            "vm.roster-flow",
+            "the run's commit holds the roster in YAML flow style (an anchor, a merge key, quotes, comments), "
+            "same models",
+        ),
         Fault(
             "dgx.two-nodes-down",
             "tailscaled on agent-core is disabled and babylon is down too: the sentinel reports two nodes",
@@ -334,6 +363,25 @@ def is_fleet_host_fault(name: str) -> bool:
         "openrouter.revoke-ignored",
         "openrouter.balance-low",
     )
+
+
+PERSONAL_FAULTS = (
+    "vm.shell-fish",
+    "vm.shell-zsh",
+    "vm.shell-tcsh",
+    "vm.shell-dash",
+    "vm.git-fsmonitor",
+    "vm.git-config",
+    "vm.git-hooks",
+    "vm.locale",
+    "vm.tool-shims",
+    "vm.roster-flow",
+)
+
+
+def is_personal_fault(name: str) -> bool:
+    """Faults that make a run's VM a person's machine (sim/personal.py): they change no verdict alone."""
+    return name in PERSONAL_FAULTS
 
 
 def is_run_fault(name: str) -> bool:

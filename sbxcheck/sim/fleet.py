@@ -66,6 +66,7 @@ from sbxcheck.sim.hosts import (
 )
 from sbxcheck.sim.httpserver import BackgroundServer
 from sbxcheck.sim.openrouter import OpenRouterDouble
+from sbxcheck.sim.personal import PERSONAL_FAULTS, apply_personal_fault, commit_flow_roster, login_shell
 from sbxcheck.sim.pi import PiInstall, default_cache_dir, ensure_pi, pi_status, write_pi_shim
 from sbxcheck.sim.pi_releases import pi_release
 from sbxcheck.sim.ports import PortReservations
@@ -645,6 +646,7 @@ class SimFleet:
         for run in self.runs:
             if self._is_lived_in(run):
                 write_lived_in_shell(run.home)
+            self._apply_personal_faults(run)  # first: a defect's own change (a commit) lands on top of them
         for spec in self.fault_specs:
             if is_controlplane_fault(spec.name) or is_fleet_host_fault(spec.name):
                 continue
@@ -708,6 +710,28 @@ class SimFleet:
                 self.openrouter.set_limit(run.key_hash, None)
             elif spec.name in RUN_FAULTS:  # read by the stand-in SDLC, app and trace UI
                 apply_run_fault(run.home, spec.name)
+
+    def _faults_of(self, run: SimRun) -> list[str]:
+        """The names of the run-targeted faults that land on ``run``, in the order given."""
+        return [
+            s.name
+            for s in self.fault_specs
+            if not (is_controlplane_fault(s.name) or is_fleet_host_fault(s.name)) and self._target(s) is run
+        ]
+
+    def _apply_personal_faults(self, run: SimRun) -> None:
+        """Make ``run``'s VM a person's machine as its faults say (sim/personal.py)."""
+        faults = self._faults_of(run)
+        shell = login_shell(faults)
+        for name in faults:
+            if name == "vm.roster-flow":  # a commit of its own: the record names it
+                sha = commit_flow_roster(run.home / "app", self.checkout, ROSTER_CONFIG, _GIT_ENV)
+                record_path = self.checkout / ".sandbox" / "runs" / f"{run.run_id}.json"
+                record = json.loads(record_path.read_text(encoding="utf-8"))
+                record["commit_sha"] = sha[: len(record["commit_sha"])]
+                record_path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+            elif name in PERSONAL_FAULTS:
+                apply_personal_fault(name, run.home, shell)
 
     def _apply_state_faults(self) -> None:
         """Hostile state: a FIFO or a symlink where a session's ledger goes (embedded and `sim up` state dirs)."""
@@ -1091,6 +1115,7 @@ class SimFleet:
                     source_bashrc=(run.home / ".bashrc").is_file(),
                     received_log=self.received_log(run.run_id),
                     env={"BASH_ENV": str(run.home / ".bash_env")} if self._has_fault("vm.bash-env", run) else {},
+                    shell=login_shell(self._faults_of(run)),
                 )
                 self.ssh_server.add_host(sim_host, run.ssh_port, host_key=host_key)
             for name, home in self.hosts.items():

@@ -1,9 +1,12 @@
 """A real SSH server for the simulated fleet: one asyncssh listener per simulated VM.
 
 Each :class:`SimHost` is a home directory on this machine. ``ssh exedev@127.0.0.1 -p PORT cmd``
-runs ``bash -c cmd`` there with a clean environment, like ``ssh vm cmd`` on exe.dev (a
-non-login, non-interactive shell). The server runs an asyncio loop in one daemon thread;
-the public methods are thread-safe and every wait is bounded.
+runs ``<login shell> -c cmd`` there with a clean environment, as OpenSSH's sshd does: the host's
+configured login shell (``SimHost.shell``, bash unless a fault makes it fish, zsh, tcsh or dash), started
+as ``argv[0]`` its base name, so the shell really parses the command line and reads its own start-up
+files (``~/.zshenv``, ``config.fish``, ``~/.tcshrc``; Debian's bash ``~/.bashrc``, see ``source_bashrc``).
+The server runs an asyncio loop in one daemon thread; the public methods are thread-safe and every
+wait is bounded.
 
 Process lifetime: every session runs in its own process group. When the client goes away
 (or the host is removed, or the server stops) the group gets SIGTERM, then SIGKILL after a
@@ -54,6 +57,7 @@ class SimHost:
     user: str = "exedev"
     path_dirs: tuple[Path, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    shell: str = "/bin/bash"  # the user's login shell (its absolute path): sshd runs `$SHELL -c CMD`
     mode: Literal["ok", "refuse", "silent"] = "ok"
     private_tmp: Path | None = None  # commands see this directory as /tmp (a mount namespace) ...
     private_tmp_keep: tuple[Path, ...] = ()  # ... with these directories under /tmp still in place
@@ -446,16 +450,19 @@ class SimSshServer:
     async def _run_command(self, entry: _Entry, process: asyncssh.SSHServerProcess[bytes]) -> None:
         command = process.command
         _log_received(entry.host, f"exec {command!r}\n".encode())
-        argv = ["bash", "-c", command] if command is not None else ["bash"]
+        shell = entry.host.shell
+        argv = [os.path.basename(shell), "-c", command] if command is not None else [os.path.basename(shell)]
+        executable: str | None = shell
         if entry.host.private_tmp is not None:
-            argv = private_tmp_argv(entry.host.private_tmp, command, entry.host.private_tmp_keep)
+            argv = private_tmp_argv(entry.host.private_tmp, command, entry.host.private_tmp_keep, shell=shell)
+            executable = None
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
-                executable=_BASH if argv[0] == "bash" else None,
+                executable=executable,
                 stdin=in_r,
                 stdout=out_w,
                 stderr=err_w,
@@ -466,7 +473,7 @@ class SimSshServer:
         except OSError as exc:
             for fd in (in_w, out_r, err_r):
                 os.close(fd)
-            process.stderr.write(f"sbxcheck sim: cannot start bash: {exc}\n".encode())
+            process.stderr.write(f"sbxcheck sim: cannot start {entry.host.shell}: {exc}\n".encode())
             process.exit(127)
             return
         finally:
@@ -589,8 +596,11 @@ async def _drain_outputs(
 _SYSTEM_TMP = Path("/tmp")
 
 
-def private_tmp_argv(tmp_dir: Path, command: str | None, keep: Sequence[Path] = ()) -> list[str]:
-    """argv running ``command`` (None: a shell on stdin) in its own mount namespace with ``tmp_dir`` as /tmp.
+def private_tmp_argv(
+    tmp_dir: Path, command: str | None, keep: Sequence[Path] = (), *, shell: str = _BASH
+) -> list[str]:
+    """argv running ``shell -c command`` (None: the shell on stdin) in its own mount namespace with
+    ``tmp_dir`` as /tmp.
 
     Directories in ``keep`` that live under /tmp (the VM homes, the pi cache) stay visible at their
     own paths. Root uses a plain mount namespace; anyone else a user namespace as well.
@@ -608,7 +618,7 @@ def private_tmp_argv(tmp_dir: Path, command: str | None, keep: Sequence[Path] = 
         [
             *binds,
             f"mount --rbind -- {shlex.quote(str(tmp_dir))} /tmp || exit 125",
-            'if [ $# -gt 0 ]; then exec /bin/bash -c "$1"; else exec /bin/bash; fi',
+            f'if [ $# -gt 0 ]; then exec {shlex.quote(shell)} -c "$1"; else exec {shlex.quote(shell)}; fi',
         ]
     )
     flags = ["--mount", "--propagation", "private"] + ([] if os.geteuid() == 0 else ["--map-root-user"])
@@ -643,11 +653,11 @@ def _command_env(host: SimHost) -> dict[str, str]:
         "HOME": str(host.home),
         "USER": host.user,
         "LOGNAME": host.user,
-        "SHELL": _BASH,
+        "SHELL": host.shell,
         "LANG": "C.UTF-8",
         "PATH": path,
     }
-    if host.source_bashrc:
+    if host.source_bashrc and os.path.basename(host.shell) == "bash":
         env["BASH_ENV"] = str(_debian_bashrc_shim(host))
     env.update(host.env)
     return env

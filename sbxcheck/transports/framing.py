@@ -1,17 +1,25 @@
 """Framed remote output: what a command printed, told apart from what the remote shell printed around it.
 
-``ssh host CMD`` runs ``$SHELL -c CMD``, and a lived-in host's shell prints before and after it:
-Debian's bash reads ``~/.bashrc`` for every ``ssh host CMD`` (an MOTD hook, nvm, direnv, a
-``trap … EXIT``), on stdout and stderr. :func:`frame_command` wraps the command so that it prints a
-begin marker on both streams before it runs and an end marker (with its exit status) after it,
-in a subshell so that an ``exit`` inside it still reaches the end marker. Each marker carries a
-random nonce and is assembled by ``printf`` from two pieces, so it never appears literally in the
-command line (a ``set -x`` trace or ``ps`` listing cannot imitate it) and nothing printed around
-the command can know it. :func:`unframe` keeps exactly the bytes between the markers.
+``ssh host CMD`` runs ``$SHELL -c CMD`` with the user's LOGIN shell, whatever it is (bash, zsh, fish,
+tcsh/csh, dash), and that shell reads its start-up files first: Debian's bash reads ``~/.bashrc`` for
+every ``ssh host CMD``, zsh ``~/.zshenv``, fish ``config.fish``, tcsh ``~/.tcshrc`` (an MOTD hook,
+nvm, direnv, a ``trap … EXIT``), printing on stdout and stderr, defining functions and aliases.
 
-The wrapper is POSIX sh, so it works under bash, dash, zsh and ksh login shells. A shell that
-cannot run it (fish, a forced command) prints no begin marker: the output is returned as it came,
-with ``framed=False``, and the checks judge it as before (their own end markers then decide).
+So the command line the login shell parses is :data:`NEUTRAL_LINE`, the same words for every command,
+which every one of those shells parses alike (single quotes only: no ``$'…'``, no ``!``, no backslash, no
+newline): ``exec /bin/sh``, which reads one line with a byte count from stdin and then exactly
+that many bytes (``dd bs=1``, never a byte more) as its program; the rest of stdin is the command's own.
+The program (:func:`neutral_start`) is the real command framed by :func:`frame_command`: it prints a
+begin marker on both streams before the command runs and an end marker (with its exit status) after it,
+in a subshell so that an ``exit`` inside it still reaches the end marker. Each marker carries a random
+nonce and is assembled by ``printf`` from two pieces, so it never appears literally in what was sent (a
+``set -x`` trace or ``ps`` listing cannot imitate it) and nothing printed around the command can know
+it. :func:`unframe` keeps exactly the bytes between the markers. Functions and aliases the login shell
+defined never reach the command (``/bin/sh`` does not inherit them); what it exported does (``PATH``
+from a version manager: the environment the person's own ``ssh vm CMD`` gets).
+
+An endpoint that is not a shell (a forced command, exe.dev's CLI) prints no begin marker: the output
+is returned as it came, with ``framed=False``, and the checks judge it as before.
 """
 
 from __future__ import annotations
@@ -19,9 +27,13 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 
-__all__ = ["Frame", "Unframed", "frame_command", "new_frame", "unframe"]
+__all__ = ["NEUTRAL_LINE", "Frame", "Unframed", "frame_command", "neutral_start", "new_frame", "unframe"]
 
 _PREFIX = "SBXF"
+
+# What every login shell is given to parse, whatever the command: /bin/sh reads its program from stdin
+# (a byte count on one line, then the program); ``command -p`` finds dd on the system's default PATH.
+NEUTRAL_LINE = "exec /bin/sh -c 'IFS= read -r n && eval \"$(command -p dd bs=1 count=\"$n\" 2>/dev/null)\"'"
 
 
 @dataclass(frozen=True)
@@ -65,6 +77,15 @@ def frame_command(command: str, frame: Frame) -> str:
         f"printf '%s%sE %d\\n' {pieces}' \"$sbxf_rc\"; printf '%s%sE\\n' {pieces}' >&2\n"
         'exit "$sbxf_rc"\n'
     )
+
+
+def neutral_start(program: str) -> tuple[str, bytes]:
+    """(the command line for ``$SHELL -c``, the stdin head that carries ``program`` to /bin/sh).
+
+    Whatever the command's own stdin is goes right after the head.
+    """
+    data = program.encode("utf-8")
+    return NEUTRAL_LINE, f"{len(data)}\n".encode("ascii") + data
 
 
 def unframe(text: str, frame: Frame, *, with_status: bool = False) -> Unframed:

@@ -27,7 +27,7 @@ from sbxcheck.errors import (
     SbxError,
     TransportError,
 )
-from sbxcheck.transports.framing import frame_command, new_frame, unframe
+from sbxcheck.transports.framing import frame_command, neutral_start, new_frame, unframe
 from sbxcheck.transports.known_hosts import KnownHosts
 from sbxcheck.transports.ssh_connect import (
     Connection,
@@ -167,9 +167,9 @@ class SshHost:
     ) -> CommandResult:
         """Run ``command``; feed ``stdin`` (then EOF); wait at most ``timeout`` s (default from settings).
 
-        ``frame`` (default) reads the command's output between its own markers, apart from what the
-        remote shell prints around it (transports/framing.py); ``False`` for an SSH endpoint that is
-        not a shell (exe.dev's CLI).
+        ``frame`` (default) runs ``command`` in ``/bin/sh`` whatever the login shell, and reads its output
+        between its own markers, apart from what the login shell prints around it (transports/framing.py);
+        ``False`` sends ``command`` as it is, for an SSH endpoint that is not a shell (exe.dev's CLI).
         """
         limit = self._settings.command_timeout_s if timeout is None else timeout
         start = time.monotonic()
@@ -273,8 +273,13 @@ class SshHost:
         watchdog = threading.Timer(max(0.0, deadline - time.monotonic()), channel.close)
         watchdog.daemon = True
         watchdog.start()
+        own_stdin = stdin.encode("utf-8") if isinstance(stdin, str) else (stdin or b"")
+        if markers is None:
+            line, head = command, b""
+        else:  # the login shell parses one fixed line; the framed command reaches /bin/sh on stdin
+            line, head = neutral_start(frame_command(command, markers))
         try:
-            channel.exec_command(command if markers is None else frame_command(command, markers))
+            channel.exec_command(line)
         except (paramiko.SSHException, OSError, EOFError) as exc:
             if time.monotonic() >= deadline:
                 raise timed_out() from None
@@ -282,7 +287,7 @@ class SshHost:
         finally:
             watchdog.cancel()
 
-        pending = memoryview(stdin.encode("utf-8") if isinstance(stdin, str) else (stdin or b""))
+        pending = memoryview(head + own_stdin)
         if not pending:
             channel.shutdown_write()
         # Wait on the channel itself: both receive buffers set ``wake`` when data arrives or they

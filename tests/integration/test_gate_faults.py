@@ -88,10 +88,18 @@ GROUPS = [
 
 
 def test_every_fault_is_in_the_matrix() -> None:
-    from sbxcheck.sim.faults import FAULTS, is_controlplane_fault, is_fleet_host_fault, is_run_fault
+    from sbxcheck.sim.faults import (
+        FAULTS,
+        is_controlplane_fault,
+        is_fleet_host_fault,
+        is_personal_fault,
+        is_run_fault,
+    )
 
-    # run.* faults bend only what execute and observe start: tests/integration/test_run_items.py has them
-    gate_faults = [f for f in FAULTS if not (is_controlplane_fault(f) or is_fleet_host_fault(f) or is_run_fault(f))]
+    # run.* faults bend only what execute and observe start: tests/integration/test_run_items.py has them;
+    # a person's VM (shell, git config, locale, ...) alone and with a defect: tests/integration/test_vm_personal.py
+    others = (is_controlplane_fault, is_fleet_host_fault, is_run_fault, is_personal_fault)
+    gate_faults = [f for f in FAULTS if not any(kind(f) for kind in others)]
     assert sorted(EXPECTED) == sorted(gate_faults)
     assert sorted(f for g in GROUPS for f in g) == sorted(gate_faults)
 

@@ -375,3 +375,22 @@ def test_doctor_says_how_many_missions_run_at_once(status: int, body: Any, said:
     lines = [f.render() for f in found]
     assert all(f.ok for f in found)  # a fact, never a failed precondition
     assert (lines == []) if said is None else (len(lines) == 1 and lines[0].startswith(said)), lines
+
+
+def test_doctor_judges_a_symlinked_key_file_as_a_link(tmp_path: Path) -> None:
+    """A key file that is a link: named as one, with where it points; no chmod offered that would follow it."""
+    target = tmp_path / "shared" / "team_key"
+    target.parent.mkdir()
+    target.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nnot a real key\n-----END OPENSSH PRIVATE KEY-----\n")
+    target.chmod(0o644)
+    link = tmp_path / "id_ed25519"
+    link.symlink_to(target)
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    inventory = tmp_path / "sbxcheck.toml"
+    inventory.write_text(f'[ssh]\nidentity = "{link}"\nknown_hosts = ["{known}"]\n')
+    code, out = _doctor(inventory)
+    [line] = [ln for ln in out.splitlines() if ln.startswith("✗ file ssh.identity")]
+    assert code == 1 and f"{link}: a symlink to {target}" in line, out
+    assert "chmod" not in line and "0644" not in line
+    assert target.stat().st_mode & 0o777 == 0o644

@@ -195,6 +195,29 @@ def test_fanout_xdist_and_one_by_one_give_the_same_results_over_one_connection_p
     assert c_item["duration_s"] == c_item["evidence"]["remote_s"] > 0 and c_item["evidence"]["wait_s"] >= 0
 
 
+def test_an_item_judged_from_fan_out_work_reports_that_works_time(
+    pytester: pytest.Pytester, live_fleet: SimFleet
+) -> None:
+    """test_vm_hygiene judges on the host what its scan found in the fan-out: its junit time and
+    results.json duration are the scan's own remote time, never 0.000, whether fanned out or run inline."""
+    import xml.etree.ElementTree as ET
+
+    for args in ((), ("--sbx-max-parallel", "0")):
+        outcome = run_gate(pytester, live_fleet, *args, "-k", "vm_hygiene")
+        items = [c for c in outcome.report["checks"] if c["check"] == "vm_hygiene"]
+        assert len(items) == len(live_fleet.run_ids), args
+        times = {
+            case.get("name"): float(case.get("time") or 0)
+            for case in ET.parse(outcome.report_dir / "junit.xml").getroot().iter("testcase")
+        }
+        for item in items:
+            assert item["outcome"] == "passed", item["message"]
+            assert item["duration_s"] == item["evidence"]["remote_s"] > 0, (args, item["evidence"])
+            name = item["nodeid"].split("::")[-1]
+            assert times[name] == pytest.approx(item["duration_s"], abs=0.001) and times[name] > 0, (args, name)
+        shutil.rmtree(outcome.report_dir)
+
+
 @pytest.mark.slow
 def test_execnet_gateways_merge_one_report_on_the_controller(
     pytester: pytest.Pytester, live_fleet: SimFleet

@@ -26,7 +26,7 @@ from sbxcheck.checks.gate_model import (
     model_answers_script,
 )
 from sbxcheck.checks.pi_output import parse_list_models, parse_pi_events
-from sbxcheck.checks.script import GateScript
+from sbxcheck.checks.script import NEUTRAL_BASH, GateScript
 from sbxcheck.errors import CommandTimeout
 from sbxcheck.results import Outcome
 from sbxcheck.transports.ssh import CommandResult
@@ -74,8 +74,10 @@ class FakeShell:
 
 
 def git_out(head: str, porcelain: list[str]) -> str:
-    lines = [f"SBX_HEAD {head}", "SBX_STATUS_BEGIN", *porcelain, "SBX_STATUS_END 0", "SBX_END"]
-    return "\n".join(lines) + "\n"
+    """What the A script prints: each status entry prefixed, then their count."""
+    entries = [f"| {entry}" for entry in porcelain]
+    lines = [f"SBX_HEAD {head}", "SBX_STATUS_BEGIN", *entries, f"SBX_STATUS_COUNT {len(porcelain)}"]
+    return "\n".join([*lines, "SBX_STATUS_END 0", "SBX_END"]) + "\n"
 
 
 # ------------------------------------------------------------------ A
@@ -104,7 +106,7 @@ def test_a_fails_on_zero_byte_truncation_shown_as_modified() -> None:
 
 def test_a_names_missing_app_and_damaged_git() -> None:
     assert "FILL never ran" in check_git_integrity(FakeShell("SBX_NOAPP\nSBX_END\n"), TARGET).message
-    damaged = check_git_integrity(FakeShell("SBX_NOHEAD\nfatal: not a git repository\nSBX_END\n"), TARGET)
+    damaged = check_git_integrity(FakeShell("SBX_NOHEAD\n| fatal: not a git repository\nSBX_END\n"), TARGET)
     assert damaged.outcome is Outcome.FAILED and ".git is damaged" in damaged.message
 
 
@@ -222,7 +224,7 @@ def test_c_never_puts_the_key_on_a_command_line() -> None:
     shell = FakeShell(http_out(200, answer("pong")))
     check_model_answers(shell, TARGET, "google/gemini-3.6-flash")
     command, script = shell.sent[0]
-    assert command.startswith("bash -s -- ")
+    assert command.startswith(NEUTRAL_BASH + " -- ")
     assert "OPENROUTER_API_KEY" not in command and "Authorization" not in command
     assert "-H @-" in script  # the header travels on curl's stdin, not its argv
 
@@ -265,17 +267,22 @@ def test_transport_errors_propagate_to_the_plugin() -> None:
         check_model_answers(FakeShell(raises=CommandTimeout("timed out")), TARGET, "x/y")
 
 
+def config_out(text: str) -> str:
+    """What the roster script prints for a config holding ``text``: its size, then each line prefixed."""
+    lines = [f"SBX_CONFIG_SIZE {len(text.encode())}", "SBX_CONFIG_BEGIN"]
+    lines += [f"| {line}" for line in text.splitlines()]
+    return "\n".join([*lines, "", "SBX_CONFIG_END 0", "SBX_END"]) + "\n"
+
+
 def test_c_roster_matches_and_differs() -> None:
     cfg = (
         "defaults:\n  model: openrouter/deepseek/deepseek-v4-flash-0731\nagents:\n  - name: p\n"
         "    model: 'openrouter/google/gemini-3.6-flash'\n"
     )
-    ok = check_roster_matches(FakeShell("SBX_CONFIG_BEGIN\n" + cfg + "SBX_CONFIG_END 0\nSBX_END\n"), TARGET)
+    ok = check_roster_matches(FakeShell(config_out(cfg)), TARGET)
     assert ok.outcome is Outcome.PASSED, ok.message
     extra = cfg + "  - name: q\n    model: openrouter/z-ai/glm-5.2\n"
-    bad = check_roster_matches(
-        FakeShell("SBX_CONFIG_BEGIN\n" + extra + "SBX_CONFIG_END 0\nSBX_END\n"), TARGET
-    )
+    bad = check_roster_matches(FakeShell(config_out(extra)), TARGET)
     assert bad.outcome is Outcome.FAILED and "z-ai/glm-5.2" in bad.message
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sbxcheck.checks.curl_answer import split_http
 from sbxcheck.checks.gate import (
     GateTarget,
     judge_git_integrity,
@@ -22,7 +23,6 @@ from sbxcheck.checks.gate_model import (
     judge_cost_reported,
     judge_credit_remaining,
     judge_model_answers,
-    split_http,
 )
 from sbxcheck.checks.pi_output import parse_list_models, parse_pi_events
 from sbxcheck.checks.script import ScriptRun

@@ -28,7 +28,7 @@ from sbxcheck.checks.run import (
     judge_run_log_clean,
     parse_ps,
 )
-from sbxcheck.checks.script import ScriptRun
+from sbxcheck.checks.script import NEUTRAL_BASH, ScriptRun
 from sbxcheck.results import Classification, Outcome
 from sbxcheck.transports.ssh import CommandResult
 
@@ -274,7 +274,7 @@ def test_not_executed_and_not_observed_skip_without_touching_the_vm() -> None:
 def test_the_pid_goes_to_the_script_as_an_argument() -> None:
     shell = Shell(probe_output(log=HEALTHY_LOG))
     assert check_run_alive(shell, TARGET).outcome is Outcome.PASSED
-    assert shell.sent == [f"bash -s -- 4242 30 '{FATAL_GREP}' 400"]
+    assert shell.sent == [f"{NEUTRAL_BASH} -- 4242 30 '{FATAL_GREP}' 400"]
 
 
 # ---------------------------------------------------------------- observe: ports and status rules

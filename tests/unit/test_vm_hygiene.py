@@ -168,3 +168,44 @@ def test_a_scan_that_did_not_run_is_an_error_not_a_pass(stdout: str) -> None:
         ).outcome
         is Outcome.ERROR
     )
+
+
+def test_a_symlinked_host_key_is_judged_as_a_link_and_never_advised_a_chmod_through_it(tmp_path: Path) -> None:
+    """A .key that links to a 0600 file elsewhere: said to be a link, with its target; no advice follows it."""
+    real = _host(tmp_path)
+    elsewhere = tmp_path / "shared" / "team.key"
+    elsewhere.parent.mkdir()
+    real.rename(elsewhere)
+    real.symlink_to(elsewhere)
+    elsewhere.chmod(0o644)  # the target is wide: following the link would blame (and chmod) the shared file
+    result, _ = _judge(tmp_path, _vm(tmp_path), real)
+    assert (result.outcome, result.classification) == (Outcome.FAILED, Classification.CONFIG_DEFECT)
+    assert f"{real} is a symlink to {elsewhere}" in result.message and "0644" not in result.message
+    advice = result.recommendation or ""
+    assert "chmod 600" not in advice and f"ls -l {real}" in advice and str(elsewhere) in advice
+    assert result.evidence["host_key_kind"] == "symlink" and result.evidence["host_key_target"] == str(elsewhere)
+    assert elsewhere.stat().st_mode & 0o777 == 0o644  # nothing was changed
+
+
+def test_symlinked_secret_files_on_the_vm_are_reported_as_links(tmp_path: Path) -> None:
+    """The scan runs for real: an lstat'ed link is neither 'mode 0777' nor advised a chmod that follows it."""
+    home = _vm(tmp_path)
+    dotfiles = home / "dotfiles" / "pi-models.json"
+    dotfiles.parent.mkdir()
+    models = home / ".pi" / "agent" / "models.json"
+    models.rename(dotfiles)
+    models.symlink_to(dotfiles)
+    result, _ = _judge(tmp_path, home, _host(tmp_path))
+    assert (result.outcome, result.classification) == (Outcome.FAILED, Classification.CONFIG_DEFECT)
+    assert f"~/.pi/agent/models.json is a symlink to {dotfiles}" in result.message
+    assert "0777" not in result.message and "chmod 600 ~/.pi" not in (result.recommendation or "")
+    assert result.evidence["vm_links"] == {".pi/agent/models.json": str(dotfiles)}
+    assert result.evidence["vm_modes"][".pi/agent/models.json"] is None
+
+
+def test_a_fifo_where_the_key_file_belongs_is_named_and_never_opened(tmp_path: Path) -> None:
+    key = _host(tmp_path)
+    key.unlink()
+    os.mkfifo(key)
+    result, _ = _judge(tmp_path, _vm(tmp_path), key)
+    assert result.outcome is Outcome.FAILED and f"{key} is a FIFO on this host" in result.message
