@@ -613,7 +613,8 @@ class SimFleet:
             canaries=canaries,
             mcp=McpSection(
                 command=[sys.executable, "-m", "sbxcheck.sim.assistant_mcp"],
-                env={"SBXCHECK_SIM_MCP_SCRUB": "1"},  # the real server scrubs env values over MCP
+                # the real server scrubs env values over MCP; the release picks its tool table
+                env={"SBXCHECK_SIM_MCP_SCRUB": "1", "SBXCHECK_SIM_MCP_RELEASE": self._mcp_release()},
                 timeout_s=30.0,
             ),
             expected_nodes=["babylon", "nippur", "ashur", "dgx-spark"],
@@ -636,6 +637,10 @@ class SimFleet:
                 ),
             ],
         )
+
+    def _mcp_release(self) -> str:
+        """The assistant MCP tool table this fleet's control plane release ships."""
+        return release_profile(self.cp_version).mcp_tools or "current"
 
     def _apply_file_faults(self) -> None:
         for run in self.runs:

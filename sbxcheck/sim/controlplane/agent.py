@@ -150,7 +150,7 @@ class AgentRunner(EventRoutes):
             with self._lock:
                 m = self._alive(mid)
                 if m is not None:
-                    self._set_status(m, self.finish_status, reason="completed")
+                    self._finish_turn(m, None)
             return
         if branch == "crash":
             with self._lock:
@@ -237,13 +237,16 @@ class AgentRunner(EventRoutes):
         with self._lock:
             m = self._alive(mid)
             if m is not None:
-                calls = len(steps) or 1
-                self._set_status(
-                    m,
-                    self.finish_status,
-                    reason="completed",
-                    evidence=f"assistant_message after {calls} tool call(s)",
-                )
+                self._finish_turn(m, f"assistant_message after {len(steps) or 1} tool call(s)")
+
+    def _finish_turn(self, m: MissionState, evidence: str | None) -> None:
+        """The end of a turn that went well: ``finish_status`` (completed), or where the release parks a
+        finished turn (1.3.0: awaiting_user, awaiting_kind ack, terminal_reason turn_complete)."""
+        if self.release.turn_end == "awaiting_user" and self.finish_status == "completed":
+            self._set_status(m, "awaiting_user", awaiting_kind="ack")
+            m.record["terminal_reason"] = "turn_complete"
+            return
+        self._set_status(m, self.finish_status, reason="completed", evidence=evidence)
 
     async def _run_step(
         self, mid: str, index: int, step: str, ws_path: Path, scope: Path, env: dict[str, str]

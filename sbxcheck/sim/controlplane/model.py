@@ -30,6 +30,7 @@ from sbxcheck.sim.stream import STREAM_FAULTS
 NIL_UUID: Final = "00000000-0000-0000-0000-000000000000"
 EFFORTS: Final = ("low", "medium", "high", "xhigh", "max")
 TERMINAL: Final = frozenset({"completed", "failed", "blocked", "not_feasible", "interrupted"})
+STATUSES: Final = TERMINAL | {"pending", "active", "awaiting_user", "acknowledged", "paused", "waiting_background"}
 NATIVE_AGENTS: Final = frozenset({"codex", "claudecode", "gemini", "grok"})
 HARNESS_PREFIXES: Final = frozenset({"codex", "claudecode", "gemini", "grok", "chatgpt_ui", "opencode"})
 GOAL_LIMIT: Final = 4000
