@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 
 TEARDOWN_CHOICES = ("never", "on-pass", "always")
-CP_VERSIONS = ("current", "v0.7", "1.3", "cba9502")  # the embedded control plane's release profiles (sim/controlplane/releases.py)
+# the embedded control plane's release profiles (sim/controlplane/releases.py)
+CP_VERSIONS = ("current", "v0.7", "1.3", "cba9502")
 HISTORY_KEEP_DEFAULT = 30
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
