@@ -36,7 +36,10 @@ class NoSlot(SbxError):
 
 def started(run: RouteRun) -> bool:
     """Whether ``run``'s mission ever started (so its end may free a slot): created, and not left waiting."""
-    return run.created is not None and (run.created.awaiting_slot is None or run.slot_waited_s is not None)
+    if run.created is None:
+        return False
+    waited = run.created.awaiting_slot is not None or run.slot_refusal is not None
+    return not waited or run.slot_waited_s is not None
 
 
 class SlotQueue:

@@ -209,10 +209,12 @@ class ResultCollector:
         machines = [r.evidence["machine_inventory"] for r in records if "machine_inventory" in r.evidence]
         if machines and isinstance(machines[0], list):
             report = report.model_copy(update={"machine_inventory": machines[0]})
+        from sbxcheck.report import leftover_incidents
         from sbxcheck.spend import summarize_spend
 
         report = report.model_copy(
             update={
+                "incidents": [*report.incidents, *leftover_incidents(cleanup)],  # missions still there after close
                 "spend": summarize_spend(cleanup, records, cap_usd=settings.max_spend_usd),
                 "interrupted": interrupted,
                 "interrupted_reason": (self.interrupted_reason or "interrupted") if interrupted else "",

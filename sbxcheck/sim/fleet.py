@@ -541,6 +541,7 @@ class SimFleet:
     def _sandboxed_section(self) -> SandboxedSection:
         cp = self.controlplane
         assert cp is not None
+        top_effort = release_profile(self.cp_version).codex_efforts[-1]
         routes = [
             RouteSpec(
                 name="codex-terra",
@@ -561,12 +562,12 @@ class SimFleet:
                 model_effort="high",
                 via="mcp",
             ),
-            RouteSpec(
-                name="codex-sol-max",
+            RouteSpec(  # the highest effort the release's codex takes (1.3.0: high)
+                name=f"codex-sol-{top_effort}",
                 agent="build",
                 backend="codex",
                 model_override="gpt-5.6-sol",
-                model_effort="max",
+                model_effort=top_effort,
             ),
             RouteSpec(
                 name="claudecode-opus",

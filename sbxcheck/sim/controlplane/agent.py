@@ -110,6 +110,8 @@ class AgentRunner(EventRoutes):
             return "goal-too-long"
         if self._fault_on("cp.no-evidence", backend):
             return "no-evidence"
+        if self._fault_on("cp.server-shutdown", backend):
+            return "shutdown"
         if self._fault_on("ops.model-silent", backend):
             return "silent"
         return "run"
@@ -165,6 +167,13 @@ class AgentRunner(EventRoutes):
                 )
             await self._sleep(FINISH_S)
             self._fail(mid, "fn3 is not a function", reason="agent_error")
+            return
+        if branch == "shutdown":  # a deploy restarted the control plane: interrupted before any tool call
+            with self._lock:
+                m = self._alive(mid)
+                if m is not None:
+                    self._emit(m, "error", "Server shutting down: mission interrupted", metadata={"resumable": True})
+                    self._set_status(m, "interrupted", reason="server_shutdown")
             return
         if branch == "silent":  # active, then an idle timeout without any output
             await self._sleep(FINISH_S)

@@ -30,7 +30,11 @@ class ParallelSlots(AgentRunner):
     """The running-mission count, the two parallel routes, and the first message's routing."""
 
     def _occupies_slot(self, m: MissionState) -> bool:
-        return m.status not in TERMINAL and (m.task is not None or m.record.get("title") == SLOT_HOLDER_TITLE)
+        """A mission its runner still runs (a parked one, awaiting_user, holds no slot: 1.3.0 counts only
+        running runners, control/mod.rs:11011-11014), or the operator's slot holder."""
+        if m.status in TERMINAL or m.status == "awaiting_user":
+            return False
+        return (m.task is not None and not m.task.done()) or m.record.get("title") == SLOT_HOLDER_TITLE
 
     def _slot_holders(self, user: str) -> list[MissionState]:
         """The user's running missions, oldest first (the first is upstream's "main" mission)."""
