@@ -10,7 +10,7 @@ never by the live stream's word: the stream only wakes readers, and an event it 
 A cancel is never taken on its word: after any answer (a 404 included) the mission is read back. A
 release that cancels only what it runs (v0.7.0, 1.3.0) answers 404 ``Mission <id> not found`` for a
 pending or parked mission and leaves it as it was; one still there and not ended stays open in the
-ledger as a leftover (``left <status>: ...``), which the report makes an incident. A mission whose turn
+ledger as a leftover (``still <status>: ...``), which the report makes an incident. A mission whose turn
 ended (``awaiting_user`` with ``awaiting_kind`` ack: 1.3.0 parks every finished turn there) is
 acknowledged rather than cancelled, and read back too.
 """
@@ -35,13 +35,13 @@ from sbxcheck.spend import mission_cost
 MAX_CLOSE_PAGES = 10  # event pages read per mission at close (what the follower read is not read again)
 FOREIGN_HOW = "left alone: not this session's (a create over {via} was answered with it, x-coalesced-with)"
 SETTLED = TERMINAL | {"acknowledged"}  # nothing runs and nothing waits on an operator: nothing to close
-LEFT = "left "  # the start of a close outcome that left the mission behind, not ended
+LEFT = "still "  # the start of a close outcome that left the mission behind, not ended
 CANCEL_SETTLE_S = 15.0  # how long a cancel answered ok may take to show in the record (read back, bounded)
 READ_BACK_PAUSE_S = 0.25
 
 
 def left_status(how: str) -> str | None:
-    """The status a close outcome left the mission in (``left pending: ...`` → ``pending``), or None."""
+    """The status a close outcome left the mission in (``still pending: ...`` → ``pending``), or None."""
     if not how.startswith(LEFT):
         return None
     return how[len(LEFT) :].split(":", 1)[0].strip() or None
@@ -193,7 +193,7 @@ class OwnedMissions:
         return None
 
     def _read_back(self, mission_id: str, channel: MissionChannel, answered: bool) -> str:
-        """What the mission is after its cancel: gone or ended (closed), or still there (``left ...``). A
+        """What the mission is after its cancel: gone or ended (closed), or still there (``still ...``). A
         cancel answered ok is read until it shows (bounded); one answered 404 changed nothing to wait for."""
         said = "ok" if answered else "404 (not found)"
         deadline = time.monotonic() + (CANCEL_SETTLE_S if answered else 0.0)
@@ -210,8 +210,8 @@ class OwnedMissions:
                 return "cancelled" if answered else f"already {status} (the cancel answered 404)"
             if time.monotonic() + pause > deadline:
                 return (
-                    f"{LEFT}{status}: the cancel answered {said} and the mission is still {status}; it stays "
-                    "open in the ledger"
+                    f"{LEFT}{status}: the cancel answered {said} and the mission is still there; it stays open "
+                    "in the ledger"
                 )
             time.sleep(pause)
             pause = min(pause * 2, 2.0)

@@ -16,7 +16,7 @@ Every line has ``v`` (format version, 1), ``op``, ``id`` (entry id, 32 hex) and 
     released  how   (e.g. "teardown", "cancelled")                   -> state "released"
     kept      why   (deliberately left, e.g. a failed gate's VM)      -> state "kept"
     abandoned why   (a second interrupt cut the step short; still to release) -> state "abandoned"
-    left      why   (the close tried to end it and it is still there, e.g. "left pending: ...") -> "left"
+    left      why   (the close tried to end it and it is still there, e.g. "still pending: ...") -> "left"
     unmatched why   (a later session found nothing this intent created) -> state "unmatched"
 
 "Open" means not released and not unmatched: open, created, kept, abandoned and left entries all

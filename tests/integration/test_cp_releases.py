@@ -180,7 +180,7 @@ def test_a_cancel_answered_404_leaves_the_mission_open_and_is_an_incident(
     assert [(r.path, r.status) for r in cancels] == [(f"/api/control/missions/{mission_id}/cancel", 404)]
     [line] = [c for c in outcome.report["cleanup"] if c["ident"] == mission_id]
     assert line["ok"] is False and line["left_status"] == "pending"
-    assert line["action"].startswith("left pending: the cancel answered 404")
+    assert line["action"].startswith("still pending: the cancel answered 404")
     [incident] = [i for i in outcome.report["incidents"] if mission_id in i["summary"]]
     assert f"mission {mission_id} is still pending" in incident["summary"]
     assert incident["classification"] == "infrastructure"

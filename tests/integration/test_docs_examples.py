@@ -93,6 +93,7 @@ EXPECTED: dict[str, int | Skip] = {
     "pytest -m gate --sbx-mount demo --sbx-sim-sssf=~/src/inkwell": 0,
     "sbxcheck sim up --dir /tmp/fleet --cp-version v0.7": 0,  # stopped by the test afterwards
     "pytest -m canary --sbx-sim-cp-version v0.7": 0,  # what v0.7 does not serve is skipped, never an error
+    "pytest -m canary --sbx-sim-cp-version 1.3": 0,  # 1.3.0's routes start, its finished turns are acknowledged
     # docs/gate.md
     "pytest -m gate --sbx-inventory=/srv/sbxcheck.toml "
     "--tx ssh=ops@runner-1//python=/opt/sbxcheck/bin/python//chdir=/srv/checkout "

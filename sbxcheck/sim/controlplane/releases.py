@@ -14,15 +14,15 @@ create body: title, workspace_id, agent,      src/api/control.rs:1290 (``CreateM
 model_override, config_profile, backend       serde drops every other field: no prompt, no effort)
 first message: ``POST /api/control/message``  src/api/routes.rs:403; answer ``{id, queued}``
 record keys                                   src/api/mission_store/mod.rs:26 (``Mission``)
-events: types/limit/offset, no cursor         src/api/control.rs (``get_mission_events``)
-list: no query, 50 most recently updated      src/api/control.rs:1242 (``list_missions(50, 0)``)
+events: types/limit/offset, no cursor         src/api/control.rs:1597 (``get_mission_events``)
+list: no query, 50 most recently updated      src/api/control.rs:1242-1249 (``list_missions(50, 0)``)
 no fleet/nodes/cordon/tracks/integrity/       src/api/routes.rs:367-600 (route table)
 digest/auth-status routes
 ``/api/control/parallel/config`` served       src/api/routes.rs:503
 one mission at a time                         src/config.rs:366 (``MAX_PARALLEL_MISSIONS`` "1")
 a first message while slots are full runs     src/api/control.rs:3117, 3194 ("queue on main")
 on the main mission
-cancel of a mission not running: 404          src/api/control.rs:1768 (``NOT_FOUND``), 3729
+cancel of a mission not running: 404          src/api/control.rs:1769 (``NOT_FOUND``), 3729
 ``Mission <id> not found``, status kept       (``Err(format!("Mission {} not found"))``)
 a finished turn: ``completed``                src/api/control.rs:4252
 terminal reasons: completed, cancelled,       src/api/control.rs:4259
