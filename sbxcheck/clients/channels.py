@@ -214,6 +214,7 @@ class McpChannel:
     ) -> None:
         self.client = client
         self._renew = renew  # a client holding a fresh token, after this one's was refused; None: cannot
+        self._seen: dict[str, int] = {}  # mission -> the newest event sequence read while restarting it
 
     def _call(self, call: Callable[[], McpToolResult]) -> McpToolResult:
         """``call``; once more on a renewed client when the tool relays a refused token — the control
@@ -314,19 +315,24 @@ class McpChannel:
         """Send the prompt again (``send_message_to_mission``) to a mission whose first message the control
         plane dropped for want of a slot (1.3.0); :class:`SlotsFull` when it drops this one too (a new
         error event saying so), so the caller waits for a slot and tries again."""
-        before = self._drops(mission_id)
+        seen = self._seen.get(mission_id)
+        if seen is None:  # the drops so far (the first one, at create): one read, then a cursor
+            seen = self._seen[mission_id] = self._new_drops(mission_id, 0)[1]
         result = self._call(lambda: self.client.send_message_to_mission(mission_id, prompt))
         if result.is_error:
             _raise_auth(result, self.client)
             raise TransportError(f"MCP send_message_to_mission failed: {self.client.redact(result.text)[:200]}")
-        after = self._drops(mission_id)
-        if len(after) > len(before):
-            raise SlotsFull("MCP send_message_to_mission", 409, after[-1])
+        dropped, self._seen[mission_id] = self._new_drops(mission_id, seen)
+        if dropped:
+            raise SlotsFull("MCP send_message_to_mission", 409, dropped[-1])
 
-    def _drops(self, mission_id: str) -> list[str]:
-        """The mission's error events saying its first message was dropped (no slot was free)."""
-        texts = [str(e.get("content") or "") for e in self.events(mission_id, 0) if e.get("event_type") == "error"]
-        return [t for t in texts if message_dropped(t)]
+    def _new_drops(self, mission_id: str, after: int) -> tuple[list[str], int]:
+        """The mission's error events after sequence ``after`` that say a message was dropped (no slot was
+        free), and the newest sequence read."""
+        rows = self.events(mission_id, after)
+        newest = max([after, *(e["sequence"] for e in rows if isinstance(e.get("sequence"), int))])
+        texts = [str(e.get("content") or "") for e in rows if e.get("event_type") == "error"]
+        return [t for t in texts if message_dropped(t)], newest
 
     def _json(self, tool: str, result: McpToolResult) -> Any:
         if result.is_error:

@@ -100,7 +100,7 @@ class OwnedMissions:
         run = self.runs.get(mission_id)
         events = list(run.events) if run is not None else []
         last = run.last.get("status") if run is not None and run.last else None
-        if last in TERMINAL:  # its events were read after that record: nothing is missing
+        if last in TERMINAL or last == "awaiting_user":  # its turn had ended when its events were read
             return events, str(last)
         cursor = max((e["sequence"] for e in events if isinstance(e.get("sequence"), int)), default=0)
         try:
@@ -127,9 +127,10 @@ class OwnedMissions:
         """End every mission this session made that has not ended; say what happened to each (and to the
         creates never answered). A mission still there after its cancel stays open in the ledger."""
         outcome: dict[str, str] = {}
+        listed = self._listed()  # one list read for what every mission is now (a GET each where it fails)
         for mission_id, via in list(self.created.items()):
             try:
-                how = self._close(mission_id, self.channel_for(via))
+                how = self._close(mission_id, self.channel_for(via), listed.get(mission_id))
             except NotFound:
                 how = "already gone"
             except SbxError as exc:  # one failing cancel does not stop the others
@@ -150,8 +151,20 @@ class OwnedMissions:
         )
         return outcome
 
-    def _close(self, mission_id: str, channel: MissionChannel) -> str:
-        """End one mission this session made; what happened to it, read back from the control plane."""
+    def _listed(self) -> dict[str, dict[str, Any]]:
+        """Every listed mission's row by id, from one read of the list ({} when there is none or it fails:
+        each mission is then read on its own)."""
+        if self.list_missions is None or not self.created:
+            return {}
+        try:
+            rows = self.list_missions.page(min(200, max(50, 2 * len(self.created))), 0)
+        except SbxError:
+            return {}
+        return {str(r["id"]): r for r in rows if isinstance(r.get("id"), str)}
+
+    def _close(self, mission_id: str, channel: MissionChannel, row: dict[str, Any] | None = None) -> str:
+        """End one mission this session made (``row``: its line of the close's list read, if it had one);
+        what happened to it, read back from the control plane."""
         # the stored mission decides, never the stream's word: its stored events (read for the cost
         # anyway) when they show it ended, else its record
         events, status = self.stored_events(mission_id, channel)
@@ -159,16 +172,19 @@ class OwnedMissions:
             self.spend.book(mission_id, mission_cost(events))
         if status in SETTLED:
             return f"already {status}"
-        record = self._record(mission_id, channel)
+        record = row if row is not None else self._record(mission_id, channel)
         status = record.get("status") if record is not None else None
         if status in SETTLED:
             return f"already {status}"
-        if status == "awaiting_user" and record is not None and record.get("awaiting_kind") == "ack":
+        if _parked_for_ack(record):  # its turn ended: acknowledged, not cancelled (where the release can)
             acknowledged = self._acknowledge(mission_id, channel)
             if acknowledged is not None:
                 return acknowledged
         answered = channel.cancel(mission_id)  # False: the control plane said "not found" (404)
-        return self._read_back(mission_id, channel, answered)
+        how, record = self._read_back(mission_id, channel, answered)
+        if _parked_for_ack(record):  # its turn ended while the close went on
+            return self._acknowledge(mission_id, channel) or how
+        return how
 
     def _record(self, mission_id: str, channel: MissionChannel) -> dict[str, Any] | None:
         try:
@@ -192,9 +208,12 @@ class OwnedMissions:
             return None
         return None
 
-    def _read_back(self, mission_id: str, channel: MissionChannel, answered: bool) -> str:
-        """What the mission is after its cancel: gone or ended (closed), or still there (``still ...``). A
-        cancel answered ok is read until it shows (bounded); one answered 404 changed nothing to wait for."""
+    def _read_back(
+        self, mission_id: str, channel: MissionChannel, answered: bool
+    ) -> tuple[str, dict[str, Any] | None]:
+        """What the mission is after its cancel, and its record: gone or ended (closed), or still there
+        (``still ...``). A cancel answered ok is read until it shows (bounded); one answered 404 changed
+        nothing to wait for."""
         said = "ok" if answered else "404 (not found)"
         deadline = time.monotonic() + (CANCEL_SETTLE_S if answered else 0.0)
         pause = READ_BACK_PAUSE_S
@@ -202,16 +221,20 @@ class OwnedMissions:
             try:
                 record = self._record(mission_id, channel)
             except NotFound:
-                return "cancelled" if answered else "already gone"
+                return ("cancelled" if answered else "already gone"), None
             except SbxError as exc:
-                return f"cancel failed: the cancel answered {said}, then the mission could not be read: {exc.message}"
+                why = f"the cancel answered {said}, then the mission could not be read: {exc.message}"
+                return f"cancel failed: {why}", None
             status = record.get("status") if record is not None else None
             if status in SETTLED:
-                return "cancelled" if answered else f"already {status} (the cancel answered 404)"
+                return ("cancelled" if answered else f"already {status} (the cancel answered 404)"), record
             if time.monotonic() + pause > deadline:
-                return (
-                    f"{LEFT}{status}: the cancel answered {said} and the mission is still there; it stays open "
-                    "in the ledger"
-                )
+                how = f"{LEFT}{status}: the cancel answered {said} and the mission is still there; it stays open"
+                return f"{how} in the ledger", record
             time.sleep(pause)
             pause = min(pause * 2, 2.0)
+
+
+def _parked_for_ack(record: dict[str, Any] | None) -> bool:
+    """Its turn ended and it waits only to be acknowledged (awaiting_user, awaiting_kind ack)."""
+    return record is not None and record.get("status") == "awaiting_user" and record.get("awaiting_kind") == "ack"

@@ -298,6 +298,7 @@ class MissionDispatcher:
     def close(self) -> dict[str, str]:
         """Cancel every non-terminal mission this session created; report what happened to each."""
         self._stop.set()
+        self.slots.wake()  # a mission waiting for a slot looks up now
         self.follower.close()  # wakes every follower; the stream's signals stay readable
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
