@@ -1,6 +1,6 @@
 """What one canary run costs the control plane it watches, and how late its verdicts are.
 
-    python benchmarks/canary_requests.py [--routes 4,40] [--slow 4]
+    python benchmarks/canary_requests.py [--routes 4,40] [--slow 4] [--cp-version 1.3] [--fault cp.stream-absent]
 
 One embedded fleet; for each N, the route and workspace canaries (``canaries/test_routes.py`` and
 ``canaries/test_workspaces.py``) run in a child pytest on an inventory with N healthy routes. The
@@ -9,7 +9,10 @@ subscriptions, everything else) and from the missions' stored events: the delay 
 first execution event (the server's timestamp) to the moment the dispatcher settled that route
 (recorded in the child by a probe plugin that wraps ``MissionDispatcher._drive_route``).
 ``--slow K`` repeats the smallest N with missions K times slower to start: polling pays for the
-wait, a stream does not.
+wait, a stream does not. ``--cp-version`` picks the control plane's release profile; ``--fault
+cp.stream-absent`` measures a control plane without the live stream (followers poll the mission
+list). "Reads per create" counts mission and event reads (the record, its digest, its events) per
+create; the stream subscription and list reads are counted apart.
 """
 
 from __future__ import annotations
@@ -78,6 +81,8 @@ def category(method: str, path: str) -> str:
             return "event_reads"
         if path.endswith("/cancel"):
             return "cancel"
+        if method != "GET":
+            return "other"  # a first message in a slot (/parallel), an acknowledgement (/status)
         return "mission_reads"  # the record and its digest (MCP get_mission)
     return "other"
 
@@ -126,7 +131,7 @@ def measure(fleet: SimFleet, tmp: Path, n: int, slow: float) -> dict[str, Any]:
         if first is not None:
             delays.append(row["settled_at"] - epoch(first["timestamp"]))
     creates = counts.get("create", 0)
-    reads = counts.get("mission_reads", 0) + counts.get("event_reads", 0) + counts.get("stream", 0)
+    reads = counts.get("mission_reads", 0) + counts.get("event_reads", 0)
     return {
         "n": n,
         "slow": slow,
@@ -146,13 +151,14 @@ def main() -> int:
     parser.add_argument("--routes", default="4,40", help="comma-separated route counts")
     parser.add_argument("--slow", type=float, default=4.0, help="slow-start factor for the smallest N (0: skip)")
     parser.add_argument("--fault", action="append", default=[], help="a sim fault for the whole fleet")
+    parser.add_argument("--cp-version", default=None, help="the control plane's release profile (sim)")
     args = parser.parse_args()
     sizes = [int(x) for x in args.routes.split(",") if x]
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         (tmp / "sbx_bench_probe.py").write_text(PROBE, encoding="utf-8")
         os.environ["PYTHONPATH"] = os.pathsep.join([str(tmp), os.environ.get("PYTHONPATH", "")])
-        with SimFleet(tmp / "fleet", faults=args.fault) as fleet:
+        with SimFleet(tmp / "fleet", faults=args.fault, cp_version=args.cp_version) as fleet:
             runs = [measure(fleet, tmp, n, 1.0) for n in sizes]
             if args.slow:
                 runs.append(measure(fleet, tmp, min(sizes), args.slow))
@@ -162,8 +168,8 @@ def main() -> int:
             f"N={r['n']:>3} start x{r['slow']:g}: {r['requests']} requests "
             f"(creates {c.get('create', 0)}, mission reads {c.get('mission_reads', 0)}, "
             f"event reads {c.get('event_reads', 0)}, stream {c.get('stream', 0)}, "
-            f"cancels {c.get('cancel', 0)}, other {c.get('other', 0) + c.get('list', 0)}; "
-            f"pushed back (429/503) {r['pushed_back']}); reads per create {r['reads_per_create']:.2f}; "
+            f"cancels {c.get('cancel', 0)}, list {c.get('list', 0)}, other {c.get('other', 0)}; "
+            f"pushed back (429/503) {r['pushed_back']}); mission+event reads per create {r['reads_per_create']:.2f}; "
             f"evidence->verdict median {r['delay_median_s']:.3f} s, max {r['delay_max_s']:.3f} s; "
             f"failing items: {r['failing'] or 'none'}; left running: {r['left_running']}"
         )

@@ -67,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
         )  # fmt: skip
         command.add_argument(
             "--cp-version", default=None, metavar="PROFILE",
-            help="the control plane serves this release's API: current (default) or v0.7 (Feb 2026)",
+            help="the control plane serves this release's API: current (default), v0.7, 1.3 or cba9502",
         )  # fmt: skip
         command.add_argument(
             "--pi-version", default=None, metavar="VERSION",

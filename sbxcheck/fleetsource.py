@@ -111,7 +111,7 @@ def open_embedded(
 
     ``sssf_checkout``: a real SSSF checkout whose recipes the fleet runs instead of its stand-ins.
     ``install_attempt``: processes sharing one try at installing pi (a session's xdist workers).
-    ``cp_version``: the release profile its control plane serves (``current``, ``v0.7``).
+    ``cp_version``: the release profile its control plane serves (``current``, ``v0.7``, ``1.3``, ``cba9502``).
     ``pi_version``: the pi release its VMs run (None: the exe.dev image's, 0.83.0).
     """
     _require_sim()

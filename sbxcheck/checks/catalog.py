@@ -33,6 +33,10 @@ from sbxcheck.results import CheckResult, Classification, Outcome
 CHECK_WORKSPACE: Final = "workspace_ready"
 CHECK_CATALOG: Final = "catalog"
 NATIVE_AGENT_BACKENDS: Final = frozenset({"codex", "claudecode", "gemini", "grok"})
+#: Backends whose create skips agent validation (they bring their own agents): an agent the library lacks
+#: does not keep the route back, the server decides (v0.7.0 src/api/control.rs:1360-1365: claudecode, amp,
+#: codex; 1.3.0 src/api/control/mod.rs:4652-4657: claudecode, codex, gemini, grok).
+UNVALIDATED_AGENT_BACKENDS: Final = NATIVE_AGENT_BACKENDS | {"amp"}
 _NORM_RE: Final = re.compile(r"[^a-z0-9]")
 
 
@@ -291,6 +295,13 @@ def check_catalog(
             registered = sorted(set(library) | set(own_ids))
             evidence["registered_agents"] = registered
             native = route.agent == route.backend and route.backend in NATIVE_AGENT_BACKENDS
+            if route.agent not in registered and not native and route.backend in UNVALIDATED_AGENT_BACKENDS:
+                return warn(
+                    f"agent {route.agent!r} is not registered (registered: {', '.join(registered) or 'none'}), "
+                    f"but the control plane's create skips agent validation for {route.backend}",
+                    evidence,
+                    f"register {route.agent!r} or drop it from {target} if {route.backend} should not see it",
+                )
             if route.agent not in registered and not native:
                 return fail(
                     f"agent {route.agent!r} is not registered on this deployment "

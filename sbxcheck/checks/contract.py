@@ -49,6 +49,38 @@ def intent_missions(reader: TrackReader, run: RouteRun) -> list[Mission]:
     return [m for m in listed if m.title in titles and m.track in (None, route.track)]
 
 
+#: what each contract needs the create to carry (the keyed retry: a create that takes idempotency_key)
+CONTRACT_FIELDS: Final = {
+    "roadmap": ("project", "track", "idempotency_key"),
+    "conversational": ("origin_session_id",),
+}
+
+
+def _inexpressible(run: RouteRun, record: dict[str, Any]) -> list[str]:
+    """What the route's contract needs that its create could not carry: a field the answer showed dropped
+    (or an older create body did not store), or the keyed retry where the create takes no key."""
+    created = run.created
+    assert created is not None
+    lacking = []
+    for name in CONTRACT_FIELDS.get(run.route.contract, ()):
+        if name == "idempotency_key":
+            if not created.idempotency_supported and run.check_idempotency:
+                lacking.append(name)
+        elif name in created.dropped or (created.older_create and record.get(name) is None):
+            lacking.append(name)
+    return lacking
+
+
+def _not_served(run: RouteRun) -> str:
+    """What the create could not carry, in the words of the answer that showed it."""
+    created = run.created
+    assert created is not None
+    if created.older_create:
+        return created.older_create
+    where = "this control plane" if run.route.via == "rest" else "the assistant MCP"
+    return f"not served by {where}: {created.decided_by or 'its create dropped fields the contract needs'}"
+
+
 def check_dispatch_contract(run: RouteRun, reader: TrackReader) -> CheckResult:
     """The route's mission honours its dispatch contract (see the module docstring)."""
     route = run.route
@@ -69,15 +101,21 @@ def check_dispatch_contract(run: RouteRun, reader: TrackReader) -> CheckResult:
             return dispatched.model_copy(
                 update={"check": CHECK_CONTRACT, "message": f"no mission to judge: {dispatched.message}"}
             )
-        if run.created.older_create:  # the release's create has none of the contract's fields
+        record = {**run.created.mission, **(run.record or {}), **(run.last or {})}
+        lacking = _inexpressible(run, record)
+        if lacking:  # the release (or the channel) cannot carry the contract: a skip naming what it lacks
             return CheckResult(
                 check=CHECK_CONTRACT,
                 target=target,
                 outcome=Outcome.SKIPPED,
-                message=f"{run.created.older_create}: no {route.contract} dispatch contract to honour",
-                evidence={"mission_id": run.created.mission.get("id"), "contract": route.contract},
+                message=f"{_not_served(run)}; the {route.contract} dispatch contract needs {', '.join(lacking)}",
+                evidence={
+                    "mission_id": run.created.mission.get("id"),
+                    "contract": route.contract,
+                    "capability": run.created.decided_by,
+                    "lacking": lacking,
+                },
             )
-        record = {**run.created.mission, **(run.record or {}), **(run.last or {})}
         mission_id = str(run.created.mission.get("id"))
         evidence: dict[str, Any] = {"mission_id": mission_id, "contract": route.contract}
         problems: list[str] = []
@@ -111,7 +149,7 @@ def check_dispatch_contract(run: RouteRun, reader: TrackReader) -> CheckResult:
             elif run.retry_joined is not None:
                 problems.append(f"the keyed retry was answered with another's mission {run.retry_joined[:8]}")
             elif retry is None:
-                problems.append("the keyed retry was not made (idempotency not checkable over this channel)")
+                problems.append("the keyed retry was not made (--sbx-probe: one create per route)")
             else:
                 retry_id = str(retry.mission.get("id"))
                 evidence["retry"] = {"mission_id": retry_id, "coalesced_with": retry.coalesced_with}

@@ -26,15 +26,17 @@ CHECK_NODE: Final = "remote_node"
 DEFAULT_MAX_AGE_S: Final = 120.0
 CLOCK_SKEW_S: Final = 60.0
 
-# Fields a verdict rests on: absent from the body means "not checked", which fails.
-_FLEET_FIELDS: Final = (
-    "control_responsive",
-    "disk_level",
-    "disk_percent",
-    "disk_free_gib",
-    "disk_required_gib",
-)
-_NODE_FIELDS: Final = ("status", "last_seen", "cordoned", "labels")
+# Fields a verdict rests on: absent from the body means "not checked", which fails. A release that reports
+# no disk at all (no disk_* field: 1.3.0, before #590) lacks the capability: the disk is not judged, and
+# the verdict says so; one that reports some disk fields and not others answered badly.
+_FLEET_FIELDS: Final = ("control_responsive",)
+_DISK_FIELDS: Final = ("disk_level", "disk_percent", "disk_free_gib", "disk_required_gib")
+_NODE_FIELDS: Final = ("status", "last_seen", "labels")
+# Node fields a release may not have (monitor.rs @1f98109 has neither): absent, they are named, not judged.
+_NODE_CAPABILITIES: Final = {
+    "cordoned": "this release does not cordon nodes",
+    "lean_runtime_ready": "this release does not report Lean readiness",
+}
 _UNREACHABLE_STATUSES: Final = frozenset({"offline", "degraded"})
 
 
@@ -104,7 +106,9 @@ def check_fleet_health(client: FleetApi, *, target: str = "control-plane") -> Ch
 
 def judge_fleet_health(fh: FleetHealth, *, target: str = "control-plane") -> CheckResult:
     """The verdict on one ``/api/health/fleet`` body (HTTP 200 even when degraded)."""
-    missing = [f for f in _FLEET_FIELDS if f not in fh.model_fields_set or getattr(fh, f) is None]
+    absent = [f for f in (*_FLEET_FIELDS, *_DISK_FIELDS) if f not in fh.model_fields_set or getattr(fh, f) is None]
+    no_disk = all(f in absent for f in _DISK_FIELDS) and not any(k.startswith("disk_") for k in fh.model_fields_set)
+    missing = [f for f in absent if not (no_disk and f in _DISK_FIELDS)]
     ev: dict[str, Any] = {
         "endpoint": "GET /api/health/fleet",
         "status": fh.status,
@@ -121,6 +125,8 @@ def judge_fleet_health(fh: FleetHealth, *, target: str = "control-plane") -> Che
     }
     if missing:
         ev["missing_fields"] = missing
+    if no_disk:
+        ev["disk"] = "not reported by this release (its body has no disk_* field): the disk was not judged"
     problems: list[str] = []
     cause: str | None = None
     if fh.status != "ok":
@@ -152,13 +158,12 @@ def judge_fleet_health(fh: FleetHealth, *, target: str = "control-plane") -> Che
         return CheckResult.failed(
             CHECK_FLEET_HEALTH, target, "fleet health: " + "; ".join(problems), ev, cls, cause=cause
         )
-    return CheckResult.passed(
-        CHECK_FLEET_HEALTH,
-        target,
-        f"fleet ok: control actor responsive, disk {fh.disk_percent}% ({fh.disk_free_gib} GiB free, "
-        f"{fh.disk_required_gib} GiB required)",
-        ev,
+    disk = (
+        "the release reports no disk (no disk_* field), so the disk was not judged"
+        if no_disk
+        else f"disk {fh.disk_percent}% ({fh.disk_free_gib} GiB free, {fh.disk_required_gib} GiB required)"
     )
+    return CheckResult.passed(CHECK_FLEET_HEALTH, target, f"fleet ok: control actor responsive, {disk}", ev)
 
 
 # ---------------------------------------------------------------- /api/remote-nodes
@@ -189,8 +194,9 @@ def check_remote_node(
     and a stale heartbeat are classified ``infra_unreachable`` (the DGX triage reads that).
     """
     check, target = CHECK_NODE, node.id
-    needed = list(_NODE_FIELDS) + (["lean_runtime_ready"] if "lean" in node.labels else [])
-    missing = [f for f in needed if f not in node.model_fields_set]
+    missing = [f for f in _NODE_FIELDS if f not in node.model_fields_set]
+    wanted = ["cordoned"] + (["lean_runtime_ready"] if "lean" in node.labels else [])
+    unreported = [f for f in wanted if f not in node.model_fields_set]
     ev: dict[str, Any] = {
         "node": node.id,
         "status": node.status,
@@ -209,6 +215,8 @@ def check_remote_node(
         ev["extra_fields"] = sorted(node.model_extra)
     if missing:
         ev["missing_fields"] = missing
+    if unreported:  # the release lacks these: named, not judged
+        ev["not_reported"] = {f: _NODE_CAPABILITIES[f] for f in unreported}
     if node.status == "disabled":
         return CheckResult(
             check=check,
@@ -242,7 +250,7 @@ def check_remote_node(
             unreachable = True
         elif age < -CLOCK_SKEW_S:
             problems.append(f"last_seen {node.last_seen} is {-age:.0f}s in the future (clock skew?)")
-    if "lean" in node.labels and node.lean_runtime_ready is not True and "lean_runtime_ready" not in missing:
+    if "lean" in node.labels and node.lean_runtime_ready is not True and "lean_runtime_ready" not in unreported:
         problems.append("labelled lean but lean_runtime_ready is not true")
     if missing:
         problems.append(f"the node lacks {', '.join(missing)}: not checked")
@@ -251,9 +259,11 @@ def check_remote_node(
         if not unreachable and missing and len(problems) == 1:
             cls = Classification.BAD_RESPONSE
         return CheckResult.failed(check, target, f"node {node.id}: " + "; ".join(problems), ev, cls)
-    lean = ", lean runtime ready" if "lean" in node.labels else ""
+    lean = ", lean runtime ready" if "lean" in node.labels and "lean_runtime_ready" not in unreported else ""
+    cordon = "" if "cordoned" in unreported else ", not cordoned"
+    notes = "".join(f"; {_NODE_CAPABILITIES[f]} ({f} absent): not judged" for f in unreported)
     return CheckResult.passed(
-        check, target, f"node {node.id} online, not cordoned, seen {ev['age_s']:.0f}s ago{lean}", ev
+        check, target, f"node {node.id} online{cordon}, seen {ev['age_s']:.0f}s ago{lean}{notes}", ev
     )
 
 

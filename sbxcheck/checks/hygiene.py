@@ -259,7 +259,11 @@ def check_mission_verdicts(
 
     def body() -> CheckResult:
         missions, truncated = client.list_missions_paged(max_missions=thresholds.max_missions)
-        return judge_verdicts(missions, thresholds, truncated=truncated, target=target)
+        result = judge_verdicts(missions, thresholds, truncated=truncated, target=target)
+        notes = getattr(missions, "notes", None)  # rows read leniently (a field of another type): named
+        if notes:
+            result.evidence["rows_read_leniently"] = list(notes[:20])
+        return result
 
     return run_check(CHECK_VERDICTS, target, body)
 

@@ -17,6 +17,24 @@ from sbxcheck.errors import NotServed, SbxError, service_cause
 from sbxcheck.results import CheckResult, Classification, Outcome
 from sbxcheck.spend import mission_cost
 
+#: terminal_reason values that say the control plane, not the route, ended a mission (v0.7.0 control.rs:4259,
+#: 1.3.0 control/mod.rs:8830-8841, cba9502's webhook table in control/mod.rs, upstream #417 and #797), with
+#: the classification an operator expects: a deploy or a lost node is infrastructure, never a route failure.
+ENDED_BY: dict[str, tuple[Classification, str]] = {
+    "server_shutdown": (Classification.INFRASTRUCTURE, "the control plane shut down (a deploy or restart) mid-run"),
+    "orphan_no_runner": (Classification.INFRASTRUCTURE, "the control plane found it without a runner (a restart)"),
+    "remote_node_lost": (Classification.INFRASTRUCTURE, "its remote node stopped answering"),
+    "force_killed_after_cancel_timeout": (
+        Classification.INFRASTRUCTURE,
+        "the watchdog force-killed it after a cancel did not finish in time",
+    ),
+    "capacity_limited": (Classification.INFRASTRUCTURE, "the provider refused it for capacity"),
+    "deadline_exceeded": (Classification.TIMEOUT, "its deadline passed before the control plane dispatched it"),
+    "watchdog_stalled": (Classification.TIMEOUT, "the watchdog ended it as stalled"),
+    "stalled": (Classification.TIMEOUT, "the control plane ended it as stalled (no progress)"),
+    "rate_limited": (Classification.RATE_LIMITED, "the provider rate-limited every retry"),
+    "auth_error": (Classification.AUTH_FAILED, "the provider refused its credentials"),
+}
 GOAL_LIMIT = 4000
 GOAL_WARN = 3500
 EFFORT_BACKENDS = frozenset({"codex", "claudecode"})
@@ -71,6 +89,32 @@ def skip_or_error(check: str, target: str, run: RouteRun) -> CheckResult | None:
             evidence=route_evidence(run),
         )
     return None
+
+
+def ended_by_control_plane(check: str, target: str, run: RouteRun, ev: dict[str, Any]) -> CheckResult | None:
+    """The verdict on a mission the control plane ended for a reason of its own (its ``terminal_reason``,
+    :data:`ENDED_BY`): what ended it, never "failed dispatch" or "no execution evidence". Infrastructure
+    (a deploy, a lost node) is "could not tell", one incident per reason; None for any other end."""
+    record = run.last or run.record or {}
+    reason = record.get("terminal_reason")
+    status = run.status
+    if status not in TERMINAL or status == "completed" or not isinstance(reason, str) or reason not in ENDED_BY:
+        return None
+    classification, meaning = ENDED_BY[reason]
+    ev.update(terminal_reason=reason, terminal_evidence=record.get("terminal_evidence"))
+    message = f"{status}: terminal_reason {reason} — {meaning}; the route itself was not judged"
+    if classification is Classification.INFRASTRUCTURE:
+        return CheckResult.errored(
+            check,
+            target,
+            message,
+            classification,
+            ev,
+            cause=f"control-plane-ended:{reason}",
+            recommendation=f"the control plane ended the mission ({reason}): once it is steady again, re-run; "
+            "nothing was changed",
+        )
+    return CheckResult.failed(check, target, message, ev, classification, cause=f"control-plane-ended:{reason}")
 
 
 # ------------------------------------------------------------------ dispatched
@@ -153,7 +197,7 @@ def check_dispatched(run: RouteRun) -> CheckResult:
     if run.created.older_create:  # an older release: the prompt went as the first message, no key retry
         ev.update(older_create=run.created.older_create, first_message=run.created.first_message)
     if run.slot_waited_s is not None:  # every slot was taken: it waited its turn, then started in its own
-        ev.update(slot_waited_s=run.slot_waited_s, slot_refusal=run.created.awaiting_slot)
+        ev.update(slot_waited_s=run.slot_waited_s, slot_refusal=run.slot_refusal)
     ignored = _idempotency_ignored(run, ev)
     if ignored is not None:
         return CheckResult.failed(
@@ -378,6 +422,9 @@ def check_reaches_execution(run: RouteRun, *, blocked_signature: str | None = No
     unreadable = mission_cost(run.events).unreadable
     if unreadable is not None:  # the mission's own reported cost is unusable: said where it came from
         ev["cost_unreadable"] = f"bad_response: {unreadable}"
+    ended = ended_by_control_plane(check, target, run, ev)
+    if ended is not None:
+        return ended
     if evidence and status in ("active", "completed", "awaiting_user"):
         return CheckResult.passed(
             check, target, f"{status} with execution evidence ({len(evidence)} events)", ev

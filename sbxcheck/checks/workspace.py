@@ -7,7 +7,13 @@ import re
 from typing import Any
 
 from sbxcheck.checks.base import trim
-from sbxcheck.checks.missions import control_plane_error, not_dispatched, route_evidence, skip_or_error
+from sbxcheck.checks.missions import (
+    control_plane_error,
+    ended_by_control_plane,
+    not_dispatched,
+    route_evidence,
+    skip_or_error,
+)
 from sbxcheck.checks.toolsteps import StepOutcome, call_text, step_results, tool_outcome
 from sbxcheck.clients.missionruns import CanaryRun, RouteRun
 from sbxcheck.results import CheckResult, Classification, Outcome
@@ -159,6 +165,9 @@ def check_workspace_visible(canary: CanaryRun) -> CheckResult:
     if failed_steps:
         ev["failed_steps"] = failed_steps
     ev["steps_seen"] = len(pairs)
+    ended = ended_by_control_plane(check, target, run, ev) if problems else None
+    if ended is not None:  # a deploy or the watchdog ended it: say so, not which step it never ran
+        return ended
     if not problems:
         return CheckResult.passed(
             check,

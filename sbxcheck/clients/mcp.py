@@ -158,6 +158,13 @@ class AssistantMcpClient:
         """Tool names advertised at start (or at the last :meth:`list_tools`)."""
         return self._stdio.tools
 
+    def tool_arguments(self, tool: str) -> frozenset[str] | None:
+        """The argument names the advertised ``tool`` takes (its ``inputSchema``; None: not advertised)."""
+        try:
+            return self._stdio.tool_arguments(self.resolve_tool(tool))
+        except UnknownToolError:
+            return None
+
     def start(self) -> Self:
         """Spawn the server and complete the MCP handshake; McpServerUnavailable on failure."""
         self._stdio.start()

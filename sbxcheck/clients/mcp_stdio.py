@@ -232,6 +232,7 @@ class McpStdioSession:
         self._eof: _EofWatch | None = None
         self._stderr: _StderrCapture | None = None
         self._tools: list[str] = []
+        self._arguments: dict[str, frozenset[str]] = {}  # tool -> the argument names its inputSchema lists
         self._server_info: tuple[str, str] | None = None
         self._dead = False
 
@@ -282,6 +283,15 @@ class McpStdioSession:
     def tools(self) -> list[str]:
         """Tool names advertised at start (or at the last :meth:`list_tools`)."""
         return list(self._tools)
+
+    def tool_arguments(self, tool: str) -> frozenset[str] | None:
+        """The argument names ``tool``'s advertised ``inputSchema`` lists (None: no such tool)."""
+        return self._arguments.get(tool)
+
+    def _note_schemas(self, tools: list[Any]) -> list[str]:
+        """Keep each tool's argument names (its ``inputSchema`` properties); the tool names."""
+        self._arguments = {tool.name: _argument_names(tool.input_schema) for tool in tools}
+        return [tool.name for tool in tools]
 
     def start(self) -> Self:
         """Spawn the server and complete the MCP handshake; McpServerUnavailable on failure."""
@@ -349,7 +359,7 @@ class McpStdioSession:
                         listing = await session.list_tools()
                     self._server_info = (init.server_info.name, init.server_info.version)
                     self._session = session
-                    ready.set_result([tool.name for tool in listing.tools])
+                    ready.set_result(self._note_schemas(list(listing.tools)))
                     await self._stop.wait()
         except BaseException as exc:
             if not ready.done():
@@ -460,7 +470,7 @@ class McpStdioSession:
 
         async def _list() -> list[str]:
             listing = await session.list_tools()
-            return [tool.name for tool in listing.tools]
+            return self._note_schemas(list(listing.tools))
 
         try:
             names = self.run("tools/list", portal, _list, timeout_s=self._timeout_s)
@@ -470,3 +480,9 @@ class McpStdioSession:
             ) from None
         self._tools = names
         return list(names)
+
+
+def _argument_names(schema: Any) -> frozenset[str]:
+    """The property names of a tool's ``inputSchema`` (none when it is not an object schema)."""
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    return frozenset(k for k in properties if isinstance(k, str)) if isinstance(properties, dict) else frozenset()

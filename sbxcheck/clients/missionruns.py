@@ -80,6 +80,7 @@ class RouteRun:
     dispatched_at: float | None = None  # monotonic clock when the first create was sent (or it got a slot)
     awaiting_slot: bool = False  # created; waiting for a slot of its own to start in (an older release)
     slot_waited_s: float | None = None  # how long it waited for that slot, once it had one
+    slot_refusal: str | None = None  # the plane's words when no slot was free (a 409, a dropped message)
     skipped_incident: str | None = None
     settled_s: float | None = None  # seconds from the session's first dispatch until this run settled
     retry: Created | None = None
@@ -179,6 +180,8 @@ def stream_says_settle(sig: MissionSignal | None, to_end: bool) -> bool:
         return False
     if settles(sig.status, sig.evidence, to_end):
         return True
+    if sig.last_kind == "error" and sig.status in (None, "pending") and not sig.evidence:
+        return True  # an error before the mission started (a dropped first message): the stored rows say why
     if sig.status is None:
         return (sig.evidence and not to_end) or sig.last_kind == "assistant_message"
     return False

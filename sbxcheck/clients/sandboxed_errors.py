@@ -82,7 +82,8 @@ class SlotsFull(ApiRejected):
     def __init__(self, endpoint: str, status: int, reason: str, *, error_code: str | None = None) -> None:
         super().__init__(endpoint, status, reason, error_code=error_code)
         found = _SLOTS_RE.search(reason)
-        self.max_parallel: int | None = int(found.group(1)) if found else None
+        dropped = _DROPPED_RE.search(reason)
+        self.max_parallel: int | None = int(found.group(1)) if found else int(dropped.group(1)) if dropped else None
         self.running: int | None = int(found.group(2)) if found else None
         self.evidence.update(max_parallel=self.max_parallel, running=self.running)
 
@@ -90,9 +91,18 @@ class SlotsFull(ApiRejected):
 _SLOTS_RE: Final = re.compile(r"Maximum parallel missions \((\d{1,6})\) reached\.\s*(\d{1,6}) running", re.IGNORECASE)
 
 
+#: 1.3.0's error event when it drops a first message it cannot start (control/mod.rs:10247)
+_DROPPED_RE: Final = re.compile(r"Cannot start mission \S+: max parallel missions \((\d{1,6})\) reached", re.IGNORECASE)
+
+
 def slots_full(reason: str) -> bool:
     """Whether a 409's text says every mission slot is taken."""
     return _SLOTS_RE.search(reason) is not None
+
+
+def message_dropped(text: str) -> bool:
+    """Whether an error event says the control plane dropped a mission's first message: no slot was free."""
+    return _DROPPED_RE.search(text) is not None
 
 
 class ServerError(_HttpStatusError, TransportError):

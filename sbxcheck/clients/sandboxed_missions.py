@@ -6,8 +6,9 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 import httpx
-from pydantic import JsonValue
+from pydantic import JsonValue, ValidationError
 
+from sbxcheck.clients.mission_rows import MissionRows, read_mission, read_rows
 from sbxcheck.clients.sandboxed_errors import ApiRejected, MissionRejected, NotFound, SlotsFull, slots_full
 from sbxcheck.clients.sandboxed_models import (
     CreateOutcome,
@@ -21,6 +22,7 @@ from sbxcheck.clients.sandboxed_models import (
 )
 from sbxcheck.clients.sandboxed_wire import SandboxedWire
 from sbxcheck.clients.served import LIST_DEFAULT_PAGE, within_cursor, within_filter
+from sbxcheck.clients.validation import validation_summary
 from sbxcheck.errors import BadResponseError, CommandTimeout
 from sbxcheck.ids import check_id, path_segment
 
@@ -54,13 +56,19 @@ class MissionCalls(SandboxedWire):
         path = "/api/control/missions"
         endpoint = f"POST {path}"
         resp = self._send("POST", path, json_body=spec.body(), rejection=MissionRejected)
-        mission = self._parse(endpoint, resp, Mission)
+        try:
+            mission, _ = read_mission(self._json(endpoint, resp, False))
+        except ValidationError as exc:
+            raise BadResponseError(
+                f"{endpoint}: response is not a Mission ({validation_summary(exc)}){self._shown(resp, False)}",
+                evidence={"endpoint": endpoint},
+            ) from None
         check_id(mission.id, field="id", source=endpoint)  # a server's id is data, never a path
-        ignored = resp.headers.get("x-ignored-fields", "")
+        ignored = resp.headers.get("x-ignored-fields")
         return CreateOutcome(
             mission=mission,
             coalesced_with=resp.headers.get("x-coalesced-with") or None,
-            ignored_fields=tuple(f for f in ignored.split(",") if f),
+            ignored_fields=None if ignored is None else tuple(f.strip() for f in ignored.split(",") if f.strip()),
         )
 
     def create_mission(
@@ -115,9 +123,19 @@ class MissionCalls(SandboxedWire):
         return self.submit_mission(spec).mission
 
     def get_mission(self, mission_id: str) -> Mission:
-        """``GET /api/control/missions/:id``; unknown id → :class:`NotFound`, another's record → bad response."""
+        """``GET /api/control/missions/:id``; unknown id → :class:`NotFound`, another's record → bad response.
+        An optional field of another type (1.3.0's integer ``github_pr``) is fixed or left out, never fatal."""
         path = f"/api/control/missions/{_mission_segment(mission_id)}"
-        return self._get(path, Mission).asked_for(mission_id, f"GET {path}")
+        endpoint = f"GET {path}"
+        resp = self._send("GET", path)
+        try:
+            mission, _ = read_mission(self._json(endpoint, resp, False))
+        except ValidationError as exc:
+            raise BadResponseError(
+                f"{endpoint}: response is not a Mission ({validation_summary(exc)}){self._shown(resp, False)}",
+                evidence={"endpoint": endpoint},
+            ) from None
+        return mission.asked_for(mission_id, endpoint)
 
     def list_missions(
         self,
@@ -150,13 +168,20 @@ class MissionCalls(SandboxedWire):
         """The rows the list's query asks for, and how many the server answered (a release whose list
         takes no query answers others: its status filter and default horizon are applied here)."""
         path = "/api/control/missions"
-        raw = self._parse_list(f"GET {path}", self._send("GET", path, params=params), Mission)
+        resp = self._send("GET", path, params=params)
+        data = self._json(f"GET {path}", resp, False)
+        if not isinstance(data, list):
+            raise BadResponseError(
+                f"GET {path}: expected a JSON array, got {type(data).__name__}{self._shown(resp, False)}",
+                evidence={"endpoint": f"GET {path}"},
+            )
+        raw = read_rows(data)  # a row of another shape is named in .notes, never failing the list
         statuses = params.get("status")
         wanted = frozenset(statuses.split(",")) if isinstance(statuses, str) else None
         rows, ignored = within_filter(raw, wanted, show_all)
         if ignored:
             self.served.list_query_ignored = True
-        return rows, len(raw)
+        return MissionRows(rows, raw.notes), len(data)
 
     def mission_events_page(
         self,
@@ -167,10 +192,12 @@ class MissionCalls(SandboxedWire):
         limit: int | None = None,
         types: Collection[str] | None = None,
         view: str | None = None,
+        counts: bool = False,
     ) -> EventPage:
         """``GET .../missions/:id/events`` with an explicit cursor (``since_seq=0`` when none given). Only
-        rows the cursor asks for are returned, once each, whatever the server did with it."""
-        params: dict[str, str | int] = {}
+        rows the cursor asks for are returned, once each, whatever the server did with it. ``counts``:
+        ask for ``X-Total-Events`` (an extra scan on the server; a cursor read needs only ``X-Max-Sequence``)."""
+        params: dict[str, str | int] = {} if counts else {"include_counts": "false"}
         if before_seq is not None:
             params["before_seq"] = before_seq
         else:
@@ -237,6 +264,12 @@ class MissionCalls(SandboxedWire):
                 return
             raise
 
+    def set_mission_status(self, mission_id: str, status: str) -> None:
+        """``POST .../missions/:id/status {status}`` (how a finished turn is acknowledged); the answer is
+        only an envelope: read the mission back to know what it is now."""
+        path = f"/api/control/missions/{_mission_segment(mission_id)}/status"
+        self._send("POST", path, json_body={"status": status})
+
     def cancel_mission(self, mission_id: str) -> bool:
         """``POST .../missions/:id/cancel``; False when the mission is unknown or gone (404)."""
         try:
@@ -301,7 +334,7 @@ class MissionCalls(SandboxedWire):
     ) -> tuple[list[Mission], bool]:
         """Every mission of the default (attention-only) list, page by page; True when cut at ``max_missions``."""
         size = max(1, min(200, page_size))
-        out: list[Mission] = []
+        out = MissionRows()
         seen: set[str] = set()
         offset = 0
         while len(out) < max_missions:
@@ -309,6 +342,8 @@ class MissionCalls(SandboxedWire):
             fresh = [m for m in page if m.id not in seen]  # a page shifting under us repeats rows
             seen.update(m.id for m in fresh)
             out.extend(fresh)
+            if isinstance(page, MissionRows):
+                out.notes.extend(n for n in page.notes if n not in out.notes)
             if offset and answered and not fresh:  # the page after the first repeated it: offset ignored
                 self.served.list_offset_ignored = True
                 return out, True
@@ -316,4 +351,4 @@ class MissionCalls(SandboxedWire):
             if answered == 0 or (answered < size and not _maybe_capped(answered, size)):
                 return out, False
             size = min(size, answered)  # a server that pages by its own size is read at that size
-        return out[:max_missions], True
+        return MissionRows(out[:max_missions], out.notes), True

@@ -427,11 +427,12 @@ class EventPage:
 
 @dataclass(frozen=True)
 class CreateOutcome:
-    """A create's mission plus its headers: ``x-coalesced-with`` and ``x-ignored-fields``."""
+    """A create's mission plus its headers: ``x-coalesced-with`` and ``x-ignored-fields`` (``None``: the
+    answer carried no such header, so it says nothing about what was ignored)."""
 
     mission: Mission
     coalesced_with: str | None = None
-    ignored_fields: tuple[str, ...] = ()
+    ignored_fields: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)

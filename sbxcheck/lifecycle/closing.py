@@ -6,10 +6,18 @@ mission is never followed, never cancelled and never booked as spent; it is repo
 every mission the session made is judged by what the control plane stored — its events after the
 follower's cursor (read for the cost anyway) when they show it ended, else its record (``GET``) —
 never by the live stream's word: the stream only wakes readers, and an event it carries may be wrong.
+
+A cancel is never taken on its word: after any answer (a 404 included) the mission is read back. A
+release that cancels only what it runs (v0.7.0, 1.3.0) answers 404 ``Mission <id> not found`` for a
+pending or parked mission and leaves it as it was; one still there and not ended stays open in the
+ledger as a leftover (``still <status>: ...``), which the report makes an incident. A mission whose turn
+ended (``awaiting_user`` with ``awaiting_kind`` ack: 1.3.0 parks every finished turn there) is
+acknowledged rather than cancelled, and read back too.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +25,7 @@ from sbxcheck.clients.channels import Created, MissionChannel
 from sbxcheck.clients.missionruns import TERMINAL, RouteRun, new_events
 from sbxcheck.clients.sandboxed import NotFound
 from sbxcheck.clients.sandboxed_models import RecordMismatch
-from sbxcheck.errors import BadResponseError, SbxError
+from sbxcheck.errors import BadResponseError, NotServed, SbxError
 from sbxcheck.lifecycle.following import EVENT_PAGE
 from sbxcheck.lifecycle.intents import MissionIntents
 from sbxcheck.lifecycle.listing import MissionList
@@ -26,6 +34,17 @@ from sbxcheck.spend import mission_cost
 
 MAX_CLOSE_PAGES = 10  # event pages read per mission at close (what the follower read is not read again)
 FOREIGN_HOW = "left alone: not this session's (a create over {via} was answered with it)"
+SETTLED = TERMINAL | {"acknowledged"}  # nothing runs and nothing waits on an operator: nothing to close
+LEFT = "still "  # the start of a close outcome that left the mission behind, not ended
+CANCEL_SETTLE_S = 15.0  # how long a cancel answered ok may take to show in the record (read back, bounded)
+READ_BACK_PAUSE_S = 0.25
+
+
+def left_status(how: str) -> str | None:
+    """The status a close outcome left the mission in (``still pending: ...`` → ``pending``), or None."""
+    if not how.startswith(LEFT):
+        return None
+    return how[len(LEFT) :].split(":", 1)[0].strip() or None
 
 
 def session_mark(title: str) -> str:
@@ -113,7 +132,7 @@ class OwnedMissions:
         run = self.runs.get(mission_id)
         events = list(run.events) if run is not None else []
         last = run.last.get("status") if run is not None and run.last else None
-        if last in TERMINAL:  # its events were read after that record: nothing is missing
+        if last in TERMINAL or last == "awaiting_user":  # its turn had ended when its events were read
             return events, str(last)
         cursor = max((e["sequence"] for e in events if isinstance(e.get("sequence"), int)), default=0)
         try:
@@ -137,32 +156,21 @@ class OwnedMissions:
         return events, None
 
     def cancel_all(self) -> dict[str, str]:
-        """Cancel every mission this session made that has not ended; say what happened to each (and to
-        the creates never answered)."""
+        """End every mission this session made that has not ended; say what happened to each (and to the
+        creates never answered). A mission still there after its cancel stays open in the ledger."""
         outcome: dict[str, str] = {}
+        listed = self._listed()  # one list read for what every mission is now (a GET each where it fails)
         for mission_id, via in list(self.created.items()):
             try:
-                channel = self.channel_for(via)
-                # the stored mission decides, never the stream's word: its stored events (read for
-                # the cost anyway) when they show it ended, else its record
-                events, status = self.stored_events(mission_id, channel)
-                if mission_id not in self.spend.costs:  # what it cost, where the control plane stores it
-                    self.spend.book(mission_id, mission_cost(events))
-                if status not in TERMINAL:
-                    try:
-                        status = channel.get(mission_id).get("status")
-                    except RecordMismatch:
-                        status = None  # the answer was another mission's record: cancel ours by its id
-                if status in TERMINAL:
-                    how = f"already {status}"
-                else:
-                    how = "cancelled" if channel.cancel(mission_id) else "already gone"
+                how = self._close(mission_id, self.channel_for(via), listed.get(mission_id))
             except NotFound:
                 how = "already gone"
             except SbxError as exc:  # one failing cancel does not stop the others
                 how = f"cancel failed: {exc.message}"
             outcome[mission_id] = how
-            if not how.startswith("cancel failed"):
+            if how.startswith(LEFT):
+                self.intents.leave_mission(mission_id, how)  # the next session's review meets it
+            elif not how.startswith("cancel failed"):
                 # released as each one ends, so an abandoned close leaves the ledger exact; a failed
                 # cancel stays open: the next session sees it
                 self.intents.release_mission(mission_id, how)
@@ -174,3 +182,91 @@ class OwnedMissions:
             )
         )
         return outcome
+
+    def _listed(self) -> dict[str, dict[str, Any]]:
+        """Every listed mission's row by id, from one read of the list ({} when there is none or it fails:
+        each mission is then read on its own)."""
+        if self.list_missions is None or not self.created:
+            return {}
+        try:
+            rows = self.list_missions.page(min(200, max(50, 2 * len(self.created))), 0)
+        except SbxError:
+            return {}
+        return {str(r["id"]): r for r in rows if isinstance(r.get("id"), str)}
+
+    def _close(self, mission_id: str, channel: MissionChannel, row: dict[str, Any] | None = None) -> str:
+        """End one mission this session made (``row``: its line of the close's list read, if it had one);
+        what happened to it, read back from the control plane."""
+        # the stored mission decides, never the stream's word: its stored events (read for the cost
+        # anyway) when they show it ended, else its record
+        events, status = self.stored_events(mission_id, channel)
+        if mission_id not in self.spend.costs:  # what it cost, where the control plane stores it
+            self.spend.book(mission_id, mission_cost(events))
+        if status in SETTLED:
+            return f"already {status}"
+        record = row if row is not None else self._record(mission_id, channel)
+        status = record.get("status") if record is not None else None
+        if status in SETTLED:
+            return f"already {status}"
+        if _parked_for_ack(record):  # its turn ended: acknowledged, not cancelled (where the release can)
+            acknowledged = self._acknowledge(mission_id, channel)
+            if acknowledged is not None:
+                return acknowledged
+        answered = channel.cancel(mission_id)  # False: the control plane said "not found" (404)
+        how, record = self._read_back(mission_id, channel, answered)
+        if _parked_for_ack(record):  # its turn ended while the close went on
+            return self._acknowledge(mission_id, channel) or how
+        return how
+
+    def _record(self, mission_id: str, channel: MissionChannel) -> dict[str, Any] | None:
+        try:
+            return channel.get(mission_id)
+        except RecordMismatch:
+            return None  # the answer was another mission's record: cancel ours by its id
+
+    def _acknowledge(self, mission_id: str, channel: MissionChannel) -> str | None:
+        """Archive a mission whose turn ended (awaiting_user, ack) over its channel, else over REST; read
+        back. The outcome, or None when it could not be acknowledged (it is cancelled instead)."""
+        for way in (channel, self.channel_for("rest")):
+            try:
+                way.acknowledge(mission_id)
+            except NotServed:
+                continue
+            except SbxError:
+                return None
+            record = self._record(mission_id, channel)
+            if record is not None and record.get("status") in SETTLED:
+                return f"acknowledged: its turn had ended (awaiting_user, ack); read back {record.get('status')}"
+            return None
+        return None
+
+    def _read_back(
+        self, mission_id: str, channel: MissionChannel, answered: bool
+    ) -> tuple[str, dict[str, Any] | None]:
+        """What the mission is after its cancel, and its record: gone or ended (closed), or still there
+        (``still ...``). A cancel answered ok is read until it shows (bounded); one answered 404 changed
+        nothing to wait for."""
+        said = "ok" if answered else "404 (not found)"
+        deadline = time.monotonic() + (CANCEL_SETTLE_S if answered else 0.0)
+        pause = READ_BACK_PAUSE_S
+        while True:
+            try:
+                record = self._record(mission_id, channel)
+            except NotFound:
+                return ("cancelled" if answered else "already gone"), None
+            except SbxError as exc:
+                why = f"the cancel answered {said}, then the mission could not be read: {exc.message}"
+                return f"cancel failed: {why}", None
+            status = record.get("status") if record is not None else None
+            if status in SETTLED:
+                return ("cancelled" if answered else f"already {status} (the cancel answered 404)"), record
+            if time.monotonic() + pause > deadline:
+                how = f"{LEFT}{status}: the cancel answered {said} and the mission is still there; it stays open"
+                return f"{how} in the ledger", record
+            time.sleep(pause)
+            pause = min(pause * 2, 2.0)
+
+
+def _parked_for_ack(record: dict[str, Any] | None) -> bool:
+    """Its turn ended and it waits only to be acknowledged (awaiting_user, awaiting_kind ack)."""
+    return record is not None and record.get("status") == "awaiting_user" and record.get("awaiting_kind") == "ack"

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from sbxcheck.clients.channels import MissionChannel
 from sbxcheck.clients.missionruns import (
@@ -22,12 +23,24 @@ from sbxcheck.clients.missionruns import (
     settles,
     stream_says_settle,
 )
-from sbxcheck.clients.stream import ControlStream
+from sbxcheck.clients.sandboxed_errors import message_dropped
+from sbxcheck.clients.stream import ControlStream, MissionSignal
 from sbxcheck.errors import CommandTimeout, SbxError
 from sbxcheck.inventory import SandboxedSection
+from sbxcheck.lifecycle.listwatch import ListWatch
 from sbxcheck.transports.http import pushback_until
 
 EVIDENCE_EVENTS = frozenset({"tool_call", "tool_result", "assistant_message"})
+
+
+class FirstMessageDropped(SbxError):
+    """The control plane dropped the mission's first message: no slot was free (1.3.0 says so in an error
+    event and leaves the mission pending). The dispatcher waits for a slot and sends it again."""
+
+    def __init__(self, mission_id: str, text: str) -> None:
+        super().__init__(f"mission {mission_id}: its first message was dropped: {text}")
+        self.mission_id = mission_id
+        self.text = text
 EVENT_PAGE = 100  # the events endpoint's default page: a full page means more may follow
 MAX_POLL_S = 10.0  # polling backoff ceiling (without the live stream)
 RECHECK_S = 1.0  # the stream said "settled" but the stored rows did not yet: read again after this
@@ -46,13 +59,46 @@ class WaitingState:
     followed_by: str  # "stream" or "polling"
 
 
-class MissionFollower:
-    """Follows a session's missions: the live stream (when there is one) wakes the reads, ``stop`` ends them."""
+class Signals(Protocol):
+    """What wakes a follower's reads: the live stream, or the shared list watch standing in for it."""
 
-    def __init__(self, section: SandboxedSection, stream: ControlStream | None, stop: threading.Event) -> None:
+    live: bool
+    absent: bool
+    generation: int
+    why_absent: str | None
+
+    def signal(self, mission_id: str) -> MissionSignal | None: ...
+
+    def wait(self, mission_id: str, version: int, generation: int, timeout_s: float) -> None: ...
+
+
+class MissionFollower:
+    """Follows a session's missions: the live stream (when there is one) wakes the reads, else the shared
+    list watch (one list read a tick for every mission), else each mission is polled; ``stop`` ends them."""
+
+    def __init__(
+        self,
+        section: SandboxedSection,
+        stream: ControlStream | None,
+        stop: threading.Event,
+        watch: ListWatch | None = None,
+    ) -> None:
         self.section = section
         self.stream = stream
         self.stop = stop
+        self.watch = watch
+        self._watch_lock = threading.Lock()
+
+    def _signals(self) -> Signals | None:
+        """The live stream while it serves; else the list watch (started on first need); else None."""
+        if self.stream is not None and not self.stream.absent:
+            return self.stream
+        watch = self.watch
+        if watch is None or watch.absent or self.stop.is_set():
+            return None
+        with self._watch_lock:
+            watch.start(wait_s=self.section.request_timeout_s)
+        return watch if not watch.absent else None
 
     def start(self) -> None:
         """Subscribe to the live stream (before the first create, so no event is missed)."""
@@ -60,9 +106,11 @@ class MissionFollower:
             self.stream.start(wait_s=self.section.request_timeout_s)
 
     def close(self) -> None:
-        """Close the stream: every follower wakes; its signals stay readable."""
+        """Close the stream and the list watch: every follower wakes; the stream's signals stay readable."""
         if self.stream is not None:
             self.stream.close()
+        if self.watch is not None:
+            self.watch.close()
 
     def dispatched(self, run: RouteRun) -> None:
         """``run``'s create is being sent: its deadline counts from now, a catch-up from the stream's generation."""
@@ -84,9 +132,10 @@ class MissionFollower:
         """
         mission_id = run.mission_id
         assert mission_id is not None
-        stream = self.stream
+        stream = self._signals()
+        watching: ListWatch | None = None  # the list watch follows this mission while it is the source
         cursor = 0
-        synced = run.stream_generation
+        synced = run.stream_generation if stream is self.stream else 0
         poll_s = self.section.poll_interval_s
         next_poll = 0.0
         recheck_at = 0.0
@@ -97,6 +146,14 @@ class MissionFollower:
         polled = False
         try:
             while True:
+                if stream is None or stream.absent:  # the stream gave up (or never served): the list watch
+                    switched = self._signals()
+                    if switched is not stream:
+                        stream, statuses_seen = switched, 0
+                        synced = stream.generation if stream is not None else 0
+                if isinstance(stream, ListWatch) and watching is None:
+                    watching = stream
+                    watching.watch(mission_id)
                 now = time.monotonic()
                 live = stream is not None and stream.live
                 sig = stream.signal(mission_id) if stream is not None else None
@@ -158,9 +215,14 @@ class MissionFollower:
                     self.stop.wait(timeout)
         finally:
             run.waited_s = round(run.elapsed_s(), 2)
+            if watching is not None:
+                watching.unwatch(mission_id)
+            gone = self.stream.why_absent if self.stream is not None else None
             if stream is None or stream.absent:
-                reason = "no live stream" if stream is None else stream.why_absent
+                reason = gone or (stream.why_absent if stream is not None else None) or "no live stream"
                 run.followed_by = f"polling ({reason})"
+            elif isinstance(stream, ListWatch):
+                run.followed_by = f"polling the mission list (no live stream{': ' + gone if gone else ''})"
             else:
                 run.followed_by = "stream (and polling while it reconnected)" if polled else "stream"
 
@@ -254,6 +316,11 @@ def _read_now(run: RouteRun, channel: MissionChannel, mission_id: str, cursor: i
         if len(page) < EVENT_PAGE or not fresh:
             break
     has_evidence = any(e.get("event_type") in EVIDENCE_EVENTS for e in run.events)
+    if status == "pending" and not has_evidence:
+        drops = [str(e.get("content") or "") for e in run.events if e.get("event_type") == "error"]
+        dropped = [t for t in drops if message_dropped(t)]
+        if dropped and run.slot_waited_s is None:  # not yet started in a slot of its own
+            raise FirstMessageDropped(mission_id, dropped[-1])
     return cursor, status, has_evidence
 
 

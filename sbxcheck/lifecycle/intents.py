@@ -64,6 +64,12 @@ class MissionIntents:
         if self.ledger is not None and entry is not None:
             self.ledger.mark_released(entry, how)
 
+    def leave_mission(self, mission_id: str, why: str) -> None:
+        """``mission_id`` is still there after the close tried to end it: its entry stays open, saying so."""
+        entry = self.entries.get(mission_id)
+        if self.ledger is not None and entry is not None:
+            self.ledger.mark_left(entry, why)
+
     def close_unanswered(
         self, list_missions: MissionList | None, cancel: Callable[[str], bool], foreign: set[str]
     ) -> dict[str, str]:

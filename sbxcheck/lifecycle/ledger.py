@@ -16,10 +16,11 @@ Every line has ``v`` (format version, 1), ``op``, ``id`` (entry id, 32 hex) and 
     released  how   (e.g. "teardown", "cancelled")                   -> state "released"
     kept      why   (deliberately left, e.g. a failed gate's VM)      -> state "kept"
     abandoned why   (a second interrupt cut the step short; still to release) -> state "abandoned"
+    left      why   (the close tried to end it and it is still there, e.g. "still pending: ...") -> "left"
     unmatched why   (a later session found nothing this intent created) -> state "unmatched"
 
-"Open" means not released and not unmatched: open, created, kept and abandoned entries all stand
-for something that may still exist.
+"Open" means not released and not unmatched: open, created, kept, abandoned and left entries all
+stand for something that may still exist.
 
 Folding: the ``intent`` line makes the entry; each later status line for its id replaces the
 state (last wins). Unknown fields are ignored; unknown ops, status lines for unknown ids and
@@ -183,6 +184,10 @@ class Ledger:
     def mark_abandoned(self, entry_id: str, why: str) -> None:
         """A second interrupt cut the step short: the entry stays open, saying what is known."""
         self._append({"op": "abandoned", "id": entry_id, "why": why}, must_exist=True)
+
+    def mark_left(self, entry_id: str, why: str) -> None:
+        """The session tried to end the thing and it is still there: the entry stays open, ``why`` says how."""
+        self._append({"op": "left", "id": entry_id, "why": why}, must_exist=True)
 
     def mark_unmatched(self, entry_id: str, why: str) -> None:
         """A later session found nothing this intent created: reported once, never retried."""

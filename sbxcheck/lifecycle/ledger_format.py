@@ -37,12 +37,13 @@ _MAX_WARNINGS = 50
 _SHORT_LINE = 2048
 
 EntryKind = Literal["mount", "mission"]
-EntryState = Literal["open", "created", "released", "kept", "abandoned", "unmatched"]
+EntryState = Literal["open", "created", "released", "kept", "abandoned", "left", "unmatched"]
 _STATUS_OPS: dict[str, EntryState] = {
     "created": "created",
     "released": "released",
     "kept": "kept",
     "abandoned": "abandoned",
+    "left": "left",
     "unmatched": "unmatched",
 }
 CLOSED_STATES: frozenset[str] = frozenset({"released", "unmatched"})
@@ -64,7 +65,7 @@ class LedgerEntry:
     opened_at: str = ""
     updated_at: str = ""
     how: str | None = None  # set by "released"
-    why: str | None = None  # set by "kept", "abandoned" and "unmatched"
+    why: str | None = None  # set by "kept", "abandoned", "left" and "unmatched"
     session: str | None = None
 
     @property
@@ -262,7 +263,7 @@ def _apply_status(entry: LedgerEntry, obj: dict[str, Any]) -> None:
         entry.ident = _opt_str(obj.get("ident")) or entry.ident
     elif op == "released":
         entry.how = _opt_str(obj.get("how"))
-    else:  # kept, abandoned, unmatched
+    else:  # kept, abandoned, left, unmatched
         entry.why = _opt_str(obj.get("why"))
 
 

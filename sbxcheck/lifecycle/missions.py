@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from sbxcheck.clients.channels import Created, MissionChannel
+from sbxcheck.clients.channels import MissionChannel
 from sbxcheck.clients.missionruns import (
     RETRY_TITLE_SUFFIX,
     TERMINAL,
@@ -37,10 +37,11 @@ from sbxcheck.clients.stream import ControlStream
 from sbxcheck.errors import CommandTimeout, RateLimited, SbxError
 from sbxcheck.inventory import RouteSpec, SandboxedSection
 from sbxcheck.lifecycle.closing import OwnedMissions
-from sbxcheck.lifecycle.following import MissionFollower, WaitingState, wait_telling
+from sbxcheck.lifecycle.following import FirstMessageDropped, MissionFollower, WaitingState, wait_telling
 from sbxcheck.lifecycle.intents import MissionIntents
 from sbxcheck.lifecycle.ledger import Ledger
 from sbxcheck.lifecycle.listing import MissionList
+from sbxcheck.lifecycle.listwatch import ListWatch
 from sbxcheck.lifecycle.prompts import DIRECT_OUTPUT_PROMPT, canary_prompt, contract_fields, effort_fallbacks
 from sbxcheck.lifecycle.slots import SlotQueue, started
 from sbxcheck.lifecycle.spendcap import SpendCap
@@ -95,7 +96,13 @@ class MissionDispatcher:
         self.intents = MissionIntents(ledger)
         self.spend = SpendCap(max_spend_usd)
         self.owned = OwnedMissions(channel_for, self.intents, self.spend, list_missions)
-        self.follower = MissionFollower(section, stream, self._stop)
+        # without a live stream, one list read a tick wakes every follower (not two reads per mission)
+        watch = (
+            ListWatch(lambda rows: list_missions.page(rows, 0), section.poll_interval_s)
+            if list_missions is not None
+            else None
+        )
+        self.follower = MissionFollower(section, stream, self._stop, watch)
         # an older release with every slot taken: missions wait their turn while the session's queue moves
         self.slots = SlotQueue(section.execution_deadline_s + section.request_timeout_s, self._stop)
         self._lock = threading.Lock()
@@ -292,6 +299,7 @@ class MissionDispatcher:
     def close(self) -> dict[str, str]:
         """Cancel every non-terminal mission this session created; report what happened to each."""
         self._stop.set()
+        self.slots.wake()  # a mission waiting for a slot looks up now
         self.follower.close()  # wakes every follower; the stream's signals stay readable
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
@@ -329,7 +337,11 @@ class MissionDispatcher:
             with pushback_until(time.monotonic() + run.deadline_s):  # pushback is absorbed within it
                 self._dispatch(run)
                 if run.created is not None:
-                    self._follow(run)
+                    try:
+                        self._follow(run)
+                    except FirstMessageDropped as dropped:  # no slot was free: wait for one, send it again
+                        self._start_in_a_slot(run, self.channel_for(run.route.via), dropped.text)
+                        self._follow(run)
                     self._retry_silent(run)  # the no-output rule: one bounded direct-output retry
         except SbxError as exc:
             run.error = self._of_control_plane(exc)
@@ -357,8 +369,10 @@ class MissionDispatcher:
                 model_override=route.model_override,
                 model_effort=effort,
                 idempotency_key=run.idempotency_key,
-                tags=[MISSION_TAG],  # stored verbatim by a current create: its absence shows an older one
-                **contract_fields(route),  # a dispatch contract: project/track/criteria or origin_session_id
+                tags=[MISSION_TAG],
+                # origin (which system made it) is stored by every create that takes a prompt: its absence
+                # from the record shows an older create body (clients/channels.py, create_took)
+                **{"origin": MISSION_TAG, **contract_fields(route)},  # a contract: project/track or origin_session_id
             )
             try:
                 created = channel.create(spec)
@@ -382,18 +396,21 @@ class MissionDispatcher:
             self.owned.claim(str(created.mission["id"]), route.via, run)
             self.intents.created(entry, str(created.mission["id"]))
             if created.awaiting_slot is not None:
-                self._start_in_a_slot(run, channel, created)
+                self._start_in_a_slot(run, channel, created.awaiting_slot)
             if created.prompt_refused is not None:  # ours, cancelled at close; never followed into a timeout
                 raise PromptRefused(created.prompt_refused, evidence={"mission_id": created.mission["id"]})
             if created.idempotency_supported and run.check_idempotency:
                 self._probe_idempotency(run, channel, spec)
             return
 
-    def _start_in_a_slot(self, run: RouteRun, channel: MissionChannel, created: Created) -> None:
-        """Every slot was taken when the mission was created: wait for one (:class:`SlotQueue`), then its
-        deadline counts from its start. Its prompt is only ever sent to it, never queued on another."""
-        mission_id = str(created.mission["id"])
-        refused = SlotsFull("POST /api/control/missions/:id/parallel", 409, created.awaiting_slot or "")
+    def _start_in_a_slot(self, run: RouteRun, channel: MissionChannel, why: str) -> None:
+        """Every slot was taken when the mission was created (``why``: the plane's words): wait for one
+        (:class:`SlotQueue`), then its deadline counts from its start. Its prompt is only ever sent to it,
+        never queued on another."""
+        assert run.created is not None
+        mission_id = str(run.created.mission["id"])
+        run.slot_refusal = why
+        refused = SlotsFull("POST /api/control/missions/:id/parallel", 409, why)
         run.awaiting_slot = True
         try:
             run.slot_waited_s = self.slots.wait_for_slot(

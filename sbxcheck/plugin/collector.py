@@ -215,10 +215,12 @@ class ResultCollector:
         if machines and isinstance(machines[0], list):
             report = report.model_copy(update={"machine_inventory": machines[0]})
         from sbxcheck.plugin.waiving import waivers_of_run
+        from sbxcheck.report import leftover_incidents
         from sbxcheck.spend import summarize_spend
 
         report = report.model_copy(
             update={
+                "incidents": [*report.incidents, *leftover_incidents(cleanup)],  # missions still there after close
                 "spend": summarize_spend(cleanup, records, cap_usd=settings.max_spend_usd),
                 "interrupted": interrupted,
                 "interrupted_reason": (self.interrupted_reason or "interrupted") if interrupted else "",

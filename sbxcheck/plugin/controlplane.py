@@ -279,6 +279,8 @@ class ControlPlane:
         dispatcher, self._dispatcher = self._dispatcher, None
         if dispatcher is None:
             return {}
+        from sbxcheck.lifecycle.closing import left_status
+
         report = state.finish_step("cancelling this session's missions", dispatcher.close)
         if report is None:  # abandoned by a second interrupt: the ledger says which are still open
             report = {"(the rest)": "cancel failed: abandoned at the second interrupt (see the ledger)"}
@@ -287,9 +289,11 @@ class ControlPlane:
                 "kind": "foreign mission" if mission_id in dispatcher.foreign else "mission",
                 "ident": mission_id,
                 "action": how,
-                "ok": not how.startswith("cancel failed"),
+                "ok": not how.startswith("cancel failed") and left_status(how) is None,
                 "cost_usd": dispatcher.costs.get(mission_id),  # the run's spend
             }
+            if left_status(how) is not None:  # still there after its cancel: the report's incident names it
+                line["left_status"] = left_status(how)
             if mission_id in dispatcher.cost_unreadable:  # the control plane's cost was not a usable number
                 line["cost_unreadable"] = f"bad_response: {dispatcher.cost_unreadable[mission_id]}"
             state.cleanup.append(line)

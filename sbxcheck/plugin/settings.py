@@ -25,7 +25,8 @@ from typing import Any
 import pytest
 
 TEARDOWN_CHOICES = ("never", "on-pass", "always")
-CP_VERSIONS = ("current", "v0.7")  # the embedded control plane's release profiles (sim/controlplane/releases.py)
+# the embedded control plane's release profiles (sim/controlplane/releases.py)
+CP_VERSIONS = ("current", "v0.7", "1.3", "cba9502")
 HISTORY_KEEP_DEFAULT = 30
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -185,8 +186,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "sim_cp_version", "--sbx-sim-cp-version", "SBXCHECK_SIM_CP_VERSION", "sbx_sim_cp_version", None,
         choice(*CP_VERSIONS),
-        "the embedded control plane serves this release's API: current (default) or v0.7 (Feb 2026: no "
-        "prompt at create, no event cursor, no list query, no fleet/nodes/integrity/tracks routes)",
+        "the embedded control plane serves this release's API, as its source has it: current (default), "
+        "v0.7 (Feb 2026), 1.3 (Jun 2026) or cba9502 (the newest the index shows); see docs/embedded-fleet.md",
         metavar="PROFILE",
     ),
     Option(

@@ -13,6 +13,7 @@ from sbxcheck.report.incidents import (
     build_incidents,
     default_recommendation,
     incident_id,
+    leftover_incidents,
 )
 from sbxcheck.report.results_json import (
     assemble_report,
@@ -33,6 +34,7 @@ __all__ = [
     "build_incidents",
     "default_recommendation",
     "incident_id",
+    "leftover_incidents",
     "load_report",
     "render_results_json",
     "report_dict",

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from sbxcheck.redact import default_redactor
 from sbxcheck.results import CheckRecord, Classification, Incident, Outcome, incident_id
@@ -43,6 +44,7 @@ __all__ = [
     "default_recommendation",
     "incident_id",
     "is_destructive",
+    "leftover_incidents",
 ]
 
 C = Classification
@@ -308,4 +310,31 @@ def build_incidents(records: Sequence[CheckRecord]) -> list[Incident]:
             )
         )
     incidents.sort(key=lambda i: (-len(i.checks), i.classification.value, i.id))
+    return incidents
+
+
+def leftover_incidents(cleanup: Sequence[Mapping[str, Any]]) -> list[Incident]:
+    """One incident per mission the session's close left behind: still there, not ended, after its cancel
+    (a cleanup line with ``left_status``). No item carries it: it happened after every item ran."""
+    incidents = []
+    for line in cleanup:
+        status = line.get("left_status")
+        if line.get("kind") != "mission" or not isinstance(status, str):
+            continue
+        ident = str(line.get("ident"))
+        incidents.append(
+            Incident(
+                id=incident_id(C.INFRASTRUCTURE, f"mission-left:{ident}"),
+                classification=C.INFRASTRUCTURE,
+                summary=f"mission {ident} is still {status} after this session's cancel: "
+                + _one_line(str(line.get("action")), 200),
+                checks=[],
+                recommendation=(
+                    f"the control plane kept mission {ident} ({status}): it cancels only the missions it runs "
+                    "(upstream #149, #580), so this one may start later or wait forever; end it where the release "
+                    f"allows (its dashboard, or POST /api/control/missions/{ident}/status with status interrupted), "
+                    "or leave it — the ledger keeps it open for the next session's review; nothing else was changed"
+                ),
+            )
+        )
     return incidents

@@ -21,6 +21,11 @@ Environment (read once at start):
 * ``SBXCHECK_SIM_MCP_START_EXTRAS=1``: ``start_mission`` also accepts and forwards ``origin``,
   ``origin_session_id``, ``idempotency_key`` and ``acceptance_criteria`` (as newer builds do).
 * ``SBXCHECK_SIM_MCP_HTTP_TIMEOUT_S``: per-request REST timeout, default 30.
+* ``SBXCHECK_SIM_MCP_RELEASE``: the release whose assistant MCP to serve: ``current`` (default, the
+  28 tools of ``src/bin/assistant_mcp.rs`` @4d62797) or ``1.3`` (karypid/sandboxed.sh 71b28a33: its
+  15 tools, lines 421-610; ``start_mission`` creates without the prompt, then sends it with
+  ``POST /api/control/message`` (793-822); ``get_mission`` reads the full REST record (672);
+  ``get_mission_events`` without a cursor sends none (684-708)).
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ DEFAULT_ARTIFACT_DIR: Final = "/tmp/hermes-assistant-artifacts"
 SCRUB_ENV: Final = "SBXCHECK_SIM_MCP_SCRUB"
 START_EXTRAS_ENV: Final = "SBXCHECK_SIM_MCP_START_EXTRAS"
 HTTP_TIMEOUT_ENV: Final = "SBXCHECK_SIM_MCP_HTTP_TIMEOUT_S"
+RELEASE_ENV: Final = "SBXCHECK_SIM_MCP_RELEASE"
 TOOL_ERROR_CODE: Final = -32000
 INFLIGHT_STATUSES: Final = frozenset({"active", "pending", "awaiting_user", "blocked"})
 EVENT_VIEWS: Final = ("transcript", "trace", "history", "all")
@@ -94,6 +100,7 @@ class AssistantConfig:
     scrub: bool = False
     start_extras: bool = False
     http_timeout_s: float = 30.0
+    release: str = "current"  # whose tool table: "current" (4d62797) or "1.3"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> AssistantConfig:
@@ -113,6 +120,7 @@ class AssistantConfig:
             artifact_dir=artifact_dir,
             scrub=env.get(SCRUB_ENV, "") in {"1", "true", "yes"},
             start_extras=env.get(START_EXTRAS_ENV, "") in {"1", "true", "yes"},
+            release=env.get(RELEASE_ENV, "").strip() or "current",
             http_timeout_s=timeout if timeout > 0 else 30.0,
         )
 
@@ -383,10 +391,38 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
     ),
 )
 TOOL_NAMES: Final = tuple(spec.name for spec in TOOLS)
+#: 1.3.0's assistant MCP (karypid/sandboxed.sh 71b28a33, src/bin/assistant_mcp.rs:421-610): 15 tools;
+#: start_mission takes no project/track/tags or any other tagging field.
+_V13_START: Final = ToolSpec(
+    "start_mission",
+    "Create a new sandboxed.sh mission and send its initial prompt.",
+    {
+        "title": _STR,
+        "prompt": _STR,
+        "workspace_id": _STR,
+        "backend": _BACKENDS,
+        "model_override": _STR,
+        "model_effort": _EFFORTS,
+        "config_profile": _STR,
+        "agent": _STR,
+    },
+    ("title", "prompt"),
+)
+_V13_NAMES: Final = (
+    "list_active_missions", "list_missions", "get_mission", "get_mission_events",
+    "list_mission_shared_files", "download_shared_file", "start_mission", "send_message_to_mission",
+    "cancel_mission", "list_workspaces", "workspace_bash", "get_mission_health", "get_mission_diagnostics",
+    "update_mission_settings", "resume_mission",
+)  # fmt: skip
+TOOLS_1_3: Final[tuple[ToolSpec, ...]] = tuple(
+    _V13_START if name == "start_mission" else next(s for s in TOOLS if s.name == name) for name in _V13_NAMES
+)
 
 
 def tool_specs(config: AssistantConfig) -> dict[str, ToolSpec]:
     """The tool table for this configuration (``start_mission`` grows with the extras switch)."""
+    if config.release == "1.3":
+        return {spec.name: spec for spec in TOOLS_1_3}
     specs = {spec.name: spec for spec in TOOLS}
     if config.start_extras:
         start = specs["start_mission"]
@@ -801,8 +837,10 @@ class AssistantTools:
         self.config = config
         self.specs = tool_specs(config)
         self._http = http
+        suffix = "_1_3" if config.release == "1.3" else ""
         self._handlers: dict[str, Callable[[dict[str, Any]], Awaitable[Any]]] = {
-            name: getattr(self, f"_tool_{name}") for name in self.specs
+            name: getattr(self, f"_tool_{name}{suffix}", None) or getattr(self, f"_tool_{name}")
+            for name in self.specs
         }
 
     async def call(self, name: str, raw: Mapping[str, Any]) -> Any:
@@ -869,6 +907,61 @@ class AssistantTools:
         if not response.is_success:
             raise ToolFailure(f"Mission not found: {_status(response)}")
         return _parse(response, "mission digest")
+
+    async def _record(self, mission_id: str) -> Any:
+        """1.3.0's ``get_mission``: the full REST record (assistant_mcp.rs:672)."""
+        mid = parse_uuid(mission_id)
+        response = await self._request("GET", f"/api/control/missions/{mid}")
+        if not response.is_success:
+            raise ToolFailure(f"Mission not found: {_status(response)}")
+        return _parse(response, "mission")
+
+    async def _tool_get_mission_1_3(self, a: dict[str, Any]) -> Any:
+        return await self._record(a["mission_id"])
+
+    async def _tool_get_mission_events_1_3(self, a: dict[str, Any]) -> Any:
+        """Without a cursor 1.3.0 sends none: the oldest rows (assistant_mcp.rs:701-708)."""
+        mid = parse_uuid(a["mission_id"])
+        view = a.get("view") or "transcript"
+        if view not in EVENT_VIEWS:
+            raise ToolFailure(f"Invalid view '{view}'; expected one of: {', '.join(EVENT_VIEWS)}")
+        path = (
+            f"/api/control/missions/{mid}/events?limit={max(1, min(a.get('limit', 40), 200))}"
+            f"&view={view}&include_counts=false"
+        )
+        if a.get("before_seq") is not None:
+            path += f"&before_seq={a['before_seq']}"
+        elif a.get("since_seq") is not None:
+            path += f"&since_seq={a['since_seq']}"
+        response = await self._request("GET", path)
+        if not response.is_success:
+            raise ToolFailure(f"Failed to fetch mission events: {_status(response)}")
+        return _parse(response, "mission events")
+
+    async def _tool_start_mission_1_3(self, a: dict[str, Any]) -> Any:
+        """1.3.0: create (its body has no prompt), then the prompt as a message (assistant_mcp.rs:793-822)."""
+        body = {
+            "title": a["title"],
+            "workspace_id": self._default_workspace(a.get("workspace_id")),
+            "backend": a.get("backend"),
+            "model_override": a.get("model_override"),
+            "model_effort": a.get("model_effort"),
+            "config_profile": a.get("config_profile"),
+            "agent": a.get("agent"),
+        }
+        response = await self._request("POST", "/api/control/missions", body)
+        if not response.is_success:
+            raise ToolFailure(f"Failed to create mission: {response.text}")
+        mission = _parse(response, "created mission")
+        if not isinstance(mission, dict) or not isinstance(mission.get("id"), str):
+            raise ToolFailure("Created mission response did not include an id")
+        await self._send_message(mission["id"], a["prompt"])
+        return {"mission": mission}
+
+    async def _tool_get_mission_health_1_3(self, a: dict[str, Any]) -> Any:
+        """1.3.0 reads the full record where later releases read the digest (assistant_mcp.rs:1080)."""
+        record = await self._record(a["mission_id"])
+        return await self._mission_health(parse_uuid(a["mission_id"]), record)
 
     async def _tool_get_mission(self, a: dict[str, Any]) -> Any:
         return await self._digest(a["mission_id"])
@@ -1200,7 +1293,9 @@ class AssistantTools:
 
     async def _tool_get_mission_health(self, a: dict[str, Any]) -> Any:
         mid = parse_uuid(a["mission_id"])
-        digest = await self._digest(mid)
+        return await self._mission_health(mid, await self._digest(mid))
+
+    async def _mission_health(self, mid: str, digest: Any) -> Any:
         mission = digest if isinstance(digest, dict) else {}
         status = _text(mission, "status", "unknown")
         live: Any = None

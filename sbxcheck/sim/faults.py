@@ -79,6 +79,10 @@ FAULTS: dict[str, Fault] = {
         Fault("cp.stuck-pending", "gemini missions are never dispatched: they stay pending"),
         Fault("cp.no-evidence", "gemini missions complete with no tool or assistant events"),
         Fault(
+            "cp.server-shutdown",
+            "gemini missions are interrupted right after they start, terminal_reason server_shutdown (a deploy)",
+        ),
+        Fault(
             "cp.mount-missing", "opencode missions see an empty ephemeral directory instead of the workspace"
         ),
         Fault(
@@ -319,6 +323,7 @@ CONTROLPLANE_TARGETS: dict[str, str] = {
     "cp.record-drops-model": "claudecode",
     "cp.stuck-pending": "gemini",
     "cp.no-evidence": "gemini",
+    "cp.server-shutdown": "gemini",
     "cp.mount-missing": "opencode",
     "cp.mount-missing-exitcode": "opencode",
     "cp.idempotency-ignored": "*",

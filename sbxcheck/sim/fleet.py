@@ -546,6 +546,7 @@ class SimFleet:
     def _sandboxed_section(self) -> SandboxedSection:
         cp = self.controlplane
         assert cp is not None
+        top_effort = release_profile(self.cp_version).codex_efforts[-1]
         routes = [
             RouteSpec(
                 name="codex-terra",
@@ -566,12 +567,12 @@ class SimFleet:
                 model_effort="high",
                 via="mcp",
             ),
-            RouteSpec(
-                name="codex-sol-max",
+            RouteSpec(  # the highest effort the release's codex takes (1.3.0: high)
+                name=f"codex-sol-{top_effort}",
                 agent="build",
                 backend="codex",
                 model_override="gpt-5.6-sol",
-                model_effort="max",
+                model_effort=top_effort,
             ),
             RouteSpec(
                 name="claudecode-opus",
@@ -618,7 +619,8 @@ class SimFleet:
             canaries=canaries,
             mcp=McpSection(
                 command=[sys.executable, "-m", "sbxcheck.sim.assistant_mcp"],
-                env={"SBXCHECK_SIM_MCP_SCRUB": "1"},  # the real server scrubs env values over MCP
+                # the real server scrubs env values over MCP; the release picks its tool table
+                env={"SBXCHECK_SIM_MCP_SCRUB": "1", "SBXCHECK_SIM_MCP_RELEASE": self._mcp_release()},
                 timeout_s=30.0,
             ),
             expected_nodes=["babylon", "nippur", "ashur", "dgx-spark"],
@@ -641,6 +643,10 @@ class SimFleet:
                 ),
             ],
         )
+
+    def _mcp_release(self) -> str:
+        """The assistant MCP tool table this fleet's control plane release ships."""
+        return release_profile(self.cp_version).mcp_tools or "current"
 
     def _apply_file_faults(self) -> None:
         for run in self.runs:

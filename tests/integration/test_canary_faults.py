@@ -51,6 +51,8 @@ EXPECTED: dict[str, dict[tuple[str, str], tuple[str, str | None]]] = {
     "cp.record-drops-model": {("route_record_echoes_request", "claudecode-opus"): ("failed", "check_failed")},
     "cp.stuck-pending": {("route_reaches_execution", "gemini-flash"): ("failed", "timeout")},
     "cp.no-evidence": {("route_reaches_execution", "gemini-flash"): ("failed", "transport_failure")},
+    # a deploy ended it: could not tell, infrastructure (its terminal_reason), never "failed dispatch"
+    "cp.server-shutdown": {("route_reaches_execution", "gemini-flash"): ("error", "infrastructure")},
     "cp.mount-missing": {("workspace_visible", "opencode-verity"): ("failed", "workspace_mount_defect")},
     "cp.mount-missing-exitcode": {
         ("workspace_visible", "opencode-verity"): ("failed", "workspace_mount_defect")
@@ -72,7 +74,7 @@ GROUPS = [
         "cp.stream-absent",
     ),
     ("cp.backend-crash", "cp.no-evidence", "cp.stream-lags"),
-    ("cp.model-not-found", "cp.mount-missing-exitcode"),
+    ("cp.model-not-found", "cp.mount-missing-exitcode", "cp.server-shutdown"),
     ("cp.idempotency-ignored",),
     ("cp.auth-expired",),
     ("cp.rate-limited",),

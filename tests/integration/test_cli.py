@@ -43,7 +43,9 @@ def test_unknown_fault_is_one_readable_error(tmp_path: Path) -> None:
 def test_unknown_control_plane_version_is_one_readable_error(tmp_path: Path) -> None:
     result = sbxcheck("sim", "up", "--dir", str(tmp_path), "--cp-version", "v0.3")
     assert result.returncode == 2
-    assert result.stderr.startswith("sbxcheck: unknown control-plane version profile 'v0.3'; known: current, v0.7")
+    assert result.stderr.startswith(
+        "sbxcheck: unknown control-plane version profile 'v0.3'; known: 1.3, cba9502, current, v0.7"
+    )
     assert not (tmp_path / "sbxcheck.toml").exists()
 
 

@@ -106,3 +106,154 @@ def test_a_slot_held_by_another_mission_is_could_not_tell_and_nothing_reaches_it
     [holder] = [t for t in turns.values() if t["title"].startswith("operator:")]
     assert holder["user_turns"] == [], holder  # nothing of this session's reached the operator's mission
     assert not [r for r in log if r.path == "/api/control/message"]
+
+
+# ---- 1.3.0 and the newest release the index shows (cba9502) ------------------------------------------
+
+#: what each release lacks, by item: 1.3.0 has no remote nodes or integrity route, and its create takes no
+#: idempotency_key or origin_session_id (the two dispatch contracts); cba9502 serves all the suite asks
+RELEASE_SKIPS = {
+    "1.3": {
+        "dispatch_contract[codex-terra]",
+        "dispatch_contract[claudecode-opus]",
+        *(f"fleet_node[{n}]" for n in ("ashur", "babylon", "dgx-spark", "nippur")),
+        "missions_integrity",
+    },
+    "cba9502": set(),
+}
+RELEASE_VERSIONS = {"1.3": "1.3.0", "cba9502": "cba9502"}
+
+
+@pytest.mark.parametrize("release", sorted(RELEASE_SKIPS))
+def test_canary_suite_on_a_release_is_green_and_each_skip_names_what_it_lacks(
+    pytester: pytest.Pytester, tmp_path: Path, release: str
+) -> None:
+    """A healthy plane of the release: 0 failed, 0 errors, no incident, nothing left behind; 1.3.0's routes
+    start (their prompt sent as the first message in a slot of their own), its finished turns are
+    acknowledged at close, and its idempotency retry makes no second mission."""
+    with SimFleet(tmp_path / "fleet", cp_version=release) as fleet:
+        outcome = run_suite(pytester, fleet, "canary", ALL_CANARIES)
+        cp = fleet.controlplane
+        assert cp is not None
+        left = [m for m in cp.missions_nonterminal() if cp.mission(m)["status"] != "acknowledged"]
+        created = cp.mission_ids()
+    items = _items(outcome.report)
+    problems = {k: (v["outcome"], v["message"][:160]) for k, v in items.items() if v["outcome"] in ("error", "failed")}
+    assert not problems, problems
+    skipped = {k: v["message"] for k, v in items.items() if v["outcome"] == "skipped"}
+    assert set(skipped) == RELEASE_SKIPS[release], skipped
+    version = RELEASE_VERSIONS[release]
+    assert all(m.startswith(f"not served by this control plane (version {version})") for m in skipped.values())
+    assert outcome.report["incidents"] == [] and outcome.report["left"] == [] and outcome.ret == 0
+    assert all(c["ok"] for c in outcome.report["cleanup"]), outcome.report["cleanup"]
+    routes = 7 + 3  # six REST routes and one MCP route, three canaries
+    if release == "1.3":
+        assert len(created) == routes  # no keyed retry: a second mission would be real work
+        assert "needs idempotency_key" in skipped["dispatch_contract[codex-terra]"]
+        assert "needs origin_session_id" in skipped["dispatch_contract[claudecode-opus]"]
+        terra = items["route_dispatched[codex-terra]"]["evidence"]
+        assert terra["first_message"].startswith("POST /api/control/missions/:id/parallel")
+        assert "its record lacks origin" in terra["older_create"]
+        assert {c["action"].split(":")[0] for c in outcome.report["cleanup"]} == {"acknowledged"}
+        assert left == []  # every finished turn was acknowledged
+    else:
+        assert len(created) == routes  # each keyed retry returned the first mission
+        assert left == []
+        assert "fleet ok: control actor responsive, disk" in items["fleet_health"]["message"]
+
+
+def test_a_cancel_answered_404_leaves_the_mission_open_and_is_an_incident(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    """1.3.0 cancels only what it runs: the mission the fault keeps pending answers its cancel 404 `Mission
+    <id> not found` and stays pending. The close reads it back: the ledger keeps it open as a leftover with
+    its status, the cleanup line fails, and the report has an incident naming the mission and its status
+    (it was released as "already gone", and the run was green)."""
+    with SimFleet(tmp_path / "fleet", ["cp.stuck-pending"], cp_version="1.3") as fleet:
+        outcome = run_suite(
+            pytester, fleet, "canary", (REPO / "canaries" / "test_routes.py",), "-k", "gemini-flash"
+        )
+        assert fleet.controlplane is not None
+        stuck = fleet.controlplane.missions_nonterminal()
+        cancels = [r for r in fleet.controlplane.requests if r.path.endswith("/cancel")]
+    [mission_id] = stuck
+    assert [(r.path, r.status) for r in cancels] == [(f"/api/control/missions/{mission_id}/cancel", 404)]
+    [line] = [c for c in outcome.report["cleanup"] if c["ident"] == mission_id]
+    assert line["ok"] is False and line["left_status"] == "pending"
+    assert line["action"].startswith("still pending: the cancel answered 404")
+    [incident] = [i for i in outcome.report["incidents"] if mission_id in i["summary"]]
+    assert f"mission {mission_id} is still pending" in incident["summary"]
+    assert incident["classification"] == "infrastructure"
+    assert [(e["ident"], e["state"]) for e in outcome.report["left"]] == [(mission_id, "left")]
+    assert outcome.ret != 0
+    assert "still pending" in items_message(outcome.report, "route_reaches_execution[gemini-flash]")
+
+
+def items_message(report: dict[str, Any], key: str) -> str:
+    return str(_items(report)[key]["message"])
+
+
+#: faults that mean something on 1.3.0 and cba9502, each caught for its reason (the rest pass)
+RELEASE_FAULTS: dict[tuple[str, ...], dict[str, tuple[str, str | None]]] = {
+    ("cp.record-drops-model", "cp.stuck-pending", "cp.mount-missing"): {
+        "route_record_echoes_request[claudecode-opus]": ("failed", "check_failed"),
+        "route_reaches_execution[gemini-flash]": ("failed", "timeout"),
+        "workspace_visible[opencode-verity]": ("failed", "workspace_mount_defect"),
+    },
+    ("cp.backend-crash", "cp.env-values-exposed", "cp.server-shutdown"): {
+        "route_reaches_execution[opencode-glm]": ("failed", "infrastructure"),
+        "route_reaches_execution[opencode-minimax]": ("failed", "infrastructure"),
+        "workspace_visible[opencode-verity]": ("skipped", None),
+        "workspace_discovery[rest]": ("failed", "security_exposure"),
+        "route_reaches_execution[gemini-flash]": ("error", "infrastructure"),
+    },
+}
+
+
+@pytest.mark.parametrize("faults", list(RELEASE_FAULTS), ids=["+".join(f) for f in RELEASE_FAULTS])
+@pytest.mark.parametrize("release", sorted(RELEASE_SKIPS))
+def test_faults_on_a_release_are_caught_for_their_reason(
+    pytester: pytest.Pytester, tmp_path: Path, release: str, faults: tuple[str, ...]
+) -> None:
+    suites = tuple(REPO / "canaries" / f"test_{n}.py" for n in ("routes", "workspaces", "fleet"))
+    with SimFleet(tmp_path / "fleet", list(faults), cp_version=release) as fleet:
+        outcome = run_suite(pytester, fleet, "canary", suites)
+    items = _items(outcome.report)
+    want = RELEASE_FAULTS[faults]
+    expected_skips = {k for k in RELEASE_SKIPS[release] if k in items}
+    mismatches = [
+        f"{key}: want {want.get(key, ('skipped', None) if key in expected_skips else ('passed', None))}, "
+        f"got {(e['outcome'], e['classification'])}: {e['message'][:200]}"
+        for key, e in sorted(items.items())
+        if (e["outcome"], e["classification"])
+        != want.get(key, ("skipped", None) if key in expected_skips else ("passed", None))
+    ]
+    assert not mismatches, "\n".join(mismatches)
+    if "cp.server-shutdown" in faults:  # a deploy ended it: it says so, as infrastructure, never a failed dispatch
+        message = items["route_reaches_execution[gemini-flash]"]["message"]
+        assert "terminal_reason server_shutdown" in message and "failed dispatch" not in message
+    if "cp.stuck-pending" in faults and release == "1.3":  # 1.3.0 keeps the pending mission: an incident
+        assert [c["left_status"] for c in outcome.report["cleanup"] if "left_status" in c] == ["pending"]
+
+
+def test_an_integer_pr_on_one_mission_never_stops_the_items_judging_the_others(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    """1.3.0's github_pr is an integer: a mission carrying one used to fail every list read (and with it the
+    hygiene items and the close's listing). Now its row is read with the number as text and named."""
+    from sbxcheck.sim.controlplane.ops import seed_mission
+
+    with SimFleet(tmp_path / "fleet", cp_version="1.3") as fleet:
+        assert fleet.controlplane is not None
+        for i, pr in enumerate((1234, 77)):
+            seeded = seed_mission(fleet.controlplane, title=f"review PR {pr}", status="active", age_s=30 + i)
+            seeded.record["github_pr"] = pr
+        outcome = run_suite(
+            pytester, fleet, "canary", tuple(REPO / "canaries" / f"test_{n}.py" for n in ("hygiene", "routes"))
+        )
+    items = _items(outcome.report)
+    problems = {k: v["message"][:200] for k, v in items.items() if v["outcome"] in ("error", "failed")}
+    assert not problems, problems
+    verdicts = items["mission_verdicts"]
+    assert verdicts["evidence"]["non_terminal"] >= 2
+    assert any("github_pr 1234 is a int: read as text" in n for n in verdicts["evidence"]["rows_read_leniently"])

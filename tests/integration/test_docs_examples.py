@@ -95,6 +95,7 @@ EXPECTED: dict[str, int | Skip] = {
     "pytest -m canary --sbx-sim-cp-version v0.7": 0,  # what v0.7 does not serve is skipped, never an error
     "pytest -m gate --sbx-sim-pi-version 1.6.0": 0,  # a healthy fleet passes on pi 1.6.0 as on 0.83.0
     "sbxcheck sim up --dir /tmp/fleet --pi-version 0.73.1": 0,  # stopped by the test afterwards
+    "pytest -m canary --sbx-sim-cp-version 1.3": 0,  # 1.3.0's routes start, its finished turns are acknowledged
     # docs/gate.md
     "pytest -m gate --sbx-inventory=/srv/sbxcheck.toml "
     "--tx ssh=ops@runner-1//python=/opt/sbxcheck/bin/python//chdir=/srv/checkout "

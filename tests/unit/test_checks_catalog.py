@@ -153,10 +153,19 @@ def test_removed_provider_is_flagged_before_dispatch() -> None:
 
 
 def test_unregistered_agent_and_backend_fail() -> None:
-    agent = check_catalog(_snapshot(), route(agent="ana"))
+    agent = check_catalog(_snapshot(), route(agent="ana", backend="opencode"))
     assert agent.outcome is Outcome.FAILED and "'ana' is not registered" in agent.message
     backend = check_catalog(_snapshot(), route(backend="grok"))
     assert backend.outcome is Outcome.FAILED and "not registered" in backend.message
+
+
+@pytest.mark.parametrize("backend", ["claudecode", "codex"])
+def test_an_agent_the_library_lacks_does_not_keep_back_a_backend_whose_create_skips_validation(backend: str) -> None:
+    """Upstream's create skips agent validation for claudecode, codex, gemini and grok (1.3.0
+    control/mod.rs:4652-4657): the route is dispatched with a warning and the server decides."""
+    result = check_catalog(_snapshot(), route(agent="ana", backend=backend))
+    assert result.outcome is Outcome.PASSED, result.message
+    assert f"skips agent validation for {backend}" in result.message and result.cause is None
 
 
 def test_an_unreadable_catalog_is_could_not_tell_and_dooms_nothing() -> None:
@@ -228,7 +237,7 @@ def test_the_dispatcher_never_creates_a_doomed_route() -> None:
         routes=[
             route(name="good", model_override="claude-opus-4-8"),
             route(name="typo", model_override="opus-4.8"),  # only the catalog's reading: dispatched
-            route(name="ana", agent="ana", model_override="claude-opus-4-8"),  # the server lists no agent ana
+            route(name="ana", agent="ana", backend="opencode"),  # no agent ana, and opencode validates agents
         ],
         execution_deadline_s=5,
         poll_interval_s=0.05,

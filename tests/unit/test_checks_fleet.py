@@ -158,6 +158,18 @@ def test_fleet_missing_fields_fail_and_are_named() -> None:
     assert "control_responsive, disk_level" in r.message
 
 
+def test_fleet_health_of_a_release_that_reports_no_disk_passes_naming_what_it_did_not_judge() -> None:
+    """1.3.0's /api/health/fleet has no disk_* field (disk reporting came with #590): a healthy plane passes,
+    and the verdict says the disk was not judged; it still fails on what it does report."""
+    body = {k: v for k, v in FLEET_OK.items() if not k.startswith("disk_")}
+    r = check_fleet_health(FakeApi(fleet=body))
+    assert r.outcome is Outcome.PASSED, r.message
+    assert "no disk_* field" in r.message and "not judged" in r.evidence["disk"]
+    assert "missing_fields" not in r.evidence
+    down = check_fleet_health(FakeApi(fleet={**body, "status": "degraded", "control_responsive": False}))
+    assert down.outcome is Outcome.FAILED and down.cause == "control-plane-degraded"
+
+
 # ---------------------------------------------------------------- remote nodes
 
 
@@ -202,8 +214,20 @@ def test_node_missing_fields_are_named() -> None:
     doc = {k: v for k, v in node().items() if k not in ("last_seen", "lean_runtime_ready")}
     r = check(doc)
     assert r.outcome is Outcome.FAILED
-    assert r.evidence["missing_fields"] == ["last_seen", "lean_runtime_ready"]
-    assert "last_seen, lean_runtime_ready" in r.message
+    assert r.evidence["missing_fields"] == ["last_seen"]
+    assert "last_seen" in r.message and "lean_runtime_ready" in r.evidence["not_reported"]
+
+
+def test_node_of_a_release_without_cordon_or_lean_readiness_passes_naming_both() -> None:
+    """monitor.rs @1f98109 serves no cordoned and no lean_runtime_ready: a healthy node passes, and the
+    verdict names both as not judged (every node failed before)."""
+    doc = {k: v for k, v in node().items() if k not in ("cordoned", "lean_runtime_ready")}
+    r = check(doc)
+    assert r.outcome is Outcome.PASSED, r.message
+    assert set(r.evidence["not_reported"]) == {"cordoned", "lean_runtime_ready"}
+    assert "does not cordon" in r.message and "does not report Lean readiness" in r.message
+    offline = check({**doc, "status": "offline", "last_seen": iso(NOW - timedelta(minutes=10))})
+    assert offline.outcome is Outcome.FAILED and offline.classification is Classification.INFRA_UNREACHABLE
 
 
 def test_node_bad_timestamp_is_an_error_and_nanoseconds_parse() -> None:

@@ -117,6 +117,9 @@ class _RelayingMcp(AssistantMcpClient):
     def redact(self, text: str) -> str:
         return text
 
+    def tool_arguments(self, tool: str) -> frozenset[str] | None:
+        return None  # no server, no advertised schema: only the tool's own arguments are sent
+
     def _call_once(self, tool: str, arguments: dict[str, Any] | None, timeout_s: float | None) -> McpToolResult:
         self.calls += 1
         if self.calls <= self.failures:

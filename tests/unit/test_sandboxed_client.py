@@ -359,7 +359,7 @@ def test_events_send_a_cursor_and_read_headers(make: Callable[..., tuple[Sandbox
     client, rec = make(
         lambda r: httpx.Response(200, json=rows, headers={"X-Max-Sequence": "9", "X-Total-Events": "9"})
     )
-    page = client.mission_events_page(MID, since_seq=3, limit=2)
+    page = client.mission_events_page(MID, since_seq=3, limit=2, counts=True)
     assert [e.sequence for e in page.events] == [4, 5]
     assert (page.max_sequence, page.total_events) == (9, 9)
     assert page.events[0].metadata == {} and json.loads(page.events[1].content) == {"k": 1}
@@ -367,8 +367,9 @@ def test_events_send_a_cursor_and_read_headers(make: Callable[..., tuple[Sandbox
     client.mission_events(MID, since_seq=3, before_seq=100, types=["tool_call", "error"])
     params = [dict(r.url.params) for r in rec.calls(f"/api/control/missions/{MID}/events")]
     assert params[0] == {"since_seq": "3", "limit": "2"}
-    assert params[1] == {"since_seq": "0"}  # always a cursor: forward replay from the start
-    assert params[2] == {"before_seq": "100", "types": "tool_call,error"}  # before_seq wins
+    # always a cursor (forward replay from the start), and no count scan unless asked for
+    assert params[1] == {"since_seq": "0", "include_counts": "false"}
+    assert params[2] == {"before_seq": "100", "types": "tool_call,error", "include_counts": "false"}  # before_seq wins
 
 
 def test_cancel_404_is_false(make: Callable[..., tuple[SandboxedClient, Recorder]]) -> None:

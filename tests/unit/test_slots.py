@@ -73,3 +73,33 @@ def test_the_session_ending_stops_the_wait() -> None:
     stop.set()
     with pytest.raises(Exception, match="the session ended while it waited for a slot"):
         SlotQueue(stall_s=5.0, stop=stop).wait_for_slot("m1", _refusing(1)[1], FULL)  # type: ignore[arg-type]
+
+
+def test_a_settled_mission_lets_the_first_in_line_ask_and_nobody_else(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One slot frees: the first waiter starts at once; the second does not ask until another settles (it
+    asked on its own clock, every pause, whatever happened: 40 waiters made hundreds of refused starts)."""
+    monkeypatch.setattr(slots, "FIRST_PAUSE_S", 60.0)  # only a settled mission makes them ask here
+    monkeypatch.setattr(slots, "MAX_PAUSE_S", 60.0)
+    queue = SlotQueue(stall_s=120.0, stop=threading.Event())
+    asked: list[str] = []
+    done = {name: threading.Event() for name in ("first", "second")}
+
+    def waiter(name: str) -> None:
+        queue.wait_for_slot(name, lambda: asked.append(name), FULL)  # type: ignore[arg-type]
+        done[name].set()
+
+    first = threading.Thread(target=waiter, args=("first",), daemon=True)
+    first.start()
+    deadline = time.monotonic() + 30
+    while queue.waiting < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    second = threading.Thread(target=waiter, args=("second",), daemon=True)
+    second.start()
+    while queue.waiting < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    queue.moved()  # one of the session's missions settled: one slot
+    assert done["first"].wait(30)
+    assert not done["second"].wait(0.5) and asked == ["first"]
+    queue.moved()  # another settled
+    assert done["second"].wait(30) and asked == ["first", "second"] and queue.attempts == 2
+    queue.wake()

@@ -41,8 +41,8 @@ the live stream :mod:`sbxcheck.sim.stream`), :mod:`.agent` (the simulated agent'
 :mod:`.workspaces`, :mod:`.providers` (backends and the catalog), :mod:`.ops` (integrity, tracks,
 ``ops.*`` faults); :mod:`.model` holds specs, faults and records, :mod:`.base` the state, and
 :mod:`.double` assembles them. :mod:`.releases` holds the release profiles (``release=``: today's API
-by default, or ``v0.7``, the February 2026 release: no prompt at create, no event cursor, no list
-query, no fleet/nodes/integrity/tracks routes, no assistant MCP).
+by default, ``v0.7`` (Feb 2026), ``1.3`` (Jun 2026) or ``cba9502``, the newest the search index
+shows), each fact cited from the release's source.
 """
 
 from __future__ import annotations

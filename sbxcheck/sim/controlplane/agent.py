@@ -110,6 +110,8 @@ class AgentRunner(EventRoutes):
             return "goal-too-long"
         if self._fault_on("cp.no-evidence", backend):
             return "no-evidence"
+        if self._fault_on("cp.server-shutdown", backend):
+            return "shutdown"
         if self._fault_on("ops.model-silent", backend):
             return "silent"
         return "run"
@@ -150,7 +152,7 @@ class AgentRunner(EventRoutes):
             with self._lock:
                 m = self._alive(mid)
                 if m is not None:
-                    self._set_status(m, self.finish_status, reason="completed")
+                    self._finish_turn(m, None)
             return
         if branch == "crash":
             with self._lock:
@@ -165,6 +167,13 @@ class AgentRunner(EventRoutes):
                 )
             await self._sleep(FINISH_S)
             self._fail(mid, "fn3 is not a function", reason="agent_error")
+            return
+        if branch == "shutdown":  # a deploy restarted the control plane: interrupted before any tool call
+            with self._lock:
+                m = self._alive(mid)
+                if m is not None:
+                    self._emit(m, "error", "Server shutting down: mission interrupted", metadata={"resumable": True})
+                    self._set_status(m, "interrupted", reason="server_shutdown")
             return
         if branch == "silent":  # active, then an idle timeout without any output
             await self._sleep(FINISH_S)
@@ -241,13 +250,16 @@ class AgentRunner(EventRoutes):
         with self._lock:
             m = self._alive(mid)
             if m is not None:
-                calls = len(steps) or 1
-                self._set_status(
-                    m,
-                    self.finish_status,
-                    reason="completed",
-                    evidence=f"assistant_message after {calls} tool call(s)",
-                )
+                self._finish_turn(m, f"assistant_message after {len(steps) or 1} tool call(s)")
+
+    def _finish_turn(self, m: MissionState, evidence: str | None) -> None:
+        """The end of a turn that went well: ``finish_status`` (completed), or where the release parks a
+        finished turn (1.3.0: awaiting_user, awaiting_kind ack, terminal_reason turn_complete)."""
+        if self.release.turn_end == "awaiting_user" and self.finish_status == "completed":
+            self._set_status(m, "awaiting_user", awaiting_kind="ack")
+            m.record["terminal_reason"] = "turn_complete"
+            return
+        self._set_status(m, self.finish_status, reason="completed", evidence=evidence)
 
     async def _run_step(
         self, mid: str, index: int, step: str, ws_path: Path, scope: Path, env: dict[str, str]

@@ -42,6 +42,7 @@ class ControlPlaneDouble(MissionRoutes, WorkspaceRoutes, FleetRoutes):
             Route("/api/control/missions/{id}/events", guard(self._events), methods=["GET"]),
             Route("/api/control/missions/{id}/digest", guard(self._digest), methods=["GET"]),
             Route("/api/control/missions/{id}/cancel", guard(self._cancel), methods=["POST"]),
+            Route("/api/control/missions/{id}/status", guard(self._set_status_route), methods=["POST"]),
             Route("/api/workspaces", guard(self._list_workspaces), methods=["GET"]),
             Route("/api/workspaces/{id}", guard(self._get_workspace), methods=["GET"]),
             Route("/api/workspaces/{id}/exec", guard(self._exec), methods=["POST"]),

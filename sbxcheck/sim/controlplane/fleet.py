@@ -48,21 +48,31 @@ class FleetRoutes(AuthRoutes):
         used = int(total * used_fraction)
         percent = round(used * 100.0 / total, 1)
         level = "critical" if percent >= 95 else "warn" if percent >= 85 else "ok"  # [U] thresholds
-        body = {
+        body: dict[str, Any] = {
             "status": "degraded" if unresponsive else "ok",
             "version": self.version,
             "control_responsive": not unresponsive,
             "running": None if unresponsive else statuses.count("active"),
             "queue_depth": None if unresponsive else statuses.count("pending"),
             "missions": {
-                "total": len(statuses),
-                "active": statuses.count("active"),
-                "completed": statuses.count("completed"),
-                "failed": statuses.count("failed") + statuses.count("not_feasible"),
-                "acknowledged": statuses.count("acknowledged"),
+                k: v
+                for k, v in {
+                    "total": len(statuses),
+                    "active": statuses.count("active"),
+                    "completed": statuses.count("completed"),
+                    "failed": statuses.count("failed") + statuses.count("not_feasible"),
+                    "acknowledged": statuses.count("acknowledged"),
+                }.items()
+                if k in self.release.fleet_counts
             },
             "webhook_forwarder_configured": False,
             "offload_configured": False,
+        }
+        if not self.release.fleet_disk:  # 1.3.0: disk_* came with #590
+            if unresponsive:  # 1.3.0 answers 0, not null, when the probes fail (control/mod.rs:3986)
+                body.update(running=0, queue_depth=0)
+            return JSONResponse(body)
+        body |= {
             "disk_used": used,
             "disk_total": total,
             "disk_percent": percent,

@@ -25,6 +25,7 @@ from sbxcheck.sim.controlplane.model import (
     NATIVE_AGENTS,
     NIL_UUID,
     PATH_SHAPED_ID,
+    STATUSES,
     STR_FIELDS,
     TERMINAL,
     TITLE_COALESCE_S,
@@ -41,11 +42,17 @@ from sbxcheck.sim.controlplane.releases import create_body, trim_record
 from sbxcheck.sim.faults import HOSTILE_TEXT, LINE_FORGERY
 
 
-def _type_error(body: Mapping[str, Any]) -> str | None:
-    """serde-style type errors for the create body (→ 422), or None."""
+def _type_error(body: Mapping[str, Any], github_pr_int: bool = False) -> str | None:
+    """serde-style type errors for the create body (→ 422), or None (``github_pr_int``: the release
+    types ``github_pr`` as an integer)."""
     for name in STR_FIELDS:
+        if github_pr_int and name == "github_pr":
+            continue
         if body.get(name) is not None and not isinstance(body[name], str):
             return f"{name}: invalid type, expected a string"
+    pr = body.get("github_pr")
+    if github_pr_int and pr is not None and (isinstance(pr, bool) or not isinstance(pr, int)):
+        return "github_pr: invalid type, expected i64"
     for name in ("fast_mode", "writer", "remote_async"):
         if body.get(name) is not None and not isinstance(body[name], bool):
             return f"{name}: invalid type, expected a boolean"
@@ -75,7 +82,7 @@ class MissionRoutes(ParallelSlots):
         body = await self._body(request)
         if isinstance(body, Response):
             return body
-        bad = _type_error(body)
+        bad = _type_error(create_body(self.release, body), self.release.github_pr_int)
         if bad is not None:
             return plain_text(422, f"Failed to deserialize the JSON body into the target type: {bad}")
         with self._lock:
@@ -85,7 +92,7 @@ class MissionRoutes(ParallelSlots):
         """The real create's processing order, numbered as in specs/sandboxed-sh.md 3.4 (the subset modelled);
         an older release first drops the fields it does not know, and has no leases, coalescing or occupancy."""
         body = create_body(self.release, body)
-        current = self.release.create_fields is None
+        current = self.release.admission  # an older release has no leases, coalescing, occupancy or disk admission
 
         def opt(name: str) -> str | None:
             value = body.get(name)
@@ -100,7 +107,7 @@ class MissionRoutes(ParallelSlots):
             return plain_text(400, "attachments require a project")
         # 4. unknown keys
         ignored = [k for k in body if k not in KNOWN_CREATE_FIELDS]
-        headers = {"x-ignored-fields": ",".join(ignored)} if ignored else {}
+        headers = {"x-ignored-fields": ",".join(ignored)} if ignored and current else {}
         foreign = lies.foreign_for_create(self, opt("backend") or opt("agent"))
         if foreign is not None:  # a person's mission answered as if this create had joined it
             return self._coalesced(foreign, headers)
@@ -197,13 +204,14 @@ class MissionRoutes(ParallelSlots):
             return plain_text(400, f"backend {backend} refused the mission: {HOSTILE_TEXT}{LINE_FORGERY}")
         # 18. effort: kept and validated only where the backend takes it; silently dropped elsewhere
         effort = opt("model_effort")
+        efforts = self.release.codex_efforts if spec is not None and spec.id == "codex" else None
         if spec is None or spec.efforts is None:
             effort = None
         elif effort is not None:
             effort = effort.lower()
             supported = [
                 e
-                for e in spec.efforts
+                for e in efforts or spec.efforts
                 if not (e == "max" and self._fault_on("cp.effort-reject-max", backend))
             ]
             if effort not in supported:
@@ -241,10 +249,11 @@ class MissionRoutes(ParallelSlots):
         estimate = body.get("estimated_disk_gib")
         if estimate is not None and not 1 <= int(estimate) <= 512:
             return plain_text(400, "estimated_disk_gib must be between 1 and 512")
-        tags = [str(t) for t in body.get("tags") or []]
-        if any(t.startswith("disk-reservation-v1") for t in tags):
-            return plain_text(400, "tags starting with 'disk-reservation-v1' are reserved")
-        tags.append(f"disk-estimate-gib:{estimate or DEFAULT_DISK_ESTIMATE_GIB}")
+        tags = [str(t).strip() for t in body.get("tags") or [] if str(t).strip()]
+        if current:  # disk admission came after 1.3.0
+            if any(t.startswith("disk-reservation-v1") for t in tags):
+                return plain_text(400, "tags starting with 'disk-reservation-v1' are reserved")
+            tags.append(f"disk-estimate-gib:{estimate or DEFAULT_DISK_ESTIMATE_GIB}")
         # 30. persist pending and bind the lease
         return self._persist(
             body,
@@ -316,6 +325,8 @@ class MissionRoutes(ParallelSlots):
             value = body.get(name)
             if isinstance(value, str) and value.strip():
                 record[name] = value.strip()
+        if self.release.github_pr_int and isinstance(body.get("github_pr"), int):
+            record["github_pr"] = body["github_pr"]  # 1.3.0 stores the PR number as an integer
         m = MissionState(
             record=record,
             owner=user,
@@ -461,7 +472,7 @@ class MissionRoutes(ParallelSlots):
         return JSONResponse(digest)
 
     def _list(self, request: Request, user: str) -> Response:
-        if not self.release.list_query:  # no query at all: the most recently updated missions
+        if self.release.list_mode == "none":  # no query at all: the most recently updated missions
             with self._lock:
                 rows = [m for m in self._missions.values() if m.owner == user]
                 rows.sort(key=lambda m: m.record["updated_at"], reverse=True)
@@ -476,12 +487,15 @@ class MissionRoutes(ParallelSlots):
             return offset
         limit = min(200, max(1, 50 if limit is None else limit))
         offset = max(0, offset or 0)
-        statuses = {s.strip() for s in q.get("status", "").split(",") if s.strip()}
-        show_all = q.get("all", "").lower() in ("true", "1")
+        exact = self.release.list_mode == "exact"  # 1.3.0: one exact status, no `all`, no horizon
+        raw_status = q.get("status", "")
+        statuses = {raw_status} if exact and raw_status else {s.strip() for s in raw_status.split(",") if s.strip()}
+        show_all = exact or q.get("all", "").lower() in ("true", "1")
         workspace, tag, project, track = q.get("workspace"), q.get("tag"), q.get("project"), q.get("track")
         with self._lock:
             rows = [m for m in self._missions.values() if m.owner == user]
-            rows.sort(key=lambda m: m.record["created_at"], reverse=True)
+            order = "updated_at" if exact else "created_at"
+            rows.sort(key=lambda m: m.record[order], reverse=True)
             out = []
             for m in rows:
                 rec = m.record
@@ -518,8 +532,39 @@ class MissionRoutes(ParallelSlots):
                 return plain_text(400, f"Invalid URL: Cannot parse `{raw}` to a UUID")
             if m is None or m.owner != user:
                 return plain_text(404, f"Mission {mid} not found")
+            if self.release.cancel_running_only and not self._executing(m):
+                # the control actor cancels only what it runs; any other mission (pending, awaiting_user,
+                # finished) is "not found" and stays exactly as it is (v0.7.0 control.rs:3729, 1.3.0 :11262)
+                return plain_text(404, f"Mission {mid} not found")
             self._interrupt(m, "cancelled")  # a terminal mission stays as it is [U]
         return JSONResponse({"ok": True, "cancelled": mid})
+
+    def _executing(self, m: MissionState) -> bool:
+        """Whether the control actor runs ``m`` now: its agent task is alive and it is not parked."""
+        return m.task is not None and not m.task.done() and m.status not in TERMINAL | {"awaiting_user"}
+
+    async def _set_status_route(self, request: Request, user: str) -> Response:
+        """``POST /missions/:id/status {status}``: stores the status as given (how a finished turn is
+        acknowledged); the ok envelope."""
+        body = await self._body(request)
+        if isinstance(body, Response):
+            return body
+        status = body.get("status")
+        if status not in STATUSES:
+            return plain_text(
+                422, f"Failed to deserialize the JSON body into the target type: status: unknown variant `{status}`"
+            )
+        raw = request.path_params["id"]
+        with self._lock:
+            mid, m = self._lookup(raw)
+            if mid is None:
+                return plain_text(400, f"Invalid URL: Cannot parse `{raw}` to a UUID")
+            if m is None or m.owner != user:
+                return plain_text(500, f"Mission {mid} not found")
+            if m.task is not None and not m.task.done() and status in TERMINAL:
+                m.task.cancel()
+            self._set_status(m, str(status))
+        return JSONResponse({"ok": True})
 
     def _interrupt(self, m: MissionState, reason: str) -> None:
         if m.status in TERMINAL:
@@ -556,3 +601,11 @@ class MissionRoutes(ParallelSlots):
         """The mission as ``GET /api/control/missions/:id`` renders it."""
         with self._lock:
             return self._render(self._missions[mission_id], decorate=True)
+
+    def set_mission_status(self, mission_id: str, status: str) -> None:
+        """Set a mission's status as the store would (tests and faults bend the world with it)."""
+        with self._lock:
+            m = self._missions[mission_id]
+            if m.task is not None and not m.task.done() and self._loop is not None:
+                self._loop.call_soon_threadsafe(m.task.cancel)  # the agent runs on the server's loop
+            self._set_status(m, status)

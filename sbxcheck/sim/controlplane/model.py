@@ -30,6 +30,7 @@ from sbxcheck.sim.stream import STREAM_FAULTS
 NIL_UUID: Final = "00000000-0000-0000-0000-000000000000"
 EFFORTS: Final = ("low", "medium", "high", "xhigh", "max")
 TERMINAL: Final = frozenset({"completed", "failed", "blocked", "not_feasible", "interrupted"})
+STATUSES: Final = TERMINAL | {"pending", "active", "awaiting_user", "acknowledged", "paused", "waiting_background"}
 NATIVE_AGENTS: Final = frozenset({"codex", "claudecode", "gemini", "grok"})
 HARNESS_PREFIXES: Final = frozenset({"codex", "claudecode", "gemini", "grok", "chatgpt_ui", "opencode"})
 GOAL_LIMIT: Final = 4000
@@ -229,6 +230,8 @@ CONTROLPLANE_FAULTS: Final[dict[str, str]] = {
     "cp.stuck-pending": "target backend's missions are never dispatched: they stay pending",
     "cp.no-evidence": "target backend's missions go active with null execution and no agent events, "
     "then complete with no tool events",
+    "cp.server-shutdown": "target backend's missions are interrupted right after they start, before any tool "
+    "call, with terminal_reason server_shutdown (the control plane restarted for a deploy)",
     "cp.mount-missing": "target backend's missions run in an empty ephemeral directory instead of the "
     "workspace; MCP lookups answer project/file not found",
     "cp.mount-missing-exitcode": "as cp.mount-missing, and tool results carry only metadata.exit_code "
@@ -291,6 +294,7 @@ DEFAULT_FAULT_TARGETS: Final[dict[str, str]] = {
     "cp.model-not-found": "opencode",
     "cp.effort-reject-max": "codex",
     "cp.create-500": "gemini",
+    "cp.server-shutdown": "gemini",
     "cp.mount-missing": "opencode",
     "cp.mount-missing-exitcode": "opencode",
     "cp.env-values-exposed": "verity",

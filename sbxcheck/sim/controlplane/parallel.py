@@ -5,8 +5,9 @@ Upstream's control session (src/api/control.rs) runs one "main" mission and up t
 ``MAX_PARALLEL_MISSIONS - 1`` parallel ones (v0.7.0's default is 1: sequential). A message for a mission
 that is not running starts it in parallel when a slot is free; when none is, upstream queues the message
 on the main mission instead: the target stays ``pending`` and the text runs as a turn of another
-mission. ``POST /missions/{id}/parallel`` refuses with 409 instead. Only a release with
-``max_parallel`` set enforces this; today's profile starts a mission at create.
+mission. 1.3.0 drops it instead (an error event on the target, ``queued: false``). ``POST
+/missions/{id}/parallel`` refuses with 409. Only a release with ``max_parallel`` set enforces this;
+today's profile starts a mission at create.
 """
 
 from __future__ import annotations
@@ -29,7 +30,11 @@ class ParallelSlots(AgentRunner):
     """The running-mission count, the two parallel routes, and the first message's routing."""
 
     def _occupies_slot(self, m: MissionState) -> bool:
-        return m.status not in TERMINAL and (m.task is not None or m.record.get("title") == SLOT_HOLDER_TITLE)
+        """A mission its runner still runs (a parked one, awaiting_user, holds no slot: 1.3.0 counts only
+        running runners, control/mod.rs:11011-11014), or the operator's slot holder."""
+        if m.status in TERMINAL or m.status == "awaiting_user":
+            return False
+        return (m.task is not None and not m.task.done()) or m.record.get("title") == SLOT_HOLDER_TITLE
 
     def _slot_holders(self, user: str) -> list[MissionState]:
         """The user's running missions, oldest first (the first is upstream's "main" mission)."""
@@ -92,6 +97,16 @@ class ParallelSlots(AgentRunner):
             return m.task is not None, False
         cap = self._capacity()
         running = [r for r in self._slot_holders(user) if r is not m]
+        if cap is not None and running and len(running) >= cap and self.release.full_slots == "drop":
+            # 1.3.0 drops a targeted message it cannot start (control/mod.rs:10232-10252): an error
+            # event on the target, `queued: false`, and the mission stays pending
+            self._emit(
+                m,
+                "error",
+                f"Cannot start mission {m.id}: max parallel missions ({cap}) reached",
+                metadata={"mission_id": m.id, "resumable": True},
+            )
+            return False, False
         if cap is not None and running and len(running) >= cap:
             main = running[0]
             self._emit(
