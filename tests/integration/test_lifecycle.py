@@ -242,7 +242,7 @@ def test_second_sigint_abandons_teardown_and_the_ledger_says_what_is_left(
     assert [(e.kind, e.ident) for e in open_entries(tmp_path)] == [("mount", run_id)]
     [mount] = json.loads((tmp_path / "report" / "results.json").read_text())["mounts"]
     assert mount["action"] == "abandoned" and run_id in mount["why"]
-    assert "interrupted during teardown: abandoned at the second interrupt" in out
+    assert "interrupted during teardown: abandoned at the second SIGINT" in out
     clear_knob(fleet.knobs_dir, "teardown-slow")
     assert_nothing_left(fleet, tmp_path, before_vms, before_keys)
 
